@@ -1,0 +1,86 @@
+/*
+ * Error strings, the allocator hook and the byte-string hash shared by the
+ * engine's tables.
+ */
+#include "engine/common.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void *libc_realloc(void *ud, void *ptr, size_t size)
+{
+    (void)ud;
+    if (size == 0) {
+        free(ptr);
+        return NULL;
+    }
+    return realloc(ptr, size);
+}
+
+static wq_realloc_fn alloc_fn = libc_realloc;
+static void *alloc_ud;
+
+void wq_set_allocator(wq_realloc_fn fn, void *ud)
+{
+    alloc_fn = fn ? fn : libc_realloc;
+    alloc_ud = fn ? ud : NULL;
+}
+
+void *wq_malloc(size_t size)
+{
+    return size ? alloc_fn(alloc_ud, NULL, size) : NULL;
+}
+
+void *wq_realloc(void *ptr, size_t size)
+{
+    if (size == 0)
+        return NULL;
+    return alloc_fn(alloc_ud, ptr, size);
+}
+
+void wq_free(void *ptr)
+{
+    if (ptr)
+        alloc_fn(alloc_ud, ptr, 0);
+}
+
+const char *wq_strerror(int err)
+{
+    switch (err) {
+    case 0: return "success";
+    case WQ_ENOMEM: return "out of memory";
+    case WQ_EINVAL: return "invalid argument";
+    case WQ_EEMPTY: return "queue is empty";
+    case WQ_ESHUTDOWN: return "queue is shut down";
+    case WQ_ENOENT: return "no such key";
+    case WQ_E2BIG: return "key or payload too large";
+    case WQ_EIO: return "storage error";
+    case WQ_EBUSY: return "resource busy";
+    case WQ_EFORMAT: return "unrecognized file format";
+    default: return "unknown error";
+    }
+}
+
+static inline uint64_t mix(uint64_t a, uint64_t b)
+{
+    /* 64x64 -> 128 multiply, folded: a fast, well-spread mixer. */
+    __uint128_t r = (__uint128_t)a * b;
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+
+uint64_t wq_hash(const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ (len * 0xa0761d6478bd642fULL);
+    while (len >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = mix(h ^ w, 0xe7037ed1a0b428dbULL);
+        p += 8;
+        len -= 8;
+    }
+    uint64_t tail = 0;
+    memcpy(&tail, p, len);
+    h = mix(h ^ tail ^ ((uint64_t)len << 56), 0x8ebc6af09c88c6e3ULL);
+    return mix(h, 0x589965cc75374cc3ULL);
+}

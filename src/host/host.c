@@ -1,0 +1,2 @@
+/* placeholder until the host lands */
+typedef int wq_host_placeholder;
