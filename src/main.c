@@ -1,7 +1,13 @@
 /*
- * wqrun's command line: parses options and hands over to the host.
+ * wqrun's command line: parses options and hands over to the host (run a
+ * script) or to the store (add, status). Nothing else lives here.
  */
+#include "host/host.h"
+#include "store/store.h"
+
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void usage(FILE *f)
@@ -9,20 +15,114 @@ static void usage(FILE *f)
     fputs("usage: wqrun [options] SCRIPT.lua [ARGS...]\n"
           "       wqrun add --db PATH QUEUE KEY [PAYLOAD] [--after SECONDS]\n"
           "       wqrun status --db PATH\n"
-          "       wqrun --help | --version\n",
+          "       wqrun --help | --version\n"
+          "\n"
+          "options:\n"
+          "  --db PATH             persist queues to this SQLite file (created if missing)\n"
+          "  --listen ADDR:PORT    serve the HTTP API (metrics, queues, enqueue)\n"
+          "  --token TOKEN         require 'Authorization: Bearer TOKEN' for POST (or WQRUN_TOKEN)\n"
+          "  --grace SECONDS       how long a graceful shutdown waits for handlers (default 30)\n"
+          "  --sync normal|full    SQLite durability (default normal)\n"
+          "  --serve               keep running when idle, waiting for new items\n"
+          "  --quiet               no progress display\n"
+          "  --virtual-time        for tests: the clock jumps to the next timer when all tasks wait\n",
           f);
+}
+
+#include <stdarg.h>
+
+__attribute__((format(printf, 1, 2))) static int bad_usage(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("wqrun: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs("\n", stderr);
+    va_end(ap);
+    usage(stderr);
+    return 2;
+}
+
+/* The value of an option written "--name VALUE" or "--name=VALUE". */
+static const char *opt_value(int argc, char **argv, int *i, const char *name)
+{
+    size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n) != 0)
+        return NULL;
+    if (argv[*i][n] == '=')
+        return argv[*i] + n + 1;
+    if (argv[*i][n] != '\0')
+        return NULL;
+    if (*i + 1 >= argc)
+        return "";
+    return argv[++*i];
 }
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "--version") == 0) {
-        printf("wqrun %s\n", WQ_VERSION);
-        return 0;
+    if (argc > 1 && strcmp(argv[1], "add") == 0)
+        return wq_store_cli_add(argc - 2, argv + 2);
+    if (argc > 1 && strcmp(argv[1], "status") == 0)
+        return wq_store_cli_status(argc - 2, argv + 2);
+
+    wq_host_opts o = {0};
+    o.grace = 30;
+    o.token = getenv("WQRUN_TOKEN");
+    int i = 1;
+    for (; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (a[0] != '-' || a[1] == '\0')
+            break;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (strcmp(a, "--version") == 0 || strcmp(a, "-v") == 0) {
+            printf("wqrun %s\n", WQ_VERSION);
+            return 0;
+        }
+        if (strcmp(a, "--serve") == 0) {
+            o.serve = 1;
+        } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
+            o.quiet = 1;
+        } else if (strcmp(a, "--virtual-time") == 0) {
+            o.virtual_time = 1;
+        } else if ((v = opt_value(argc, argv, &i, "--db"))) {
+            if (!*v)
+                return bad_usage("%s needs a path", "--db");
+            o.db_path = v;
+        } else if ((v = opt_value(argc, argv, &i, "--listen"))) {
+            if (!*v || !strchr(v, ':'))
+                return bad_usage("--listen needs ADDR:PORT, got '%s'", v);
+            o.listen = v;
+        } else if ((v = opt_value(argc, argv, &i, "--token"))) {
+            if (!*v)
+                return bad_usage("%s needs a value", "--token");
+            o.token = v;
+        } else if ((v = opt_value(argc, argv, &i, "--grace"))) {
+            char *end;
+            double g = strtod(v, &end);
+            if (!*v || *end || !isfinite(g) || g < 0)
+                return bad_usage("--grace needs seconds >= 0, got '%s'", v);
+            o.grace = g;
+        } else if ((v = opt_value(argc, argv, &i, "--sync"))) {
+            if (strcmp(v, "normal") == 0)
+                o.sync_full = 0;
+            else if (strcmp(v, "full") == 0)
+                o.sync_full = 1;
+            else
+                return bad_usage("--sync takes normal or full, got '%s'", v);
+        } else {
+            return bad_usage("unknown option '%s'", a);
+        }
     }
-    if (argc > 1 && strcmp(argv[1], "--help") == 0) {
-        usage(stdout);
-        return 0;
-    }
-    usage(stderr);
-    return 2;
+    if (i >= argc)
+        return bad_usage("%s", "missing SCRIPT.lua");
+    if (o.token && !*o.token)
+        o.token = NULL;
+    return wq_host_main(&o, argv[i], argc - i - 1, argv + i + 1);
 }

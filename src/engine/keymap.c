@@ -148,8 +148,7 @@ size_t wq_keymap_count(const wq_keymap *m)
     return m->count;
 }
 
-int wq_keymap_next(const wq_keymap *m, size_t *pos, const char **key, size_t *len,
-                   uint64_t *value)
+int wq_keymap_next(const wq_keymap *m, size_t *pos, const char **key, size_t *len, uint64_t *value)
 {
     for (size_t i = *pos; i <= m->mask; i++) {
         if (m->slots[i].key) {

@@ -1,2 +1,407 @@
-/* placeholder until the host lands */
-typedef int wq_host_placeholder;
+/*
+ * The host's lifecycle: builds the loop and the Lua state, runs the main
+ * chunk as the first task, decides when the process is done (idle rule,
+ * wq.exit, errors, signals) and tears everything down. It also owns the
+ * clock: monotonic time, or with --virtual-time a counter that jumps to
+ * the next deadline whenever no task can run and no child is running.
+ */
+#include "host/host.h"
+
+#include "host/progress.h"
+#include "lua/lqueue.h"
+#include "lua/lwq.h"
+#include "host/inbox.h"
+#include "host/http.h"
+#include "store/store.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+static char host_key;
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * WQ_NS_PER_S + ts.tv_nsec;
+}
+
+int64_t wq_real_now(void)
+{
+    return mono_ns();
+}
+
+static double unix_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int64_t host_clock(void *ud)
+{
+    wq_host *h = ud;
+    return h->opts.virtual_time ? h->vnow : mono_ns();
+}
+
+int64_t wq_host_now(wq_host *h)
+{
+    return h->opts.virtual_time ? h->vnow : mono_ns();
+}
+
+double wq_host_unix(wq_host *h, int64_t mono)
+{
+    return h->start_unix + (double)(mono - h->start_mono) / 1e9;
+}
+
+wq_host *wq_host_of(lua_State *L)
+{
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &host_key);
+    wq_host *h = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    return h;
+}
+
+void wq_host_exit(wq_host *h, int code)
+{
+    if (h->exiting)
+        return;
+    h->exiting = 1;
+    h->exit_code = code;
+    event_base_loopbreak(h->base);
+}
+
+void wq_host_log(wq_host *h, const char *fmt, ...)
+{
+    char stamp[64];
+    double now = wq_host_unix(h, wq_host_now(h));
+    time_t secs = (time_t)now;
+    struct tm tm;
+    localtime_r(&secs, &tm);
+    size_t n = strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
+    snprintf(stamp + n, sizeof stamp - n, ".%03d", (int)((now - (double)secs) * 1000));
+    wq_progress_clear(h);
+    fprintf(stderr, "%s ", stamp);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+}
+
+void wq_host_fail(wq_host *h, lua_State *co, const char *what)
+{
+    if (h->exiting)
+        return;
+    const char *msg = luaL_tolstring(co, -1, NULL);
+    luaL_traceback(co, co, msg, 0);
+    wq_progress_clear(h);
+    fprintf(stderr, "wqrun: error in %s: %s\n", what, lua_tostring(co, -1));
+    lua_pop(co, 2);
+    wq_host_exit(h, 1);
+}
+
+int wq_host_add_queue(wq_host *h, lqueue *q)
+{
+    if (h->nqueues == h->queues_cap) {
+        int ncap = h->queues_cap ? h->queues_cap * 2 : 8;
+        lqueue **nq = realloc(h->queues, (size_t)ncap * sizeof *nq);
+        if (!nq)
+            return -1;
+        h->queues = nq;
+        h->queues_cap = ncap;
+    }
+    h->queues[h->nqueues++] = q;
+    return 0;
+}
+
+/* Nothing can make progress any more (SPEC section 2). */
+static int idle(wq_host *h)
+{
+    if (h->ready_head || h->children || h->http || h->opts.serve)
+        return 0;
+    for (int i = 0; i < h->nqueues; i++)
+        if (lqueue_busy(h->queues[i]))
+            return 0;
+    return 1;
+}
+
+static int any_processing(wq_host *h)
+{
+    for (int i = 0; i < h->nqueues; i++)
+        if (h->queues[i]->handler_ref != LUA_NOREF && wq_queue_processing(h->queues[i]->q))
+            return 1;
+    return 0;
+}
+
+static void flush_store(wq_host *h)
+{
+    if (h->store && wq_store_dirty(h->store) && wq_store_flush(h->store) < 0 && !h->exiting) {
+        wq_progress_clear(h);
+        fprintf(stderr, "wqrun: cannot write state file: %s\n", wq_store_errmsg(h->store));
+        wq_host_exit(h, 1);
+    }
+}
+
+void wq_host_settle(wq_host *h)
+{
+    if (h->exiting)
+        return;
+    if (h->ready_head)
+        return; /* the run event is active and will settle again */
+    flush_store(h);
+    if (h->stopping && !any_processing(h)) {
+        wq_host_exit(h, 0);
+        return;
+    }
+    int64_t next = wq_timer_next(h);
+    if (h->opts.virtual_time) {
+        if (next != WQ_NEVER && h->children == 0) {
+            if (next > h->vnow)
+                h->vnow = next;
+            event_active(h->timer_ev, EV_TIMEOUT, 0);
+            return;
+        }
+    } else if (next != h->armed) {
+        if (next == WQ_NEVER) {
+            evtimer_del(h->timer_ev);
+        } else {
+            int64_t d = next - mono_ns();
+            if (d < 0)
+                d = 0;
+            struct timeval tv = {(time_t)(d / WQ_NS_PER_S), (suseconds_t)(d % WQ_NS_PER_S / 1000)};
+            /* libevent rounds down to microseconds: never fire early. */
+            if (d % 1000)
+                tv.tv_usec++;
+            if (tv.tv_usec >= 1000000) {
+                tv.tv_sec++;
+                tv.tv_usec -= 1000000;
+            }
+            evtimer_add(h->timer_ev, &tv);
+        }
+        h->armed = next;
+    }
+    if (next == WQ_NEVER && idle(h))
+        wq_host_exit(h, 0);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    wq_host *h = arg;
+    h->armed = WQ_NEVER;
+    wq_timer_run_due(h);
+    wq_host_settle(h);
+}
+
+static void on_grace(wq_host *h, void *data, uint64_t id)
+{
+    (void)data;
+    (void)id;
+    wq_host_log(h, "wqrun: grace period over, exiting with handlers still running");
+    wq_host_exit(h, 0);
+}
+
+static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    wq_host *h = arg;
+    if (h->stopping) {
+        wq_progress_clear(h);
+        fprintf(stderr, "wqrun: second signal, exiting now\n");
+        h->exiting = 1;
+        h->exit_code = 128 + (int)sig;
+        event_base_loopbreak(h->base);
+        return;
+    }
+    h->stopping = 1;
+    wq_host_log(h, "wqrun: %s received, finishing running handlers (up to %gs; again to quit now)",
+                sig == SIGINT ? "SIGINT" : "SIGTERM", h->opts.grace);
+    for (int i = 0; i < h->nqueues; i++)
+        lqueue_stop(h->queues[i]);
+    int64_t grace = (int64_t)(h->opts.grace * 1e9);
+    h->grace_timer = wq_timer_start(h, wq_add_sat(wq_host_now(h), grace), on_grace, NULL);
+    wq_host_settle(h);
+}
+
+static void on_child(evutil_socket_t sig, short what, void *arg)
+{
+    (void)sig;
+    (void)what;
+    wq_host *h = arg;
+    wq_exec_reap(h);
+    wq_host_settle(h);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    wq_host *h = arg;
+    wq_inbox_poll(h);
+    wq_progress_draw(h, 0);
+    wq_host_settle(h);
+}
+
+/* Puts the script's directory and the project's lua/ directory in front of package.path. */
+static void set_paths(lua_State *L, const char *script)
+{
+    const char *slash = strrchr(script, '/');
+    lua_getglobal(L, "package");
+    if (slash)
+        lua_pushlstring(L, script, (size_t)(slash - script + (slash == script)));
+    else
+        lua_pushliteral(L, ".");
+    const char *dir = lua_tostring(L, -1);
+    lua_getfield(L, -2, "path");
+    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s/?.lua;%s/?.lua;%s", dir, dir, WQ_SOURCE_LUA_DIR,
+                    WQ_INSTALL_LUA_DIR, lua_tostring(L, -1));
+    lua_setfield(L, -4, "path");
+    lua_pop(L, 3);
+}
+
+static double tb_to_unix(void *ud, int64_t mono)
+{
+    return wq_host_unix(ud, mono);
+}
+
+static int64_t tb_to_mono(void *ud, double unix_s)
+{
+    wq_host *h = ud;
+    double d = (unix_s - h->start_unix) * 1e9;
+    if (d > 9e18)
+        return WQ_NEVER;
+    if (d < -9e18)
+        return INT64_MIN / 2;
+    return h->start_mono + (int64_t)d;
+}
+
+
+static int gcstress_enabled(void)
+{
+    const char *e = getenv("WQ_TEST_GCSTRESS");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+int wq_host_main(const wq_host_opts *opts, const char *script, int argc, char **argv)
+{
+    wq_host *h = calloc(1, sizeof *h);
+    if (!h) {
+        fprintf(stderr, "wqrun: out of memory\n");
+        return 1;
+    }
+    h->opts = *opts;
+    h->clock.now = host_clock;
+    h->clock.ud = h;
+    h->start_mono = mono_ns();
+    h->vnow = h->start_mono;
+    h->start_unix = unix_now();
+    h->base = event_base_new();
+    h->L = luaL_newstate();
+    if (!h->base || !h->L) {
+        fprintf(stderr, "wqrun: cannot initialize (out of memory)\n");
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    wq_timer_init(h);
+    lua_State *L = h->L;
+    h->root.kind = TASK_ROOT;
+    h->root.host = h;
+    *(wq_task **)lua_getextraspace(L) = &h->root;
+    lua_pushlightuserdata(L, h);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &host_key);
+    luaL_openlibs(L);
+    h->gcstress = gcstress_enabled();
+
+    h->run_ev = event_new(h->base, -1, 0, wq_sched_run, h);
+    h->timer_ev = evtimer_new(h->base, on_timer, h);
+    h->sigint_ev = evsignal_new(h->base, SIGINT, on_stop_signal, h);
+    h->sigterm_ev = evsignal_new(h->base, SIGTERM, on_stop_signal, h);
+    h->sigchld_ev = evsignal_new(h->base, SIGCHLD, on_child, h);
+    h->tick_ev = event_new(h->base, -1, EV_PERSIST, on_tick, h);
+    struct timeval tick = {0, 50000};
+    evsignal_add(h->sigint_ev, NULL);
+    evsignal_add(h->sigterm_ev, NULL);
+    evsignal_add(h->sigchld_ev, NULL);
+    evtimer_add(h->tick_ev, &tick);
+
+    int status = 0;
+    if (opts->db_path) {
+        wq_timebase tb = {tb_to_unix, tb_to_mono, h};
+        char err[512];
+        if (wq_store_open(&h->store, opts->db_path, opts->sync_full ? WQ_SYNC_FULL : WQ_SYNC_NORMAL,
+                          &tb, err, sizeof err) < 0) {
+            fprintf(stderr, "wqrun: %s\n", err);
+            status = 1;
+            goto out;
+        }
+    }
+    wq_lua_open(L);
+    set_paths(L, script);
+
+    /* The global arg, as the lua interpreter builds it. */
+    lua_createtable(L, argc, 1);
+    lua_pushstring(L, script);
+    lua_rawseti(L, -2, 0);
+    for (int i = 0; i < argc; i++) {
+        lua_pushstring(L, argv[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setglobal(L, "arg");
+
+    if (luaL_loadfile(L, script) != LUA_OK) {
+        fprintf(stderr, "wqrun: %s\n", lua_tostring(L, -1));
+        status = 1;
+        goto out;
+    }
+    for (int i = 0; i < argc; i++)
+        lua_pushstring(L, argv[i]);
+    if (!wq_task_spawn(h, L, argc, TASK_MAIN)) {
+        fprintf(stderr, "wqrun: out of memory\n");
+        status = 1;
+        goto out;
+    }
+    if (opts->listen && wq_http_start(h, opts->listen) < 0) {
+        status = 1;
+        goto out;
+    }
+    wq_progress_start(h);
+    event_base_dispatch(h->base);
+    status = h->exit_code;
+    if (status != 128 + SIGINT && status != 128 + SIGTERM) {
+        h->exiting = 0; /* let a last flush report its own failure */
+        flush_store(h);
+        if (h->exiting && status == 0)
+            status = h->exit_code;
+    }
+    wq_progress_finish(h);
+
+out:
+    wq_http_stop(h);
+    wq_exec_kill_all(h);
+    wq_lua_close(h);
+    lua_close(L);
+    wq_sched_free_all(h);
+    wq_store_close(h->store);
+    wq_timer_destroy(h);
+    event_free(h->run_ev);
+    event_free(h->timer_ev);
+    event_free(h->sigint_ev);
+    event_free(h->sigterm_ev);
+    event_free(h->sigchld_ev);
+    event_free(h->tick_ev);
+    event_base_free(h->base);
+    free(h->queues);
+    free(h);
+    return status;
+}

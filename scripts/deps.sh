@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages wqrun needs, only those that are missing.
+# Quiet and quick when everything is there. As root it installs them (running
+# apt-get update first); otherwise it prints the command to run and exits 1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake pkg-config
+  liblua5.4-dev lua5.4
+  libevent-dev
+  libsqlite3-dev sqlite3
+  libcriterion-dev
+  lua-cjson lua-cjson-dev # lua-cjson-dev ships the lua5.4-cjson pkg-config file
+  curl procps clang-format
+)
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+  echo "deps.sh: not a Debian system; install the equivalents of: ${packages[*]}" >&2
+  exit 0
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null || true)
+  [[ $status == ii* ]] || missing+=("$p")
+done
+
+((${#missing[@]} == 0)) && exit 0
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "deps.sh: missing packages: ${missing[*]}" >&2
+  echo "deps.sh: install them with:" >&2
+  echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
+  exit 1
+fi
+
+echo "deps.sh: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "deps.sh: done"

@@ -1,0 +1,148 @@
+/*
+ * The work queue: client-go's workqueue (Add/Get/Done/Len/ShutDown/
+ * ShutDownWithDrain), its delaying section (AddAfter) and controller-runtime
+ * style priorities, as a single-threaded structure driven by its caller.
+ *
+ * Every key has one record while anything is pending for it: dirty (queued,
+ * or re-added while processing), processing, or waiting (a delayed add).
+ * The record carries the key's payload and priority and is dropped when
+ * nothing is pending any more. Nothing blocks: get() answers WQ_EEMPTY and
+ * the observer tells the caller when to try again.
+ */
+#ifndef WQ_QUEUE_H
+#define WQ_QUEUE_H
+
+#include "engine/clock.h"
+#include "engine/common.h"
+#include "engine/metrics.h"
+
+typedef struct wq_queue wq_queue;
+
+/* Limits on what a record can hold. */
+#define WQ_KEY_MAX ((1u << 27) - 1)
+#define WQ_PAYLOAD_MAX UINT32_MAX
+
+/* State bits of a record, as reported by wq_queue_lookup. */
+enum {
+    WQ_ST_DIRTY = 1,      /* needs processing (counted in depth) */
+    WQ_ST_PROCESSING = 2, /* handed out, not done */
+    WQ_ST_QUEUED = 4,     /* in the ready store, will be handed out by get */
+    WQ_ST_WAITING = 8,    /* a delayed add is pending (ready_at) */
+};
+
+/* What the observer hears. Key events name the key; the others pass NULL, 0. */
+typedef enum wq_event {
+    WQ_EV_QUEUED,     /* key entered the ready store: a get can take it */
+    WQ_EV_DIRTY,      /* key re-added while processing: runs again after done */
+    WQ_EV_PROCESSING, /* key handed out by get */
+    WQ_EV_WAITING,    /* a delayed add for key is pending, or moved earlier */
+    WQ_EV_UPDATED,    /* key's payload or priority changed, nothing else */
+    WQ_EV_GONE,       /* nothing is pending for key any more */
+    WQ_EV_IDLE,       /* the processing set became empty */
+    WQ_EV_SHUTDOWN    /* shutdown began */
+} wq_event;
+
+/*
+ * Called synchronously after each state change, with the queue consistent.
+ * It must not call back into the queue for key events (read-only calls
+ * such as wq_queue_lookup are fine).
+ */
+typedef void (*wq_observer_fn)(void *ud, wq_queue *q, wq_event ev, const char *key,
+                               size_t keylen);
+
+/* Optional parts of an add: a payload and a priority (absent: keep current). */
+typedef struct wq_add_opts {
+    const char *payload; /* bytes, copied */
+    size_t paylen;
+    int set_payload; /* nonzero: replace the payload with the bytes above */
+    int set_priority;
+    int32_t priority; /* higher is handed out first; default 0 */
+} wq_add_opts;
+
+/* A record as seen from outside. Pointers are valid until the next call that changes key. */
+typedef struct wq_item_info {
+    const char *key;
+    size_t keylen;
+    const char *payload; /* NULL when the key has no payload */
+    size_t paylen;
+    int32_t priority;
+    unsigned state;   /* WQ_ST_* bits */
+    int64_t ready_at; /* absolute ns of the pending delayed add (WQ_ST_WAITING) */
+    int64_t added_at; /* when the key last became dirty (WQ_ST_DIRTY) */
+} wq_item_info;
+
+/* A new queue reading time from clock (borrowed; must outlive it). NULL on OOM. */
+wq_queue *wq_queue_new(const wq_clock *clock);
+/* Frees the queue and every record. NULL is fine. */
+void wq_queue_free(wq_queue *q);
+/* Installs the observer (NULL to remove). */
+void wq_queue_set_observer(wq_queue *q, wq_observer_fn fn, void *ud);
+
+/*
+ * Add: marks key dirty and queues it unless it is processing. Returns 1 if
+ * key became dirty, 0 if it already was (payload replaced, priority raised
+ * when given), WQ_ESHUTDOWN (ignored), WQ_ENOMEM or WQ_E2BIG (nothing changed).
+ */
+int wq_queue_add(wq_queue *q, const char *key, size_t len, const wq_add_opts *opts);
+/*
+ * Get: hands out the head of the highest priority level. Returns 0 and
+ * fills *out, WQ_EEMPTY when nothing is queued, WQ_ESHUTDOWN when nothing
+ * is queued and the queue is shut down.
+ */
+int wq_queue_get(wq_queue *q, wq_item_info *out);
+/*
+ * Done: key finished processing; queues it again if it was re-added.
+ * Returns 0, WQ_ENOENT if key was not processing (ignored), or WQ_ENOMEM
+ * (key stays processing; try again).
+ */
+int wq_queue_done(wq_queue *q, const char *key, size_t len);
+/* Len: number of keys in the ready store. */
+size_t wq_queue_len(const wq_queue *q);
+/* ShutDown: no more adds, delayed adds freeze, a drain in progress is released. */
+void wq_queue_shutdown(wq_queue *q);
+/* ShutDownWithDrain's first half: shut down and ask to wait for processing. */
+void wq_queue_shutdown_drain(wq_queue *q);
+/* Whether a drain waiter must keep waiting: drain requested, not released, processing left. */
+int wq_queue_draining(const wq_queue *q);
+/* ShuttingDown. */
+int wq_queue_shutting_down(const wq_queue *q);
+
+/*
+ * AddAfter: counts a retry; delay <= 0 adds now; otherwise key waits until
+ * now + delay, keeping an earlier pending time. Returns what add returns for
+ * delay <= 0; else 1 if the entry was added or moved earlier, 0 if the
+ * earlier one was kept; WQ_ESHUTDOWN, WQ_ENOMEM, WQ_E2BIG.
+ */
+int wq_queue_add_after(wq_queue *q, const char *key, size_t len, int64_t delay_ns,
+                       const wq_add_opts *opts);
+/* As add_after with an absolute ready time and no retry counted (restore). */
+int wq_queue_add_at(wq_queue *q, const char *key, size_t len, int64_t ready_at,
+                    const wq_add_opts *opts);
+/* Cancels key's pending delayed add. Returns 1 if there was one, else 0. */
+int wq_queue_cancel_after(wq_queue *q, const char *key, size_t len);
+/* The earliest pending ready time, or WQ_NEVER (none, or shut down). */
+int64_t wq_queue_next_ready(const wq_queue *q);
+/* Adds every delayed key that is due at the clock's now. Returns the count or WQ_ENOMEM. */
+int wq_queue_fire_due(wq_queue *q);
+
+/* Fills *info for key; returns 1 if key has a record, else 0. */
+int wq_queue_lookup(const wq_queue *q, const char *key, size_t len, wq_item_info *info);
+/* Number of keys processing. */
+size_t wq_queue_processing(const wq_queue *q);
+/* Number of pending delayed adds. */
+size_t wq_queue_waiting(const wq_queue *q);
+/* Number of records (keys with anything pending). */
+size_t wq_queue_records(const wq_queue *q);
+/* The queue's metrics counters and histograms. */
+const wq_metrics *wq_queue_metrics(const wq_queue *q);
+/* Sum of ages and the oldest age, in seconds, of the processing keys at the clock's now. */
+void wq_queue_work_ages(const wq_queue *q, double *unfinished, double *longest);
+/*
+ * Visits every record (order unspecified); stops early if fn returns nonzero
+ * and returns that value. The queue must not change during the walk.
+ */
+int wq_queue_foreach(const wq_queue *q, int (*fn)(void *ud, const wq_item_info *info), void *ud);
+/* Walks the whole structure checking its invariants; 0 if sound, else -1. */
+int wq_queue_check(const wq_queue *q);
+
+#endif

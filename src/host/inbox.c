@@ -1,0 +1,50 @@
+/*
+ * Inbox polling: rows any process inserted into the state file's inbox
+ * table become adds on the named queue; rows for queues this script does
+ * not define stay in the table and are reported once per queue name.
+ */
+#include "host/inbox.h"
+
+#include "lua/lqueue.h"
+#include "store/store.h"
+
+#include <stdio.h>
+#include <string.h>
+
+struct poll_ctx {
+    wq_host *h;
+};
+
+static int take(void *ud, const char *queue, const char *key, size_t keylen, const char *payload,
+                size_t paylen, double after)
+{
+    struct poll_ctx *c = ud;
+    lqueue *lq = lqueue_find(c->h, queue);
+    if (!lq || !lq->sq) {
+        static char warned[16][65];
+        for (int i = 0; i < 16; i++) {
+            if (strcmp(warned[i], queue) == 0)
+                return 0;
+            if (!warned[i][0]) {
+                snprintf(warned[i], sizeof warned[i], "%s", queue);
+                wq_host_log(c->h, "wqrun: inbox rows for unknown queue '%s' stay in the inbox",
+                            queue);
+                return 0;
+            }
+        }
+        return 0;
+    }
+    if (wq_queue_shutting_down(lq->q))
+        return 0; /* keep it for the next run */
+    return lqueue_add_external(lq, key, keylen, payload, paylen, after, NULL) >= 0;
+}
+
+void wq_inbox_poll(wq_host *h)
+{
+    if (!h->store || h->exiting)
+        return;
+    struct poll_ctx c = {h};
+    int r = wq_store_poll_inbox(h->store, take, &c);
+    if (r < 0 && r != WQ_EBUSY)
+        wq_host_log(h, "wqrun: cannot read the inbox: %s", wq_store_errmsg(h->store));
+}

@@ -1,0 +1,217 @@
+/*
+ * The scheduler: the only place that resumes coroutines. A task becomes
+ * ready when something wakes it; waking only queues it and activates the
+ * run event, so a producer never runs a consumer inline. The run event
+ * resumes ready tasks in FIFO order and reports how each one stopped.
+ */
+#include "host/host.h"
+
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+
+wq_task *wq_task_of(lua_State *L)
+{
+    wq_task *t = *(wq_task **)lua_getextraspace(L);
+    return t && t->kind != TASK_ROOT && t->co == L ? t : NULL;
+}
+
+wq_task *wq_task_require(lua_State *L, const char *fn)
+{
+    wq_task *t = wq_task_of(L);
+    if (!t || !lua_isyieldable(L))
+        luaL_error(L, "%s: cannot wait here (only inside the main chunk, a task, a handler "
+                      "or a timer callback, and not inside a coroutine of your own)",
+                   fn);
+    if (t->deadline != WQ_NEVER && wq_host_now(t->host) >= t->deadline) {
+        lua_pushstring(L, "timeout");
+        lua_error(L);
+    }
+    return t;
+}
+
+static void enqueue(wq_host *h, wq_task *t)
+{
+    t->state = TS_READY;
+    t->next_ready = NULL;
+    if (h->ready_tail)
+        h->ready_tail->next_ready = t;
+    else
+        h->ready_head = t;
+    h->ready_tail = t;
+    event_active(h->run_ev, EV_READ, 0);
+}
+
+wq_task *wq_task_spawn(wq_host *h, lua_State *L, int nargs, wq_task_kind kind)
+{
+    wq_task *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    lua_State *co = lua_newthread(L);
+    t->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    t->host = h;
+    t->co = co;
+    t->kind = kind;
+    t->deadline = WQ_NEVER;
+    t->id = ++h->next_task_id;
+    *(wq_task **)lua_getextraspace(co) = t;
+    lua_xmove(L, co, nargs + 1); /* the function and its arguments, in order */
+    t->nargs = nargs;
+    h->ntasks++;
+    t->anext = h->all;
+    if (h->all)
+        h->all->aprev = t;
+    h->all = t;
+    enqueue(h, t);
+    return t;
+}
+
+void wq_task_wake(wq_task *t, int nargs)
+{
+    if (t->state != TS_WAITING)
+        return;
+    t->cancel = NULL;
+    t->wait = NULL;
+    t->nargs = nargs;
+    enqueue(t->host, t);
+}
+
+int wq_task_wait(lua_State *L, wq_task *t, void (*cancel)(wq_task *), lua_KContext ctx,
+                 lua_KFunction k)
+{
+    t->state = TS_WAITING;
+    t->cancel = cancel;
+    return lua_yieldk(L, 0, ctx, k);
+}
+
+void wq_task_interrupt(wq_task *t, const char *msg)
+{
+    t->interrupt = msg;
+    if (t->state == TS_WAITING) {
+        if (t->cancel)
+            t->cancel(t);
+        t->cancel = NULL;
+        lua_settop(t->co, 0);
+        wq_task_wake(t, 0);
+    }
+}
+
+void wq_task_check_interrupt(lua_State *L, wq_task *t)
+{
+    if (t->interrupt) {
+        const char *msg = t->interrupt;
+        t->interrupt = NULL;
+        lua_pushstring(L, msg);
+        lua_error(L);
+    }
+}
+
+static void finish(wq_host *h, wq_task *t)
+{
+    t->state = TS_DEAD;
+    luaL_unref(h->L, LUA_REGISTRYINDEX, t->ref);
+    h->ntasks--;
+    if (t->aprev)
+        t->aprev->anext = t->anext;
+    else
+        h->all = t->anext;
+    if (t->anext)
+        t->anext->aprev = t->aprev;
+    free(t);
+}
+
+void wq_sched_free_all(wq_host *h)
+{
+    while (h->all) {
+        wq_task *t = h->all;
+        h->all = t->anext;
+        free(t);
+    }
+    h->ready_head = h->ready_tail = NULL;
+    h->ntasks = 0;
+}
+
+static void resume(wq_host *h, wq_task *t)
+{
+    int nres;
+    t->state = TS_RUNNING;
+    int nargs = t->nargs;
+    t->nargs = 0;
+    if (h->gcstress)
+        lua_gc(h->L, LUA_GCCOLLECT);
+    int st = lua_resume(t->co, h->L, nargs, &nres);
+    if (st == LUA_YIELD) {
+        lua_pop(t->co, nres);
+        if (t->state == TS_RUNNING) /* a plain yield: let the others run, then continue */
+            enqueue(h, t);
+        return;
+    }
+    if (st == LUA_OK) {
+        finish(h, t);
+        return;
+    }
+    const char *what = t->kind == TASK_MAIN     ? "main chunk"
+                       : t->kind == TASK_TIMER  ? "timer callback"
+                       : t->kind == TASK_WORKER ? "worker"
+                                                : "task";
+    wq_host_fail(h, t->co, what);
+    finish(h, t);
+}
+
+/* The run event: resumes the tasks that are ready now. */
+void wq_sched_run(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    wq_host *h = arg;
+    /* Only the tasks ready now: tasks woken meanwhile run in the next pass,
+     * so the loop gets a chance to look at timers, signals and sockets. */
+    wq_task *tail = h->ready_tail;
+    while (h->ready_head && !h->exiting) {
+        wq_task *t = h->ready_head;
+        h->ready_head = t->next_ready;
+        if (!h->ready_head)
+            h->ready_tail = NULL;
+        int last = t == tail;
+        resume(h, t);
+        if (last)
+            break;
+    }
+    if (h->ready_head && !h->exiting)
+        event_active(h->run_ev, EV_READ, 0);
+    wq_host_settle(h);
+}
+
+void wq_waitlist_push(wq_waitlist *w, wq_task *t)
+{
+    t->wnext = NULL;
+    t->wprev = w->tail;
+    if (w->tail)
+        w->tail->wnext = t;
+    else
+        w->head = t;
+    w->tail = t;
+}
+
+void wq_waitlist_remove(wq_waitlist *w, wq_task *t)
+{
+    if (t->wprev)
+        t->wprev->wnext = t->wnext;
+    else if (w->head == t)
+        w->head = t->wnext;
+    else
+        return; /* not in this list */
+    if (t->wnext)
+        t->wnext->wprev = t->wprev;
+    else
+        w->tail = t->wprev;
+    t->wnext = t->wprev = NULL;
+}
+
+wq_task *wq_waitlist_pop(wq_waitlist *w)
+{
+    wq_task *t = w->head;
+    if (t)
+        wq_waitlist_remove(w, t);
+    return t;
+}

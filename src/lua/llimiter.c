@@ -1,0 +1,254 @@
+/*
+ * wq.limiter.* and wq.backoff: Lua objects over the engine's rate limiters
+ * and wait.Backoff. A composite limiter keeps its children alive through
+ * its user value, since the engine only borrows them.
+ */
+#include "engine/backoff.h"
+#include "lua/lqueue.h"
+#include "lua/lwq.h"
+
+#include <lauxlib.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct llimiter {
+    wq_limiter *l;
+} llimiter;
+
+static llimiter *push_limiter(lua_State *L, int nuv)
+{
+    llimiter *ll = lua_newuserdatauv(L, sizeof *ll, nuv);
+    ll->l = NULL;
+    luaL_setmetatable(L, "wq.Limiter");
+    return ll;
+}
+
+static int set_limiter(lua_State *L, llimiter *ll, wq_limiter *l, const char *fn)
+{
+    if (!l)
+        return luaL_error(L, "%s: out of memory", fn);
+    ll->l = l;
+    return 1;
+}
+
+wq_limiter *wq_lua_checklimiter(lua_State *L, int idx, const char *fn, const char *arg)
+{
+    llimiter *ll = luaL_testudata(L, idx, "wq.Limiter");
+    if (!ll || !ll->l)
+        wq_argerror(L, fn, arg,
+                    lua_pushfstring(L, "limiter expected, got %s", luaL_typename(L, idx)));
+    return ll->l;
+}
+
+static int64_t check_ns(lua_State *L, int idx, const char *fn, const char *arg)
+{
+    return wq_seconds_to_ns(wq_checkduration(L, idx, fn, arg, 1));
+}
+
+static int lim_exponential(lua_State *L)
+{
+    int64_t base = check_ns(L, 1, "exponential", "base");
+    int64_t max = check_ns(L, 2, "exponential", "max");
+    llimiter *ll = push_limiter(L, 0);
+    return set_limiter(L, ll, wq_limiter_exponential(base, max), "exponential");
+}
+
+static int lim_fast_slow(lua_State *L)
+{
+    int64_t fast = check_ns(L, 1, "fast_slow", "fast");
+    int64_t slow = check_ns(L, 2, "fast_slow", "slow");
+    if (!lua_isinteger(L, 3) || lua_tointeger(L, 3) < 0)
+        wq_argerror(L, "fast_slow", "max_fast", "integer >= 0 expected");
+    llimiter *ll = push_limiter(L, 0);
+    return set_limiter(L, ll, wq_limiter_fast_slow(fast, slow, lua_tointeger(L, 3)), "fast_slow");
+}
+
+static int lim_bucket(lua_State *L)
+{
+    double qps = wq_checkduration(L, 1, "bucket", "qps", 1);
+    if (!lua_isinteger(L, 2) || lua_tointeger(L, 2) < 0)
+        wq_argerror(L, "bucket", "burst", "integer >= 0 expected");
+    llimiter *ll = push_limiter(L, 0);
+    return set_limiter(L, ll, wq_limiter_bucket(&wq_host_of(L)->clock, qps, lua_tointeger(L, 2)),
+                       "bucket");
+}
+
+static int lim_max_of(lua_State *L)
+{
+    int n = lua_gettop(L);
+    wq_limiter **ls = n ? malloc((size_t)n * sizeof *ls) : NULL;
+    if (n && !ls)
+        return luaL_error(L, "max_of: out of memory");
+    for (int i = 1; i <= n; i++) {
+        llimiter *c = luaL_testudata(L, i, "wq.Limiter");
+        if (!c || !c->l) {
+            free(ls);
+            return wq_argerror(L, "max_of", lua_pushfstring(L, "limiter #%d", i),
+                               lua_pushfstring(L, "limiter expected, got %s", luaL_typename(L, i)));
+        }
+        ls[i - 1] = c->l;
+    }
+    llimiter *ll = push_limiter(L, 1);
+    wq_limiter *l = wq_limiter_max_of(ls, (size_t)n);
+    free(ls);
+    lua_createtable(L, n, 0); /* keeps the children alive */
+    for (int i = 1; i <= n; i++) {
+        lua_pushvalue(L, i);
+        lua_rawseti(L, -2, i);
+    }
+    lua_setiuservalue(L, -2, 1);
+    return set_limiter(L, ll, l, "max_of");
+}
+
+static int lim_with_max_wait(lua_State *L)
+{
+    wq_limiter *child = wq_lua_checklimiter(L, 1, "with_max_wait", "limiter");
+    int64_t max = check_ns(L, 2, "with_max_wait", "max");
+    llimiter *ll = push_limiter(L, 1);
+    lua_pushvalue(L, 1);
+    lua_setiuservalue(L, -2, 1);
+    return set_limiter(L, ll, wq_limiter_with_max_wait(child, max), "with_max_wait");
+}
+
+wq_limiter *wq_lua_push_default_limiter(lua_State *L)
+{
+    llimiter *ll = push_limiter(L, 0);
+    set_limiter(L, ll, wq_limiter_default(&wq_host_of(L)->clock), "default");
+    return ll->l;
+}
+
+static int lim_default(lua_State *L)
+{
+    wq_lua_push_default_limiter(L);
+    return 1;
+}
+
+static int lim_when(lua_State *L)
+{
+    wq_limiter *l = wq_lua_checklimiter(L, 1, "when", "self");
+    size_t len;
+    const char *key = wq_checkkey(L, 2, "when", &len);
+    int64_t d;
+    if (wq_limiter_when(l, key, len, &d) < 0)
+        return luaL_error(L, "when: out of memory");
+    lua_pushnumber(L, d == WQ_NEVER ? HUGE_VAL : (double)d / 1e9);
+    return 1;
+}
+
+static int lim_forget(lua_State *L)
+{
+    wq_limiter *l = wq_lua_checklimiter(L, 1, "forget", "self");
+    size_t len;
+    const char *key = wq_checkkey(L, 2, "forget", &len);
+    wq_limiter_forget(l, key, len);
+    return 0;
+}
+
+static int lim_num_requeues(lua_State *L)
+{
+    wq_limiter *l = wq_lua_checklimiter(L, 1, "num_requeues", "self");
+    size_t len;
+    const char *key = wq_checkkey(L, 2, "num_requeues", &len);
+    lua_pushinteger(L, wq_limiter_num_requeues(l, key, len));
+    return 1;
+}
+
+static int lim_gc(lua_State *L)
+{
+    llimiter *ll = luaL_checkudata(L, 1, "wq.Limiter");
+    wq_limiter_free(ll->l);
+    ll->l = NULL;
+    return 0;
+}
+
+/* ---- wq.backoff ---- */
+
+static double backoff_rand(void *ud)
+{
+    (void)ud;
+    return (double)rand() / ((double)RAND_MAX + 1.0);
+}
+
+static double opt_field(lua_State *L, const char *name, double def, int nonneg)
+{
+    double v = def;
+    if (lua_getfield(L, 1, name) != LUA_TNIL)
+        v = wq_checkduration(L, -1, "backoff", name, nonneg);
+    lua_pop(L, 1);
+    return v;
+}
+
+static int backoff_new(lua_State *L)
+{
+    if (!lua_istable(L, 1))
+        wq_argerror(L, "backoff", "opts",
+                    lua_pushfstring(L, "table expected, got %s", luaL_typename(L, 1)));
+    wq_backoff b = {0};
+    b.duration_ns = wq_seconds_to_ns(opt_field(L, "duration", 0, 1));
+    b.factor = opt_field(L, "factor", 0, 1);
+    b.jitter = opt_field(L, "jitter", 0, 1);
+    b.cap_ns = wq_seconds_to_ns(opt_field(L, "cap", 0, 1));
+    if (lua_getfield(L, 1, "steps") != LUA_TNIL) {
+        if (!lua_isinteger(L, -1))
+            wq_argerror(L, "backoff", "steps", "integer expected");
+        b.steps = lua_tointeger(L, -1);
+    }
+    lua_pop(L, 1);
+    b.rand = backoff_rand;
+    wq_backoff *ub = lua_newuserdatauv(L, sizeof *ub, 0);
+    *ub = b;
+    luaL_setmetatable(L, "wq.Backoff");
+    return 1;
+}
+
+static int backoff_step(lua_State *L)
+{
+    wq_backoff *b = luaL_checkudata(L, 1, "wq.Backoff");
+    lua_pushnumber(L, (double)wq_backoff_step(b) / 1e9);
+    return 1;
+}
+
+static int backoff_index(lua_State *L)
+{
+    wq_backoff *b = luaL_checkudata(L, 1, "wq.Backoff");
+    const char *k = luaL_checkstring(L, 2);
+    if (k[0] == 's' && k[1] == 't' && k[2] == 'e' && k[3] == 'p' && !k[4])
+        lua_pushcfunction(L, backoff_step);
+    else if (!strcmp(k, "duration"))
+        lua_pushnumber(L, (double)b->duration_ns / 1e9);
+    else if (!strcmp(k, "steps"))
+        lua_pushinteger(L, b->steps);
+    else
+        lua_pushnil(L);
+    return 1;
+}
+
+static const luaL_Reg limiter_funcs[] = {{"exponential", lim_exponential},
+                                         {"fast_slow", lim_fast_slow},
+                                         {"bucket", lim_bucket},
+                                         {"max_of", lim_max_of},
+                                         {"with_max_wait", lim_with_max_wait},
+                                         {"default", lim_default},
+                                         {NULL, NULL}};
+
+static const luaL_Reg limiter_methods[] = {
+    {"when", lim_when}, {"forget", lim_forget}, {"num_requeues", lim_num_requeues}, {NULL, NULL}};
+
+void wq_lua_open_limiter(lua_State *L)
+{
+    luaL_newmetatable(L, "wq.Limiter");
+    luaL_newlib(L, limiter_methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, lim_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pop(L, 1);
+    luaL_newmetatable(L, "wq.Backoff");
+    lua_pushcfunction(L, backoff_index);
+    lua_setfield(L, -2, "__index");
+    lua_pop(L, 1);
+    luaL_newlib(L, limiter_funcs);
+    lua_setfield(L, -2, "limiter");
+    lua_pushcfunction(L, backoff_new);
+    lua_setfield(L, -2, "backoff");
+}

@@ -1,0 +1,410 @@
+/*
+ * The `wq` module table and its runtime functions: spawn, sleep, now,
+ * time, after, every, requeue, log, exit (exec lives in host/exec.c,
+ * queues in lqueue.c, limiters in llimiter.c). Also the argument checks
+ * and JSON payload helpers every binding shares.
+ */
+#include "lua/lwq.h"
+
+#include "lua/lqueue.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int luaopen_cjson(lua_State *L); /* from liblua5.4-cjson */
+
+static char encode_key, decode_key, null_key;
+
+/* ---- shared helpers ---- */
+
+int wq_argerror(lua_State *L, const char *fn, const char *arg, const char *msg)
+{
+    return luaL_error(L, "%s: bad argument '%s' (%s)", fn, arg, msg);
+}
+
+double wq_checkduration(lua_State *L, int idx, const char *fn, const char *arg, int nonneg)
+{
+    if (lua_type(L, idx) != LUA_TNUMBER)
+        wq_argerror(L, fn, arg,
+                    lua_pushfstring(L, "number expected, got %s", luaL_typename(L, idx)));
+    double d = lua_tonumber(L, idx);
+    if (!isfinite(d))
+        wq_argerror(L, fn, arg, "must be finite");
+    if (nonneg && d < 0)
+        wq_argerror(L, fn, arg, "must be >= 0");
+    return d;
+}
+
+int64_t wq_seconds_to_ns(double s)
+{
+    if (!(s > 0))
+        return 0;
+    if (s >= 9.2e9)
+        return WQ_NEVER;
+    return (int64_t)(s * 1e9);
+}
+
+const char *wq_checkkey(lua_State *L, int idx, const char *fn, size_t *len)
+{
+    int t = lua_type(L, idx);
+    if (t != LUA_TSTRING && t != LUA_TNUMBER)
+        wq_argerror(L, fn, "key",
+                    lua_pushfstring(L, "string expected, got %s", luaL_typename(L, idx)));
+    const char *k = lua_tolstring(L, idx, len);
+    if (*len > WQ_KEY_MAX)
+        wq_argerror(L, fn, "key", "too long");
+    return k;
+}
+
+void wq_encode_payload(lua_State *L, int idx, const char *fn)
+{
+    idx = lua_absindex(L, idx);
+    int t = lua_type(L, idx);
+    if (t == LUA_TNIL || t == LUA_TNONE) {
+        lua_pushnil(L);
+        return;
+    }
+    if (t != LUA_TSTRING && t != LUA_TTABLE)
+        wq_argerror(L, fn, "payload", lua_pushfstring(L, "%s not allowed", luaL_typename(L, idx)));
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &encode_key);
+    lua_pushvalue(L, idx);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+        const char *msg = lua_tostring(L, -1);
+        /* cjson says "Cannot serialise function: type not supported" and the like. */
+        if (msg && strncmp(msg, "Cannot serialise ", 17) == 0) {
+            const char *colon = strchr(msg + 17, ':');
+            if (colon) {
+                lua_pushlstring(L, msg + 17, (size_t)(colon - msg - 17));
+                wq_argerror(L, fn, "payload",
+                            lua_pushfstring(L, "%s not allowed", lua_tostring(L, -1)));
+            }
+        }
+        wq_argerror(L, fn, "payload", msg ? msg : "cannot encode as JSON");
+    }
+}
+
+/* cjson decodes every number as a float; give integral ones back as integers. */
+static void integerize(lua_State *L, int idx, int depth)
+{
+    if (depth > 64)
+        return;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        if (lua_type(L, -1) == LUA_TNUMBER && !lua_isinteger(L, -1)) {
+            double d = lua_tonumber(L, -1);
+            if (d == floor(d) && d >= -9007199254740992.0 && d <= 9007199254740992.0) {
+                lua_pushvalue(L, -2);
+                lua_pushinteger(L, (lua_Integer)d);
+                lua_rawset(L, idx);
+            }
+        } else if (lua_type(L, -1) == LUA_TTABLE) {
+            integerize(L, lua_gettop(L), depth + 1);
+        }
+        lua_pop(L, 1);
+    }
+}
+
+void wq_push_payload(lua_State *L, const char *json, size_t len)
+{
+    if (!json || (len == 4 && memcmp(json, "null", 4) == 0)) {
+        lua_pushnil(L);
+        return;
+    }
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &decode_key);
+    lua_pushlstring(L, json, len);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+        /* Not JSON (e.g. fed by hand into the state file): hand over the text. */
+        lua_pop(L, 1);
+        lua_pushlstring(L, json, len);
+    } else if (lua_type(L, -1) == LUA_TTABLE) {
+        integerize(L, lua_gettop(L), 0);
+    } else if (lua_type(L, -1) == LUA_TNUMBER) {
+        double d = lua_tonumber(L, -1);
+        if (d == floor(d) && fabs(d) <= 9007199254740992.0) {
+            lua_pop(L, 1);
+            lua_pushinteger(L, (lua_Integer)d);
+        }
+    }
+}
+
+/* ---- runtime functions ---- */
+
+static int wq_spawn(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    wq_host *h = wq_host_of(L);
+    int n = lua_gettop(L);
+    wq_task *t = wq_task_spawn(h, L, n - 1, TASK_SPAWN);
+    if (!t)
+        return luaL_error(L, "spawn: out of memory");
+    lua_createtable(L, 0, 1);
+    lua_pushinteger(L, t->id);
+    lua_setfield(L, -2, "id");
+    return 1;
+}
+
+static void sleep_fire(wq_host *h, void *data, uint64_t id)
+{
+    (void)h;
+    (void)id;
+    wq_task *t = data;
+    t->wait_timer = 0;
+    wq_task_wake(t, 0);
+}
+
+static void sleep_cancel(wq_task *t)
+{
+    wq_timer_stop(t->host, t->wait_timer);
+    t->wait_timer = 0;
+}
+
+static int sleep_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    wq_task_check_interrupt(L, wq_task_of(L));
+    return 0;
+}
+
+static int wq_sleep(lua_State *L)
+{
+    double s = wq_checkduration(L, 1, "sleep", "seconds", 0);
+    wq_task *t = wq_task_require(L, "sleep");
+    wq_host *h = t->host;
+    t->wait_timer = wq_timer_start(h, wq_add_sat(wq_host_now(h), wq_seconds_to_ns(s)), sleep_fire, t);
+    if (!t->wait_timer)
+        return luaL_error(L, "sleep: out of memory");
+    return wq_task_wait(L, t, sleep_cancel, 0, sleep_k);
+}
+
+static int wq_now(lua_State *L)
+{
+    lua_pushnumber(L, (double)wq_host_now(wq_host_of(L)) / 1e9);
+    return 1;
+}
+
+static int wq_time(lua_State *L)
+{
+    wq_host *h = wq_host_of(L);
+    lua_pushnumber(L, wq_host_unix(h, wq_host_now(h)));
+    return 1;
+}
+
+/* ---- timers ---- */
+
+typedef struct ltimer {
+    wq_host *host;
+    uint64_t id;   /* pending timer, 0 when not pending */
+    int fn_ref;    /* registry: the callback */
+    int self_ref;  /* registry: this userdata while pending */
+    int64_t every; /* period, 0 for a one-shot timer */
+    int64_t due;
+} ltimer;
+
+static void timer_release(lua_State *L, ltimer *tm)
+{
+    luaL_unref(L, LUA_REGISTRYINDEX, tm->fn_ref);
+    luaL_unref(L, LUA_REGISTRYINDEX, tm->self_ref);
+    tm->fn_ref = tm->self_ref = LUA_NOREF;
+    tm->id = 0;
+}
+
+static void timer_fire(wq_host *h, void *data, uint64_t id)
+{
+    (void)id;
+    ltimer *tm = data;
+    lua_State *L = h->L;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, tm->fn_ref);
+    if (!wq_task_spawn(h, L, 0, TASK_TIMER)) {
+        lua_pop(L, 1);
+        wq_host_log(h, "wqrun: timer callback skipped: out of memory");
+    }
+    if (tm->every) {
+        int64_t now = wq_host_now(h);
+        tm->due = wq_add_sat(tm->due, tm->every);
+        if (tm->due <= now)
+            tm->due = wq_add_sat(now, tm->every);
+        tm->id = wq_timer_start(h, tm->due, timer_fire, tm);
+        if (tm->id)
+            return;
+    }
+    timer_release(L, tm);
+}
+
+static int timer_new(lua_State *L, const char *fn, int every)
+{
+    double s = wq_checkduration(L, 1, fn, every ? "interval" : "seconds", 0);
+    if (every && s <= 0)
+        wq_argerror(L, fn, "interval", "must be > 0");
+    if (lua_type(L, 2) != LUA_TFUNCTION)
+        wq_argerror(L, fn, "fn", lua_pushfstring(L, "function expected, got %s", luaL_typename(L, 2)));
+    wq_host *h = wq_host_of(L);
+    ltimer *tm = lua_newuserdatauv(L, sizeof *tm, 0);
+    memset(tm, 0, sizeof *tm);
+    tm->host = h;
+    tm->every = every ? wq_seconds_to_ns(s) : 0;
+    if (every && tm->every == 0)
+        tm->every = 1;
+    luaL_setmetatable(L, "wq.Timer");
+    tm->due = wq_add_sat(wq_host_now(h), wq_seconds_to_ns(s));
+    tm->id = wq_timer_start(h, tm->due, timer_fire, tm);
+    if (!tm->id)
+        return luaL_error(L, "%s: out of memory", fn);
+    lua_pushvalue(L, 2);
+    tm->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_pushvalue(L, -1);
+    tm->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    return 1;
+}
+
+static int wq_after(lua_State *L)
+{
+    return timer_new(L, "after", 0);
+}
+
+static int wq_every(lua_State *L)
+{
+    return timer_new(L, "every", 1);
+}
+
+static int timer_cancel(lua_State *L)
+{
+    ltimer *tm = luaL_checkudata(L, 1, "wq.Timer");
+    int pending = tm->id != 0;
+    if (pending) {
+        wq_timer_stop(tm->host, tm->id);
+        timer_release(L, tm);
+    }
+    lua_pushboolean(L, pending);
+    return 1;
+}
+
+static int timer_pending(lua_State *L)
+{
+    ltimer *tm = luaL_checkudata(L, 1, "wq.Timer");
+    lua_pushboolean(L, tm->id != 0);
+    return 1;
+}
+
+/* ---- misc ---- */
+
+static int wq_requeue(lua_State *L)
+{
+    double s = wq_checkduration(L, 1, "requeue", "seconds", 0);
+    double *d = lua_newuserdatauv(L, sizeof *d, 0);
+    *d = s;
+    luaL_setmetatable(L, "wq.Requeue");
+    return 1;
+}
+
+static int wq_log(lua_State *L)
+{
+    luaL_checkany(L, 1);
+    const char *msg;
+    if (lua_gettop(L) == 1) {
+        msg = luaL_tolstring(L, 1, NULL);
+    } else {
+        lua_getglobal(L, "string");
+        lua_getfield(L, -1, "format");
+        lua_insert(L, 1);
+        lua_pop(L, 1);
+        lua_call(L, lua_gettop(L) - 1, 1);
+        msg = lua_tostring(L, -1);
+    }
+    wq_host_log(wq_host_of(L), "%s", msg ? msg : "");
+    return 0;
+}
+
+static int exit_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)L;
+    (void)status;
+    (void)ctx;
+    return 0;
+}
+
+static int wq_exit(lua_State *L)
+{
+    lua_Integer code = 0;
+    if (lua_isboolean(L, 1))
+        code = lua_toboolean(L, 1) ? 0 : 1;
+    else if (!lua_isnoneornil(L, 1)) {
+        if (!lua_isinteger(L, 1))
+            wq_argerror(L, "exit", "code", "integer expected");
+        code = lua_tointeger(L, 1);
+        if (code < 0 || code > 255)
+            wq_argerror(L, "exit", "code", "must be 0..255");
+    }
+    wq_host *h = wq_host_of(L);
+    wq_host_exit(h, (int)code);
+    wq_task *t = wq_task_of(L);
+    if (t && lua_isyieldable(L))
+        return wq_task_wait(L, t, NULL, 0, exit_k); /* never resumed */
+    return 0;
+}
+
+static const luaL_Reg wq_funcs[] = {
+    {"spawn", wq_spawn}, {"sleep", wq_sleep},     {"now", wq_now},
+    {"time", wq_time},   {"after", wq_after},     {"every", wq_every},
+    {"exec", wq_exec_lua}, {"requeue", wq_requeue}, {"log", wq_log},
+    {"exit", wq_exit},   {NULL, NULL}};
+
+static const luaL_Reg timer_methods[] = {
+    {"cancel", timer_cancel}, {"pending", timer_pending}, {NULL, NULL}};
+
+static int open_wq(lua_State *L)
+{
+    lua_getglobal(L, "wq");
+    return 1;
+}
+
+void wq_lua_open(lua_State *L)
+{
+    /* A private cjson instance: a script's cjson settings do not change payloads. */
+    luaL_requiref(L, "cjson", luaopen_cjson, 0);
+    lua_getfield(L, -1, "new");
+    lua_call(L, 0, 1);
+    lua_getfield(L, -1, "encode_sparse_array");
+    lua_pushboolean(L, 1);
+    lua_call(L, 1, 0);
+    lua_getfield(L, -1, "encode");
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &encode_key);
+    lua_getfield(L, -1, "decode");
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &decode_key);
+    lua_getfield(L, -1, "null");
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &null_key);
+    lua_pop(L, 2);
+
+    luaL_newmetatable(L, "wq.Timer");
+    luaL_newlib(L, timer_methods);
+    lua_setfield(L, -2, "__index");
+    lua_pop(L, 1);
+    luaL_newmetatable(L, "wq.Requeue");
+    lua_pop(L, 1);
+
+    luaL_newlib(L, wq_funcs);
+    lua_pushliteral(L, WQ_VERSION);
+    lua_setfield(L, -2, "version");
+    wq_lua_open_queue(L);
+    wq_lua_open_limiter(L);
+    lua_setglobal(L, "wq");
+
+    luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+    lua_pushcfunction(L, open_wq);
+    lua_setfield(L, -2, "wq");
+    lua_pop(L, 1);
+}
+
+void wq_lua_close(wq_host *h)
+{
+    for (int i = 0; i < h->nqueues; i++) {
+        lqueue *lq = h->queues[i];
+        wq_queue_free(lq->q);
+        lq->q = NULL;
+        wq_keymap_free(lq->failures);
+        lq->failures = NULL;
+    }
+}

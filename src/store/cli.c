@@ -1,0 +1,368 @@
+/*
+ * `wqrun add` and `wqrun status`: the state file's command-line side. Both
+ * work while a runner owns the file (they never take its lock): add only
+ * inserts an inbox row, status only reads. Both refuse a file that is not
+ * a wqrun state file, exactly as the runner does.
+ */
+#include "store/store_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char add_usage[] =
+    "usage: wqrun add --db PATH QUEUE KEY [PAYLOAD] [--after SECONDS]\n";
+static const char status_usage[] = "usage: wqrun status --db PATH\n";
+
+static int usage(FILE *err, const char *usage_line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int usage(FILE *err, const char *usage_line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("wqrun: ", err);
+    vfprintf(err, fmt, ap);
+    fputc('\n', err);
+    fputs(usage_line, err);
+    va_end(ap);
+    return 2;
+}
+
+/* Whether a looks like a negative number (a positional, not an option). */
+static int negative_number(const char *a)
+{
+    return a[0] == '-' && ((a[1] >= '0' && a[1] <= '9') || a[1] == '.');
+}
+
+/* Matches "--name VALUE" or "--name=VALUE"; advances *i past the value. -1: value missing. */
+static int option(int argc, char **argv, int *i, const char *name, const char **value)
+{
+    size_t n = strlen(name);
+    const char *a = argv[*i];
+    if (strncmp(a, name, n) != 0)
+        return 0;
+    if (a[n] == '=') {
+        *value = a + n + 1;
+        return 1;
+    }
+    if (a[n] != 0)
+        return 0;
+    if (*i + 1 >= argc)
+        return -1;
+    *value = argv[++*i];
+    return 1;
+}
+
+int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
+{
+    const char *db = NULL, *after_s = NULL, *pos[3];
+    int npos = 0, opts_done = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!opts_done && a[0] == '-' && a[1] && !negative_number(a)) {
+            if (strcmp(a, "--") == 0) {
+                opts_done = 1;
+                continue;
+            }
+            if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+                fputs(add_usage, out);
+                return 0;
+            }
+            int m = option(argc, argv, &i, "--db", &db);
+            if (m == 0)
+                m = option(argc, argv, &i, "--after", &after_s);
+            if (m < 0)
+                return usage(err, add_usage, "add: option %s needs a value", a);
+            if (m == 0)
+                return usage(err, add_usage, "add: unknown option %s", a);
+            continue;
+        }
+        if (npos == 3)
+            return usage(err, add_usage, "add: unexpected argument '%s'", a);
+        pos[npos++] = a;
+    }
+    if (!db)
+        return usage(err, add_usage, "add: %s", "--db PATH is required");
+    if (!*db)
+        return usage(err, add_usage, "add: %s", "--db needs a path");
+    if (npos < 2)
+        return usage(err, add_usage, "add: %s", npos ? "KEY is missing" : "QUEUE and KEY are missing");
+    if (!wq_schema_valid_queue(pos[0], strlen(pos[0])))
+        return usage(err, add_usage,
+                     "add: bad queue name '%s' (1-64 characters of [A-Za-z0-9_.-])", pos[0]);
+    double after = 0;
+    if (after_s) {
+        char *end;
+        errno = 0;
+        after = strtod(after_s, &end);
+        if (end == after_s || *end || errno == ERANGE || !isfinite(after))
+            return usage(err, add_usage, "add: --after needs a number of seconds, not '%s'",
+                         after_s);
+    }
+
+    char msg[1024];
+    sqlite3 *conn = NULL;
+    if (wq_schema_check(db, msg, sizeof msg) < 0 ||
+        wq_schema_open_rw(db, &conn, msg, sizeof msg) < 0) {
+        fprintf(err, "wqrun: add: %s\n", msg);
+        return 1;
+    }
+    /* PAYLOAD is kept as written when it is JSON, else stored as a JSON string. */
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(conn,
+                                "INSERT INTO inbox(queue, key, payload, after) VALUES (?1, ?2,"
+                                " CASE WHEN ?3 IS NULL THEN NULL WHEN json_valid(?3) THEN ?3"
+                                " ELSE json_quote(?3) END, ?4)",
+                                -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, pos[0], -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, pos[1], -1, SQLITE_STATIC);
+        if (npos > 2)
+            sqlite3_bind_text(st, 3, pos[2], -1, SQLITE_STATIC);
+        else
+            sqlite3_bind_null(st, 3);
+        if (after_s)
+            sqlite3_bind_double(st, 4, after);
+        else
+            sqlite3_bind_null(st, 4);
+        rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+        sqlite3_finalize(st);
+    }
+    int status = 0;
+    if (rc != SQLITE_OK) {
+        fprintf(err, "wqrun: add: cannot write the inbox of %s: %s\n", db, sqlite3_errmsg(conn));
+        status = 1;
+    }
+    if (sqlite3_close(conn) != SQLITE_OK && status == 0) {
+        fprintf(err, "wqrun: add: cannot close %s\n", db);
+        status = 1;
+    }
+    return status;
+}
+
+int wq_store_cli_add(int argc, char **argv)
+{
+    return wq_store_cli_add_io(argc, argv, stdout, stderr);
+}
+
+/* ---- status ---- */
+
+/* A duration for humans: 4.2s, 42s, 5m12s, 3h04m, 2d03h. */
+static void duration(double s, char *buf, size_t len)
+{
+    if (s < 0)
+        s = 0;
+    if (s < 10)
+        snprintf(buf, len, "%.1fs", s);
+    else if (s < 60)
+        snprintf(buf, len, "%.0fs", s);
+    else if (s < 3600)
+        snprintf(buf, len, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+    else if (s < 86400)
+        snprintf(buf, len, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+    else if (s < 1e9)
+        snprintf(buf, len, "%dd%02dh", (int)(s / 86400), (int)fmod(s / 3600, 24));
+    else
+        snprintf(buf, len, "never");
+}
+
+enum { C_QUEUE, C_QUEUED, C_PROCESSING, C_WAITING, C_DEAD, C_FAILING, C_INBOX, C_OLDEST, C_NEXT, NCOLS };
+
+static const char *const col_names[NCOLS] = {"QUEUE", "QUEUED", "PROCESSING", "WAITING", "DEAD",
+                                             "FAILING", "INBOX", "OLDEST", "NEXT READY"};
+
+struct row {
+    char cell[NCOLS][80];
+};
+
+static const char status_sql[] =
+    "WITH names(queue) AS (SELECT name FROM queues UNION SELECT queue FROM items"
+    "  UNION SELECT queue FROM dead UNION SELECT queue FROM failures"
+    "  UNION SELECT queue FROM inbox),"
+    " it AS (SELECT queue, sum(state = 'queued') AS q, sum(state = 'processing') AS p,"
+    "  sum(state = 'waiting') AS w, min(iif(state <> 'waiting', added_at, NULL)) AS oldest,"
+    "  min(ready_at) AS next FROM items GROUP BY queue),"
+    " de AS (SELECT queue, count(*) AS n FROM dead GROUP BY queue),"
+    " fa AS (SELECT queue, count(*) AS n FROM failures GROUP BY queue),"
+    " ib AS (SELECT queue, count(*) AS n FROM inbox GROUP BY queue)"
+    " SELECT names.queue, coalesce(it.q, 0), coalesce(it.p, 0), coalesce(it.w, 0),"
+    "  coalesce(de.n, 0), coalesce(fa.n, 0), coalesce(ib.n, 0), it.oldest, it.next,"
+    "  EXISTS (SELECT 1 FROM queues WHERE name = names.queue), " WQ_SQL_NOW
+    " FROM names LEFT JOIN it USING (queue) LEFT JOIN de USING (queue)"
+    "  LEFT JOIN fa USING (queue) LEFT JOIN ib USING (queue) ORDER BY names.queue";
+
+/* Whether a runner holds the file's lock right now (a probe that lets go at once). */
+static int runner_active(const char *path)
+{
+    if (wq_store_open_here(path))
+        return 1; /* this process: probing would drop its SQLite locks on close */
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    int busy = flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK;
+    close(fd);
+    return busy;
+}
+
+static int print_status(sqlite3 *db, const char *path, int active, FILE *out, FILE *err)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, status_sql, -1, &st, NULL) != SQLITE_OK) {
+        fprintf(err, "wqrun: status: cannot read %s: %s\n", path, sqlite3_errmsg(db));
+        return 1;
+    }
+    struct row *rows = NULL;
+    size_t nrows = 0, cap = 0;
+    int64_t inbox_total = 0, inbox_unknown = 0, totals[6] = {0};
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (nrows == cap) {
+            size_t n = cap ? cap * 2 : 16;
+            struct row *p = realloc(rows, n * sizeof *p);
+            if (!p)
+                break;
+            rows = p;
+            cap = n;
+        }
+        struct row *r = &rows[nrows++];
+        double now = sqlite3_column_double(st, 10);
+        int known = sqlite3_column_int(st, 9);
+        snprintf(r->cell[C_QUEUE], sizeof r->cell[0], "%s", sqlite3_column_text(st, 0));
+        for (int c = 0; c < 6; c++) {
+            int64_t v = sqlite3_column_int64(st, 1 + c);
+            totals[c] += v;
+            snprintf(r->cell[C_QUEUED + c], sizeof r->cell[0], "%lld%s", (long long)v,
+                     c == 5 && v && !known ? "*" : "");
+        }
+        inbox_total += sqlite3_column_int64(st, 6);
+        if (!known)
+            inbox_unknown += sqlite3_column_int64(st, 6);
+        if (sqlite3_column_type(st, 7) == SQLITE_NULL)
+            snprintf(r->cell[C_OLDEST], sizeof r->cell[0], "-");
+        else
+            duration(now - sqlite3_column_double(st, 7), r->cell[C_OLDEST], sizeof r->cell[0]);
+        if (sqlite3_column_type(st, 8) == SQLITE_NULL) {
+            snprintf(r->cell[C_NEXT], sizeof r->cell[0], "-");
+        } else {
+            double in = sqlite3_column_double(st, 8) - now;
+            char d[40];
+            duration(in, d, sizeof d);
+            if (in <= 0)
+                snprintf(r->cell[C_NEXT], sizeof r->cell[0], "due");
+            else
+                snprintf(r->cell[C_NEXT], sizeof r->cell[0], "in %s", d);
+        }
+    }
+    int failed = rc != SQLITE_DONE && rc != SQLITE_ROW;
+    if (failed)
+        fprintf(err, "wqrun: status: cannot read %s: %s\n", path, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+
+    char owner[400];
+    wq_schema_owner(db, owner, sizeof owner);
+    struct stat sb;
+    double mb = stat(path, &sb) == 0 ? (double)sb.st_size / 1e6 : 0;
+    fprintf(out, "state file  %s (version %d, %.1f MB)\n", path, WQ_STORE_VERSION, mb);
+    if (active)
+        fprintf(out, "runner      running: %s\n", owner[0] ? owner : "pid unknown");
+    else
+        fprintf(out, "runner      none\n");
+    if (!failed) {
+        size_t width[NCOLS];
+        for (int c = 0; c < NCOLS; c++) {
+            width[c] = strlen(col_names[c]);
+            for (size_t i = 0; i < nrows; i++)
+                if (strlen(rows[i].cell[c]) > width[c])
+                    width[c] = strlen(rows[i].cell[c]);
+        }
+        fputc('\n', out);
+        if (nrows == 0) {
+            fprintf(out, "no queues yet\n");
+        } else {
+            for (int c = 0; c < NCOLS; c++)
+                fprintf(out, c == 0 ? "%-*s" : c >= C_OLDEST ? "  %-*s" : "  %*s", (int)width[c],
+                        col_names[c]);
+            fputc('\n', out);
+            for (size_t i = 0; i < nrows; i++) {
+                for (int c = 0; c < NCOLS; c++)
+                    fprintf(out, c == 0 ? "%-*s" : c >= C_OLDEST ? "  %-*s" : "  %*s",
+                            (int)width[c], rows[i].cell[c]);
+                fputc('\n', out);
+            }
+        }
+        fprintf(out,
+                "\ntotal: %lld queued, %lld processing, %lld waiting, %lld dead, "
+                "%lld inbox rows (%lld for queues no runner has defined)\n",
+                (long long)totals[0], (long long)totals[1], (long long)totals[2],
+                (long long)totals[3], (long long)inbox_total, (long long)inbox_unknown);
+        if (inbox_unknown)
+            fprintf(out, "* inbox rows for a queue no runner has defined yet: they wait there\n");
+    }
+    free(rows);
+    return failed ? 1 : 0;
+}
+
+int wq_store_cli_status_io(int argc, char **argv, FILE *out, FILE *err)
+{
+    const char *db = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(status_usage, out);
+            return 0;
+        }
+        int m = option(argc, argv, &i, "--db", &db);
+        if (m < 0)
+            return usage(err, status_usage, "status: option %s needs a value", a);
+        if (m == 0 && a[0] == '-')
+            return usage(err, status_usage, "status: unknown option %s", a);
+        if (m == 0)
+            return usage(err, status_usage, "status: unexpected argument '%s'", a);
+    }
+    if (!db || !*db)
+        return usage(err, status_usage, "status: %s", "--db PATH is required");
+    struct stat sb;
+    if (stat(db, &sb) < 0) {
+        fprintf(err, "wqrun: status: no state file at %s: %s\n", db, strerror(errno));
+        return 1;
+    }
+    char msg[1024];
+    if (wq_schema_check(db, msg, sizeof msg) < 0) {
+        fprintf(err, "wqrun: status: %s\n", msg);
+        return 1;
+    }
+    int active = runner_active(db); /* before our own connection: the probe's close drops locks */
+    sqlite3 *conn;
+    if (wq_schema_open_ro(db, &conn, msg, sizeof msg) < 0) {
+        fprintf(err, "wqrun: status: %s\n", msg);
+        return 1;
+    }
+    int status;
+    sqlite3_stmt *st;
+    int has_schema = 0;
+    if (sqlite3_prepare_v2(conn, "PRAGMA application_id", -1, &st, NULL) == SQLITE_OK) {
+        has_schema = sqlite3_step(st) == SQLITE_ROW &&
+                     (uint32_t)sqlite3_column_int(st, 0) == WQ_STORE_APP_ID;
+        sqlite3_finalize(st);
+    }
+    if (!has_schema) {
+        fprintf(out, "state file  %s: empty (no wqrun state yet)\n", db);
+        status = 0;
+    } else {
+        status = print_status(conn, db, active, out, err);
+    }
+    sqlite3_close(conn);
+    return status;
+}
+
+int wq_store_cli_status(int argc, char **argv)
+{
+    return wq_store_cli_status_io(argc, argv, stdout, stderr);
+}

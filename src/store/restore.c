@@ -1,0 +1,284 @@
+/*
+ * Reading the state file back: the start-up restore of a queue (its items
+ * in run order, failure counts, dead letters) and the inbox, which any
+ * process may feed while the runner runs. Both hand rows to the caller
+ * straight from SQLite's buffers, without copies, so a million items
+ * restore in well under a second of store time.
+ */
+#include "store/store_int.h"
+
+#include <math.h>
+#include <string.h>
+
+/*
+ * Run order: every row that runs again (queued, processing, or waiting
+ * without a time) by priority, then FIFO; then the rows that only wait,
+ * which the engine orders by time itself.
+ */
+static const char restore_items_sql[] =
+    "SELECT key, payload, priority, state, ready_at FROM items WHERE queue = ?1"
+    " ORDER BY state = 'waiting' AND ready_at IS NOT NULL, priority DESC, seq";
+
+/* Unix seconds kept within what every timebase converts without overflow. */
+static double sane_time(double t)
+{
+    if (!(t > -1e12))
+        return -1e12;
+    return t < 1e12 ? t : 1e12;
+}
+
+static int restore_items(wq_store_queue *sq, void (*item_fn)(void *ud, const wq_restored *r),
+                         void *ud, int *incomplete)
+{
+    wq_store *s = sq->s;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, restore_items_sql, -1, &st, NULL) != SQLITE_OK)
+        return SQLITE_ERROR;
+    sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
+    int n = 0, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        wq_restored r;
+        memset(&r, 0, sizeof r);
+        r.key = (const char *)sqlite3_column_text(st, 0);
+        r.keylen = (size_t)sqlite3_column_bytes(st, 0);
+        if (!r.key)
+            r.key = "";
+        if (sqlite3_column_type(st, 1) != SQLITE_NULL) {
+            r.payload = (const char *)sqlite3_column_text(st, 1);
+            r.paylen = (size_t)sqlite3_column_bytes(st, 1);
+        }
+        int64_t prio = sqlite3_column_int64(st, 2);
+        r.priority = prio > INT32_MAX ? INT32_MAX : prio < INT32_MIN ? INT32_MIN : (int32_t)prio;
+        const char *state = (const char *)sqlite3_column_text(st, 3);
+        int timed = sqlite3_column_type(st, 4) != SQLITE_NULL;
+        int only_waiting = timed && state && strcmp(state, "waiting") == 0;
+        r.queued = !only_waiting;
+        r.waiting = timed;
+        if (timed)
+            r.ready_at_mono = s->tb.to_mono(s->tb.ud, sane_time(sqlite3_column_double(st, 4)));
+        wq_store_bloom_add(sq, r.key, r.keylen);
+        item_fn(ud, &r);
+        n++;
+        wq_item_info info;
+        if (!sq->q || !wq_queue_lookup(sq->q, r.key, r.keylen, &info))
+            *incomplete = 1; /* the caller did not take it: its row stays, unknown to us */
+        else if (only_waiting && (info.state & WQ_ST_DIRTY))
+            wq_store_touch_requeued(sq, r.key, r.keylen); /* its time has passed: queued now */
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? n : -1;
+}
+
+static int restore_failures(wq_store_queue *sq,
+                            void (*fail_fn)(void *ud, const char *key, size_t len,
+                                            int64_t requeues, const char *last_error),
+                            void *ud, int *incomplete)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(sq->s->db,
+                           "SELECT key, requeues, last_error FROM failures WHERE queue = ?1", -1,
+                           &st, NULL) != SQLITE_OK)
+        return SQLITE_ERROR;
+    sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *key = (const char *)sqlite3_column_text(st, 0);
+        size_t len = (size_t)sqlite3_column_bytes(st, 0);
+        if (!key)
+            key = "";
+        if (!wq_keymap_put(sq->fail_set, key, len, NULL))
+            *incomplete = 1;
+        if (fail_fn)
+            fail_fn(ud, key, len, sqlite3_column_int64(st, 1),
+                    (const char *)sqlite3_column_text(st, 2));
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+static int restore_dead(wq_store_queue *sq,
+                        void (*dead_fn)(void *ud, const char *key, size_t len,
+                                        const char *payload, const char *error, int64_t attempts,
+                                        double failed_at),
+                        void *ud)
+{
+    if (!dead_fn)
+        return SQLITE_OK;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(sq->s->db,
+                           "SELECT key, payload, error, attempts, failed_at FROM dead"
+                           " WHERE queue = ?1 ORDER BY failed_at",
+                           -1, &st, NULL) != SQLITE_OK)
+        return SQLITE_ERROR;
+    sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *key = (const char *)sqlite3_column_text(st, 0);
+        size_t len = (size_t)sqlite3_column_bytes(st, 0);
+        dead_fn(ud, key ? key : "", len, (const char *)sqlite3_column_text(st, 1),
+                (const char *)sqlite3_column_text(st, 2), sqlite3_column_int64(st, 3),
+                sqlite3_column_double(st, 4));
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+int wq_store_restore(wq_store_queue *sq, void (*item_fn)(void *ud, const wq_restored *r),
+                     void (*fail_fn)(void *ud, const char *key, size_t len, int64_t requeues,
+                                     const char *last_error),
+                     void (*dead_fn)(void *ud, const char *key, size_t len, const char *payload,
+                                     const char *error, int64_t attempts, double failed_at),
+                     void *ud)
+{
+    if (!sq || !item_fn)
+        return WQ_EINVAL;
+    wq_store *s = sq->s;
+    /* One write transaction: a consistent read, and the processing rows rewritten with it. */
+    if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
+        return wq_store_fail(s, WQ_EIO, "cannot read state file %s: %s", s->path,
+                             sqlite3_errmsg(s->db));
+    int incomplete = 0;
+    sq->restoring = 1;
+    int n = restore_items(sq, item_fn, ud, &incomplete);
+    sq->restoring = 0;
+    int rc = n < 0 ? SQLITE_ERROR : SQLITE_OK;
+    if (rc == SQLITE_OK) {
+        /* At-least-once: what was in flight runs again, and the file says so. */
+        sqlite3_stmt *st;
+        rc = sqlite3_prepare_v2(s->db,
+                                "UPDATE items SET state = 'queued'"
+                                " WHERE queue = ?1 AND state = 'processing'",
+                                -1, &st, NULL);
+        if (rc == SQLITE_OK) {
+            sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
+            rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+            sqlite3_finalize(st);
+        }
+    }
+    if (rc == SQLITE_OK)
+        rc = restore_failures(sq, fail_fn, ud, &incomplete);
+    if (rc == SQLITE_OK)
+        rc = restore_dead(sq, dead_fn, ud);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL);
+    if (rc != SQLITE_OK) {
+        int r = wq_store_fail(s, WQ_EIO, "cannot restore queue '%s' from %s: %s", sq->name,
+                              s->path, sqlite3_errmsg(s->db));
+        if (!sqlite3_get_autocommit(s->db))
+            sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        sq->complete = 0;
+        return r;
+    }
+    sq->complete = !incomplete;
+    return n;
+}
+
+/* ---- inbox ---- */
+
+/*
+ * Payloads that are not valid JSON become JSON strings, as with `wqrun
+ * add`; `after` counts from the row's created_at (NULL created_at: from now).
+ */
+static const char select_inbox_sql[] =
+    "SELECT id, queue, key,"
+    " CASE WHEN payload IS NULL THEN NULL"
+    "  WHEN json_valid(CAST(payload AS TEXT)) THEN CAST(payload AS TEXT)"
+    "  ELSE json_quote(CAST(payload AS TEXT)) END,"
+    " CASE WHEN after IS NULL THEN 0.0"
+    "  WHEN typeof(created_at) IN ('real', 'integer') THEN created_at + after - ?2"
+    "  ELSE after END"
+    " FROM inbox WHERE id > ?1 ORDER BY id";
+
+static int taken(const wq_store *s, int64_t id)
+{
+    size_t lo = 0, hi = s->ninbox_del;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->inbox_del[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < s->ninbox_del && s->inbox_del[lo] == id;
+}
+
+static int take(wq_store *s, int64_t id)
+{
+    if (s->ninbox_del + 1 > s->capinbox_del) {
+        size_t n = s->capinbox_del ? s->capinbox_del * 2 : 64;
+        int64_t *p = wq_realloc(s->inbox_del, n * sizeof *p);
+        if (!p)
+            return -1;
+        s->inbox_del = p;
+        s->capinbox_del = n;
+    }
+    size_t i = s->ninbox_del;
+    while (i > 0 && s->inbox_del[i - 1] > id) {
+        s->inbox_del[i] = s->inbox_del[i - 1];
+        i--;
+    }
+    s->inbox_del[i] = id;
+    s->ninbox_del++;
+    return 0;
+}
+
+int wq_store_poll_inbox(wq_store *s,
+                        int (*fn)(void *ud, const char *queue, const char *key, size_t keylen,
+                                  const char *payload, size_t paylen, double after),
+                        void *ud)
+{
+    if (!s || !fn)
+        return WQ_EINVAL;
+    if (wq_store_prepare(s, &s->st[ST_DATA_VERSION], "PRAGMA data_version") < 0 ||
+        wq_store_prepare(s, &s->st[ST_SELECT_INBOX], select_inbox_sql) < 0)
+        return WQ_EIO;
+    sqlite3_stmt *dv = s->st[ST_DATA_VERSION];
+    int rc = sqlite3_step(dv);
+    int64_t version = rc == SQLITE_ROW ? sqlite3_column_int64(dv, 0) : 0;
+    sqlite3_reset(dv);
+    if (rc != SQLITE_ROW)
+        return wq_store_fail(s, WQ_EIO, "cannot read the inbox of %s: %s", s->path,
+                             sqlite3_errmsg(s->db));
+    int all = !s->inbox_polled || s->inbox_rescan;
+    if (!all && version == s->data_version)
+        return 0; /* nobody else wrote to the file */
+    s->data_version = version;
+    s->inbox_polled = 1;
+    s->inbox_rescan = 0;
+
+    sqlite3_stmt *st = s->st[ST_SELECT_INBOX];
+    sqlite3_bind_int64(st, 1, all ? 0 : s->inbox_mark);
+    sqlite3_bind_double(st, 2, wq_store_wall());
+    int n = 0, r = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t id = sqlite3_column_int64(st, 0);
+        if (id > s->inbox_mark)
+            s->inbox_mark = id;
+        if (taken(s, id))
+            continue; /* taken earlier, deleted with the next flush */
+        const char *queue = (const char *)sqlite3_column_text(st, 1);
+        const char *key = (const char *)sqlite3_column_text(st, 2);
+        size_t keylen = (size_t)sqlite3_column_bytes(st, 2);
+        const char *payload = (const char *)sqlite3_column_text(st, 3);
+        size_t paylen = payload ? (size_t)sqlite3_column_bytes(st, 3) : 0;
+        double after = sqlite3_column_double(st, 4);
+        if (!isfinite(after))
+            after = after > 0 ? 1e9 : 0;
+        if (!queue || !key)
+            continue;
+        if (fn(ud, queue, key, keylen, payload, paylen, after) == 1) {
+            if (take(s, id) < 0) {
+                r = wq_store_fail(s, WQ_ENOMEM, "out of memory reading the inbox");
+                break;
+            }
+            n++;
+        }
+    }
+    sqlite3_reset(st);
+    if (r < 0)
+        return r;
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+        return wq_store_fail(s, WQ_EIO, "cannot read the inbox of %s: %s", s->path,
+                             sqlite3_errmsg(s->db));
+    return n;
+}

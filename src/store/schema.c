@@ -1,0 +1,340 @@
+/*
+ * The state file's format: recognizing our files (application_id), the
+ * schema version (user_version) and one migration per version. A file that
+ * is not ours is inspected read-only and never written: garbage, another
+ * application's database or a newer version is refused before anything,
+ * even the switch to WAL, touches it.
+ */
+#include "store/store_int.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int fmt(char *err, size_t errlen, int code, const char *f, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int fmt(char *err, size_t errlen, int code, const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    if (err && errlen)
+        vsnprintf(err, errlen, f, ap);
+    va_end(ap);
+    return code;
+}
+
+/* Version 0 -> 1: the whole schema. Tables are the user interface: see docs/state-file.md. */
+static const char schema_v1[] =
+    "CREATE TABLE meta(\n"
+    "  name TEXT PRIMARY KEY,\n"
+    "  value\n"
+    ") WITHOUT ROWID;\n"
+    "CREATE TABLE queues(\n"
+    "  name TEXT PRIMARY KEY,\n"
+    "  seen_at REAL\n"
+    ") WITHOUT ROWID;\n"
+    "CREATE TABLE items(\n"
+    "  queue TEXT NOT NULL,\n"
+    "  key TEXT NOT NULL,\n"
+    "  payload TEXT,\n"
+    "  state TEXT NOT NULL CHECK (state IN ('queued', 'processing', 'waiting')),\n"
+    "  ready_at REAL,\n"
+    "  priority INTEGER NOT NULL DEFAULT 0,\n"
+    "  seq INTEGER NOT NULL DEFAULT 0,\n"
+    "  added_at REAL,\n"
+    "  updated_at REAL,\n"
+    "  PRIMARY KEY (queue, key)\n"
+    ") WITHOUT ROWID;\n"
+    "CREATE TABLE failures(\n"
+    "  queue TEXT NOT NULL,\n"
+    "  key TEXT NOT NULL,\n"
+    "  requeues INTEGER NOT NULL,\n"
+    "  last_error TEXT,\n"
+    "  updated_at REAL,\n"
+    "  PRIMARY KEY (queue, key)\n"
+    ") WITHOUT ROWID;\n"
+    "CREATE TABLE dead(\n"
+    "  queue TEXT NOT NULL,\n"
+    "  key TEXT NOT NULL,\n"
+    "  payload TEXT,\n"
+    "  error TEXT,\n"
+    "  attempts INTEGER NOT NULL,\n"
+    "  failed_at REAL,\n"
+    "  PRIMARY KEY (queue, key)\n"
+    ") WITHOUT ROWID;\n"
+    "CREATE TABLE inbox(\n"
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,\n"
+    "  queue TEXT NOT NULL,\n"
+    "  key TEXT NOT NULL,\n"
+    "  payload TEXT,\n"
+    "  after REAL,\n"
+    "  created_at REAL DEFAULT " WQ_SQL_NOW "\n"
+    ");\n"
+    "CREATE VIEW pending AS\n"
+    "SELECT i.queue AS queue, i.key AS key, i.state AS state, i.priority AS priority,\n"
+    "  i.payload AS payload,\n"
+    "  round(i.ready_at - " WQ_SQL_NOW ", 3) AS ready_in,\n"
+    "  datetime(i.ready_at, 'unixepoch') AS ready_at,\n"
+    "  round(" WQ_SQL_NOW " - i.added_at, 3) AS age,\n"
+    "  coalesce(f.requeues, 0) AS requeues, f.last_error AS last_error\n"
+    "FROM items AS i LEFT JOIN failures AS f ON f.queue = i.queue AND f.key = i.key\n"
+    "ORDER BY i.queue, i.state = 'waiting' AND i.ready_at IS NOT NULL, i.priority DESC, i.seq;\n"
+    "INSERT INTO meta(name, value) VALUES ('created_at', " WQ_SQL_NOW ");\n";
+
+/* migrations[v] brings a file from version v to v + 1. */
+static const char *const migrations[WQ_STORE_VERSION] = {schema_v1};
+
+/* Reads application_id, user_version and the number of schema objects. SQLite result code. */
+static int read_header(sqlite3 *db, int *app, int *ver, int *nobj)
+{
+    static const char *const sql[3] = {"PRAGMA application_id", "PRAGMA user_version",
+                                       "SELECT count(*) FROM sqlite_master"};
+    int *out[3] = {app, ver, nobj};
+    for (int i = 0; i < 3; i++) {
+        sqlite3_stmt *st;
+        int rc = sqlite3_prepare_v2(db, sql[i], -1, &st, NULL);
+        if (rc != SQLITE_OK)
+            return rc;
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+            *out[i] = sqlite3_column_int(st, 0);
+            rc = SQLITE_OK;
+        }
+        sqlite3_finalize(st);
+        if (rc != SQLITE_OK)
+            return rc;
+    }
+    return SQLITE_OK;
+}
+
+/* Decides whether a file with this header is ours and of a version we know. */
+static int classify(const char *path, int app, int ver, int nobj, char *err, size_t errlen)
+{
+    if ((uint32_t)app == WQ_STORE_APP_ID) {
+        if (ver > WQ_STORE_VERSION)
+            return fmt(err, errlen, WQ_EFORMAT,
+                       "%s is a wqrun state file of version %d, newer than this wqrun "
+                       "understands (%d); use a newer wqrun",
+                       path, ver, WQ_STORE_VERSION);
+        return 0;
+    }
+    if (app == 0 && ver == 0 && nobj == 0)
+        return 0; /* an empty database: we may adopt it */
+    return fmt(err, errlen, WQ_EFORMAT,
+               "%s is not a wqrun state file (an SQLite database of another application: "
+               "application_id %d, user_version %d, %d schema objects); refusing to touch it",
+               path, app, ver, nobj);
+}
+
+/* Maps a failed read of a file that exists: garbage is a format error, the rest I/O. */
+static int read_error(const char *path, sqlite3 *db, int rc, char *err, size_t errlen)
+{
+    int prim = rc & 0xff;
+    if (prim == SQLITE_NOTADB || prim == SQLITE_CORRUPT)
+        return fmt(err, errlen, WQ_EFORMAT,
+                   "%s is not a wqrun state file (not an SQLite database); refusing to touch it",
+                   path);
+    return fmt(err, errlen, WQ_EIO, "cannot read state file %s: %s", path,
+               db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+}
+
+int wq_schema_open_ro(const char *path, sqlite3 **out, char *err, size_t errlen)
+{
+    sqlite3 *db = NULL;
+    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL);
+    if (rc != SQLITE_OK) {
+        int r = fmt(err, errlen, WQ_EIO, "cannot open state file %s: %s", path,
+                    db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+        sqlite3_close(db);
+        *out = NULL;
+        return r;
+    }
+    sqlite3_extended_result_codes(db, 1);
+    sqlite3_busy_timeout(db, 5000);
+    *out = db;
+    return 0;
+}
+
+int wq_schema_check(const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat(path, &st) < 0) {
+        if (errno == ENOENT)
+            return 0;
+        return fmt(err, errlen, WQ_EIO, "cannot access state file %s: %s", path,
+                   strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode))
+        return fmt(err, errlen, WQ_EFORMAT, "%s is not a wqrun state file (not a regular file)",
+                   path);
+    if (st.st_size == 0)
+        return 0;
+    sqlite3 *db;
+    int r = wq_schema_open_ro(path, &db, err, errlen);
+    if (r < 0)
+        return r;
+    int app = 0, ver = 0, nobj = 0;
+    int rc = read_header(db, &app, &ver, &nobj);
+    if (rc != SQLITE_OK)
+        r = read_error(path, db, rc, err, errlen);
+    else
+        r = classify(path, app, ver, nobj, err, errlen);
+    sqlite3_close(db);
+    return r;
+}
+
+/* Checks that a missing file can be created, or an existing one written, for a clear message. */
+static int check_writable(const char *path, char *err, size_t errlen)
+{
+    if (access(path, F_OK) == 0) {
+        if (access(path, R_OK | W_OK) < 0)
+            return fmt(err, errlen, WQ_EIO, "state file %s is not writable: %s", path,
+                       strerror(errno));
+        return 0;
+    }
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (access(dir, W_OK | X_OK) < 0)
+        return fmt(err, errlen, WQ_EIO, "cannot create state file %s: directory %s: %s", path,
+                   dir, strerror(errno));
+    return 0;
+}
+
+static int exec(sqlite3 *db, const char *sql)
+{
+    return sqlite3_exec(db, sql, NULL, NULL, NULL);
+}
+
+/* Runs the migrations from version ver inside the caller's transaction. */
+static int migrate(sqlite3 *db, int ver)
+{
+    for (int v = ver; v < WQ_STORE_VERSION; v++) {
+        int rc = exec(db, migrations[v]);
+        if (rc != SQLITE_OK)
+            return rc;
+    }
+    char sql[128];
+    snprintf(sql, sizeof sql, "PRAGMA application_id = %d; PRAGMA user_version = %d",
+             (int)WQ_STORE_APP_ID, WQ_STORE_VERSION);
+    return exec(db, sql);
+}
+
+int wq_schema_open_rw(const char *path, sqlite3 **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    int r = check_writable(path, err, errlen);
+    if (r < 0)
+        return r;
+    sqlite3 *db = NULL;
+    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    if (rc != SQLITE_OK) {
+        r = fmt(err, errlen, WQ_EIO, "cannot open state file %s: %s", path,
+                db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+        sqlite3_close(db);
+        return r;
+    }
+    sqlite3_extended_result_codes(db, 1);
+    sqlite3_busy_timeout(db, 5000);
+    if (sqlite3_db_readonly(db, "main") == 1) {
+        r = fmt(err, errlen, WQ_EIO, "state file %s is not writable", path);
+        goto fail;
+    }
+    int app = 0, ver = 0, nobj = 0;
+    rc = read_header(db, &app, &ver, &nobj);
+    if (rc != SQLITE_OK) {
+        r = read_error(path, db, rc, err, errlen);
+        goto fail;
+    }
+    r = classify(path, app, ver, nobj, err, errlen);
+    if (r < 0)
+        goto fail;
+    if ((uint32_t)app != WQ_STORE_APP_ID || ver < WQ_STORE_VERSION) {
+        /* Create or migrate under the write lock, checking again: another process may race us. */
+        rc = exec(db, "BEGIN IMMEDIATE");
+        if (rc == SQLITE_OK)
+            rc = read_header(db, &app, &ver, &nobj);
+        if (rc != SQLITE_OK) {
+            r = read_error(path, db, rc, err, errlen);
+            exec(db, "ROLLBACK");
+            goto fail;
+        }
+        r = classify(path, app, ver, nobj, err, errlen);
+        if (r < 0) {
+            exec(db, "ROLLBACK");
+            goto fail;
+        }
+        if ((uint32_t)app != WQ_STORE_APP_ID)
+            ver = 0;
+        if (ver < WQ_STORE_VERSION)
+            rc = migrate(db, ver);
+        if (rc == SQLITE_OK)
+            rc = exec(db, "COMMIT");
+        if (rc != SQLITE_OK) {
+            r = fmt(err, errlen, WQ_EIO, "cannot create the schema in %s: %s", path,
+                    sqlite3_errmsg(db));
+            exec(db, "ROLLBACK");
+            goto fail;
+        }
+    }
+    /* WAL only now that the file is known to be ours. */
+    sqlite3_stmt *st;
+    rc = sqlite3_prepare_v2(db, "PRAGMA journal_mode = WAL", -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(st);
+        const unsigned char *mode = rc == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
+        rc = mode && strcmp((const char *)mode, "wal") == 0 ? SQLITE_OK : SQLITE_ERROR;
+        sqlite3_finalize(st);
+    }
+    if (rc != SQLITE_OK) {
+        r = fmt(err, errlen, WQ_EIO, "cannot switch state file %s to WAL mode: %s", path,
+                sqlite3_errmsg(db));
+        goto fail;
+    }
+    *out = db;
+    return 0;
+fail:
+    sqlite3_close(db);
+    return r;
+}
+
+void wq_schema_owner(sqlite3 *db, char *buf, size_t len)
+{
+    buf[0] = 0;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT (SELECT value FROM meta WHERE name = 'owner_pid'),"
+                           " (SELECT value FROM meta WHERE name = 'owner_host'),"
+                           " (SELECT datetime(value, 'unixepoch') FROM meta"
+                           "  WHERE name = 'owner_started')",
+                           -1, &st, NULL) != SQLITE_OK)
+        return;
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
+        const unsigned char *host = sqlite3_column_text(st, 1);
+        const unsigned char *since = sqlite3_column_text(st, 2);
+        snprintf(buf, len, "pid %lld on %s, since %s UTC", sqlite3_column_int64(st, 0),
+                 host ? (const char *)host : "?", since ? (const char *)since : "?");
+    }
+    sqlite3_finalize(st);
+}
+
+int wq_schema_valid_queue(const char *name, size_t len)
+{
+    if (len < 1 || len > 64)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-'))
+            return 0;
+    }
+    return 1;
+}

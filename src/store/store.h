@@ -1,0 +1,145 @@
+/*
+ * Persistence of queue state in one SQLite file (SPEC section 4). The
+ * runner's loop is the only writer: it tells the store which keys changed
+ * (touch), and the store writes their current state, read back from the
+ * engine, in one transaction per flush (group commit). Changes to the same
+ * key inside one window coalesce: a key added and done within it costs no
+ * row at all.
+ */
+#ifndef WQ_STORE_H
+#define WQ_STORE_H
+
+#include "engine/queue.h"
+
+#include <stdio.h>
+
+typedef struct wq_store wq_store;
+typedef struct wq_store_queue wq_store_queue;
+
+/* Converts between the engine's monotonic ns and Unix seconds (virtual time aware). */
+typedef struct wq_timebase {
+    double (*to_unix)(void *ud, int64_t mono_ns);
+    int64_t (*to_mono)(void *ud, double unix_s);
+    void *ud;
+} wq_timebase;
+
+typedef enum { WQ_SYNC_NORMAL, WQ_SYNC_FULL } wq_sync;
+
+/*
+ * Opens (creating if missing) the state file at path for running: checks it
+ * is a wqrun state file of a schema version this build knows (migrating an
+ * older one), takes exclusive ownership (a second runner fails with
+ * WQ_EBUSY and a message naming the other process), sets WAL, busy_timeout
+ * and the sync level. On failure returns a WQ_E* code, writes a message
+ * naming the file into err, and leaves a foreign file unmodified.
+ */
+int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timebase *tb,
+                  char *err, size_t errlen);
+/* Flushes pending changes and closes. NULL is fine. */
+void wq_store_close(wq_store *s);
+/* The last error message (for WQ_EIO from flush and friends). */
+const char *wq_store_errmsg(const wq_store *s);
+/* The path the store was opened with (owned by the store). */
+const char *wq_store_path(const wq_store *s);
+
+/*
+ * Per-queue persistence: q is read at flush time to learn a touched key's
+ * state. Attaching the same name again returns the same handle (now reading
+ * q). Also counts as wq_store_known_queue. NULL on OOM (message in errmsg).
+ * Call wq_store_restore right after: until then every removal is written
+ * as a DELETE, since the store cannot know which rows the file holds.
+ */
+wq_store_queue *wq_store_attach(wq_store *s, const char *name, wq_queue *q);
+/*
+ * Records that the script defines queue name (shown by `wqrun status`) and
+ * makes the next inbox poll offer every row again, including rows an
+ * earlier poll left for an unknown queue.
+ */
+void wq_store_known_queue(wq_store *s, const char *name);
+
+/* One restored row, in queue order (priority, then FIFO), then waiting ones. */
+typedef struct wq_restored {
+    const char *key;
+    size_t keylen;
+    const char *payload; /* JSON text or NULL */
+    size_t paylen;
+    int32_t priority;
+    int queued;      /* 'queued' or 'processing' before: run (again) */
+    int waiting;     /* a delayed add is pending at ready_at_mono */
+    int64_t ready_at_mono;
+} wq_restored;
+
+/*
+ * Restores the queue's rows into its engine queue (the store ignores the
+ * resulting touches): queued and processing rows in order, then waiting
+ * ones with their absolute time. Calls fail_fn for each failures row and
+ * dead_fn for each dead row so the caller can rebuild its maps.
+ * Returns the number of items restored or a WQ_E* code.
+ */
+int wq_store_restore(wq_store_queue *sq,
+                     void (*item_fn)(void *ud, const wq_restored *r),
+                     void (*fail_fn)(void *ud, const char *key, size_t len, int64_t requeues,
+                                     const char *last_error),
+                     void (*dead_fn)(void *ud, const char *key, size_t len, const char *payload,
+                                     const char *error, int64_t attempts, double failed_at),
+                     void *ud);
+
+/* Key changed in the engine queue (call from the queue observer with its event). */
+void wq_store_touch(wq_store_queue *sq, wq_event ev, const char *key, size_t len);
+/* The queue's failure count for key (0 deletes the row). */
+void wq_store_failures(wq_store_queue *sq, const char *key, size_t len, int64_t requeues,
+                       const char *last_error);
+/* A dead letter for key (replaces an earlier one). */
+void wq_store_dead(wq_store_queue *sq, const char *key, size_t len, const char *payload,
+                   size_t paylen, const char *error, int64_t attempts, double failed_at);
+/* Removes key's dead letter. */
+void wq_store_undead(wq_store_queue *sq, const char *key, size_t len);
+
+/* Whether anything is waiting to be written. */
+int wq_store_dirty(const wq_store *s);
+/* Writes every pending change in one transaction. 0 or WQ_EIO (message in errmsg). */
+int wq_store_flush(wq_store *s);
+
+/*
+ * Inbox: if another connection changed the file since the last call (or on
+ * the first call), reads the inbox rows in id order and offers each to
+ * fn; fn returns 1 when it took the row (the store deletes it with the
+ * next flush), 0 to leave it (e.g. unknown queue). Returns the number of
+ * rows taken or a WQ_E* code.
+ *
+ * A row is offered once; a row left by fn is offered again only after a
+ * queue is attached or announced (wq_store_known_queue). payload is JSON
+ * text (a row whose payload is not valid JSON arrives as a JSON string) or
+ * NULL. after is the delay left, in seconds: the row's `after` counts from
+ * its created_at, so a row whose time has passed arrives with after <= 0.
+ */
+int wq_store_poll_inbox(wq_store *s,
+                        int (*fn)(void *ud, const char *queue, const char *key, size_t keylen,
+                                  const char *payload, size_t paylen, double after),
+                        void *ud);
+
+/* Store counters for metrics. */
+typedef struct wq_store_stats {
+    uint64_t commits;
+    uint64_t rows_written; /* rows inserted, updated or deleted */
+    uint64_t inbox_consumed;
+    double last_commit_unix;
+    double commit_seconds_sum;
+    wq_histogram commit_latency; /* seconds per flush transaction */
+    uint64_t last_commit_rows;
+    uint64_t max_commit_rows;
+    uint64_t deletes_skipped; /* keys that came and went within one window: no row at all */
+    uint64_t flush_errors;
+    uint64_t pending_keys; /* keys touched since the last commit */
+} wq_store_stats;
+void wq_store_get_stats(const wq_store *s, wq_store_stats *st);
+
+/* `wqrun add --db PATH QUEUE KEY [PAYLOAD] [--after S]`: argv after "add". Returns exit code. */
+int wq_store_cli_add(int argc, char **argv);
+/* `wqrun status --db PATH`: argv after "status". Returns exit code. */
+int wq_store_cli_status(int argc, char **argv);
+/* As the two above, printing to out and err instead of stdout and stderr. */
+int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err);
+int wq_store_cli_status_io(int argc, char **argv, FILE *out, FILE *err);
+
+#endif

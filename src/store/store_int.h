@@ -1,0 +1,175 @@
+/*
+ * Internals shared by the store's modules (store.c: open, pending set and
+ * group commit; restore.c: start-up restore and the inbox; schema.c: the
+ * file format; cli.c: `wqrun add` and `wqrun status`). Nothing outside
+ * src/store includes this.
+ */
+#ifndef WQ_STORE_INT_H
+#define WQ_STORE_INT_H
+
+#include "engine/keymap.h"
+#include "store/store.h"
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+/* PRAGMA application_id of a wqrun state file: "wqru". */
+#define WQ_STORE_APP_ID 0x77717275
+/* PRAGMA user_version this build writes and understands. */
+#define WQ_STORE_VERSION 1
+
+/* SQL for "now" as Unix seconds (REAL), valid in SQLite 3.40. */
+#define WQ_SQL_NOW "((julianday('now') - 2440587.5) * 86400.0)"
+
+/* How a pending entry's seq is written (see write_item in store.c). */
+enum { SEQ_INSERT, SEQ_FORCE, SEQ_IF_RAISED };
+/* What a pending failures or dead-letter change does. */
+enum { OP_NONE, OP_SET, OP_DEL };
+
+/* The store's cached statements. */
+enum {
+    ST_BEGIN,
+    ST_COMMIT,
+    ST_ROLLBACK,
+    ST_UPSERT_ITEM,
+    ST_DELETE_ITEM,
+    ST_UPSERT_FAIL,
+    ST_DELETE_FAIL,
+    ST_UPSERT_DEAD,
+    ST_DELETE_DEAD,
+    ST_DELETE_INBOX,
+    ST_QUEUE_SEEN,
+    ST_DELETE_QUEUE_ITEMS,
+    ST_PREPARED_AT_OPEN, /* the ones below are prepared on first use */
+    ST_SELECT_INBOX = ST_PREPARED_AT_OPEN,
+    ST_DATA_VERSION,
+    ST_COUNT
+};
+
+/* Pending entry flags. */
+enum {
+    PE_ITEM = 1,        /* the key's items row must be rewritten from the engine */
+    PE_MIGHT_EXIST = 2, /* the items row may be in the file (else a DELETE is skipped) */
+    PE_READDED = 4      /* the key became dirty in this window: refresh added_at */
+};
+
+/* One (queue, key) changed in the current window; 40 bytes, so a window of a million adds is cheap. */
+struct pend {
+    int64_t seq;      /* sequence number for FIFO order (see seq_mode) */
+    uint64_t key_off; /* the key's bytes in the store's arena */
+    uint32_t keylen;
+    int32_t prio_seen; /* priority when seq was assigned (detects raises) */
+    uint32_t qidx;     /* the queue's index in the store */
+    uint32_t extra;    /* 1 + index into the extras array, 0 when none */
+    uint8_t flags;     /* PE_* */
+    uint8_t seq_mode;  /* SEQ_* */
+};
+
+/* Failure-count and dead-letter changes of a pending entry (rare, so kept apart). */
+struct extra {
+    uint8_t fail_op, dead_op; /* OP_* */
+    int64_t requeues;
+    char *last_error;
+    char *dpayload; /* NULL: no payload */
+    size_t dpaylen;
+    char *derror;
+    int64_t attempts;
+    double failed_at;
+};
+
+struct wq_store_queue {
+    wq_store *s;
+    char *name;
+    size_t namelen;
+    uint32_t idx;
+    wq_queue *q;
+    wq_keymap *pending;  /* key -> index into s->ents */
+    wq_keymap *fail_set; /* keys with a failures row in the file (when complete) */
+    int complete;        /* every file row of this queue is known to the filter and fail_set */
+    int restoring;       /* inside wq_store_restore: touches are ignored */
+    int resync;          /* a touch was lost: rewrite all of the queue's rows at the next flush */
+};
+
+struct wq_store {
+    sqlite3 *db;
+    char *path;
+    int lock_fd;
+    dev_t dev;
+    ino_t ino;
+    struct wq_store *next_open; /* process-wide list of open stores */
+    wq_sync sync;
+    wq_timebase tb;
+    int64_t tb_mono0; /* default timebase: CLOCK_MONOTONIC ns and ... */
+    double tb_unix0;  /* ... CLOCK_REALTIME seconds at open */
+
+    sqlite3_stmt *st[ST_COUNT]; /* prepared once, kept for the whole session */
+
+    wq_store_queue **queues;
+    uint32_t nqueues;
+    size_t capqueues;
+
+    struct pend *ents; /* the pending set, in touch order */
+    size_t nents, capents;
+    struct extra *extras;
+    size_t nextras, capextras;
+    char *arena; /* key bytes of the pending entries */
+    size_t arena_len, arena_cap;
+
+    char **announce; /* queue names to record in the queues table */
+    size_t nannounce, capannounce;
+
+    int64_t *inbox_del; /* inbox ids taken, deleted at the next flush (sorted) */
+    size_t ninbox_del, capinbox_del;
+    int64_t inbox_mark; /* highest inbox id offered so far */
+    int64_t data_version;
+    int inbox_polled; /* a first poll happened */
+    int inbox_rescan; /* offer every row again at the next poll (a queue was added) */
+
+    int64_t next_seq;
+    uint64_t *bloom; /* which items rows may exist in the file */
+    size_t bloom_set;
+    uint64_t lost_updates; /* failures/dead changes dropped for lack of memory */
+
+    wq_store_stats stats;
+    char errmsg[512];
+};
+
+/* ---- schema.c ---- */
+
+/*
+ * Checks that path is usable without modifying it: missing, empty, an empty
+ * SQLite database, or a wqrun state file of a version this build knows.
+ * 0, WQ_EFORMAT (foreign, newer) or WQ_EIO, with a message naming path.
+ */
+int wq_schema_check(const char *path, char *err, size_t errlen);
+/*
+ * Opens path read-write (creating it), brings it to the current schema in
+ * one transaction (re-checking it under the write lock) and switches it to
+ * WAL. *out is NULL on failure. 0, WQ_EFORMAT or WQ_EIO.
+ */
+int wq_schema_open_rw(const char *path, sqlite3 **out, char *err, size_t errlen);
+/* Opens path read-only for inspection. 0 or WQ_EIO. */
+int wq_schema_open_ro(const char *path, sqlite3 **out, char *err, size_t errlen);
+/* Reads the owner recorded in meta ("pid 123 on host, since ..."); "" when unknown. */
+void wq_schema_owner(sqlite3 *db, char *buf, size_t len);
+/* Whether name is a valid queue name: 1-64 chars of [A-Za-z0-9_.-]. */
+int wq_schema_valid_queue(const char *name, size_t len);
+
+/* ---- store.c (used by restore.c) ---- */
+
+/* Formats the store's error message; returns code. */
+int wq_store_fail(wq_store *s, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Wall-clock Unix seconds. */
+double wq_store_wall(void);
+/* Notes that key may have an items row in the file. */
+void wq_store_bloom_add(wq_store_queue *sq, const char *key, size_t len);
+/* Records key as re-queued by the restore (state and seq rewritten at the next flush). */
+void wq_store_touch_requeued(wq_store_queue *sq, const char *key, size_t len);
+/* Prepares a statement; 0 or WQ_EIO with the message set. */
+int wq_store_prepare(wq_store *s, sqlite3_stmt **st, const char *sql);
+/* Whether the process already has path open as a store (same file). */
+int wq_store_open_here(const char *path);
+
+#endif
