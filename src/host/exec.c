@@ -90,6 +90,10 @@ static void maybe_complete(xproc *x)
     if (x->fd[1] >= 0 || x->fd[2] >= 0)
         return;
     unlink_proc(x);
+    /* Counted until here, not just until the reap: a grandchild may still
+     * hold the output pipes, and the process must not look idle (nor the
+     * virtual clock jump) while the exec is unfinished. */
+    x->h->children--;
     wq_task *t = x->task;
     if (t) {
         lua_State *co = t->co;
@@ -211,7 +215,6 @@ void wq_exec_reap(wq_host *h)
             if (x->pid == pid) {
                 x->exited = 1;
                 x->wstatus = st;
-                h->children--;
                 if (x->timer) {
                     wq_timer_stop(h, x->timer);
                     x->timer = 0;
@@ -294,8 +297,8 @@ static char **build_env(lua_State *L, int idx)
         } else {
             if (lua_type(L, -1) != LUA_TSTRING && lua_type(L, -1) != LUA_TNUMBER)
                 wq_argerror(L, "exec", "env", "values must be strings");
-            lua_pushvalue(L, -2);
-            lua_pushfstring(L, "%s=%s", lua_tostring(L, -2), lua_tostring(L, -1));
+            lua_pushvalue(L, -2); /* name, value, name */
+            lua_pushfstring(L, "%s=%s", lua_tostring(L, -1), lua_tostring(L, -2));
             lua_rawset(L, tab);
         }
         lua_pop(L, 1);

@@ -190,8 +190,15 @@ void wq_host_settle(wq_host *h)
         }
         h->armed = next;
     }
-    if (next == WQ_NEVER && idle(h))
+    if (next == WQ_NEVER && idle(h)) {
+        /* Rows another process put in the inbox are work too: look once more. */
+        if (h->store) {
+            wq_inbox_poll(h);
+            if (h->ready_head || !idle(h))
+                return;
+        }
         wq_host_exit(h, 0);
+    }
 }
 
 static void on_timer(evutil_socket_t fd, short what, void *arg)
@@ -306,7 +313,14 @@ int wq_host_main(const wq_host_opts *opts, const char *script, int argc, char **
     h->start_mono = mono_ns();
     h->vnow = h->start_mono;
     h->start_unix = unix_now();
-    h->base = event_base_new();
+    /* Precise timers (timerfd): epoll's millisecond timeouts would make every
+     * delay up to 1 ms late. */
+    struct event_config *cfg = event_config_new();
+    if (cfg) {
+        event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+        h->base = event_base_new_with_config(cfg);
+        event_config_free(cfg);
+    }
     h->L = luaL_newstate();
     if (!h->base || !h->L) {
         fprintf(stderr, "wqrun: cannot initialize (out of memory)\n");

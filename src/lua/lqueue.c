@@ -192,9 +192,13 @@ static void timeout_hook(lua_State *L, lua_Debug *ar)
     /* The virtual clock stands still while a handler computes: use real time too. */
     if (t && t->deadline != WQ_NEVER &&
         (wq_host_now(t->host) >= t->deadline || wq_real_now() >= t->real_deadline)) {
-        lua_sethook(L, NULL, 0, 0);
-        t->queue->ntimeouts++;
-        t->host->handler_timeouts++;
+        if (lua_gethookcount(L) != 1) { /* first time for this job */
+            t->queue->ntimeouts++;
+            t->host->handler_timeouts++;
+        }
+        /* From now on every instruction raises again, so a handler cannot
+         * swallow the timeout with pcall and go on (finish_job removes it). */
+        lua_sethook(L, timeout_hook, LUA_MASKCOUNT, 1);
         lua_pushstring(L, "timeout");
         lua_error(L);
     }
@@ -205,11 +209,13 @@ static void deadline_fire(wq_host *h, void *data, uint64_t id)
     (void)id;
     wq_task *t = data;
     t->deadline_timer = 0;
-    if (t->state == TS_WAITING) {
-        t->queue->ntimeouts++;
-        h->handler_timeouts++;
+    t->queue->ntimeouts++;
+    h->handler_timeouts++;
+    /* The handler fails with "timeout" at its next instruction, even if it
+     * catches the interrupted wait with pcall (see timeout_hook). */
+    lua_sethook(t->co, timeout_hook, LUA_MASKCOUNT, 1);
+    if (t->state == TS_WAITING)
         wq_task_interrupt(t, "timeout");
-    }
 }
 
 static void get_cancel(wq_task *t)
@@ -387,10 +393,10 @@ static const char *const queue_opts[] = {"handler", "workers",  "limiter", "max_
 static int queue_new(lua_State *L)
 {
     size_t nlen;
-    const char *name = lua_tolstring(L, 1, &nlen);
-    if (lua_type(L, 1) != LUA_TSTRING)
+    if (lua_type(L, 1) != LUA_TSTRING) /* before lua_tolstring, which converts numbers */
         wq_argerror(L, "queue", "name",
                     lua_pushfstring(L, "string expected, got %s", luaL_typename(L, 1)));
+    const char *name = lua_tolstring(L, 1, &nlen);
     if (!valid_name(name, nlen))
         wq_argerror(L, "queue", "name", "1-64 characters of [A-Za-z0-9_.-]");
     if (!lua_isnoneornil(L, 2) && !lua_istable(L, 2))

@@ -130,11 +130,37 @@ void wq_push_payload(lua_State *L, const char *json, size_t len)
     }
 }
 
+int wq_json_encode(lua_State *L, int idx)
+{
+    idx = lua_absindex(L, idx);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &encode_key);
+    lua_pushvalue(L, idx);
+    return lua_pcall(L, 1, 1, 0) == LUA_OK ? 0 : -1;
+}
+
+int wq_json_decode(lua_State *L, const char *json, size_t len)
+{
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &decode_key);
+    lua_pushlstring(L, json, len);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK)
+        return -1;
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &null_key);
+    if (lua_rawequal(L, -1, -2)) {
+        lua_pop(L, 2);
+        lua_pushnil(L);
+    } else {
+        lua_pop(L, 1);
+    }
+    return 0;
+}
+
 /* ---- runtime functions ---- */
 
 static int wq_spawn(lua_State *L)
 {
-    luaL_checktype(L, 1, LUA_TFUNCTION);
+    if (lua_type(L, 1) != LUA_TFUNCTION)
+        wq_argerror(L, "spawn", "fn",
+                    lua_pushfstring(L, "function expected, got %s", luaL_typename(L, 1)));
     wq_host *h = wq_host_of(L);
     int n = lua_gettop(L);
     wq_task *t = wq_task_spawn(h, L, n - 1, TASK_SPAWN);
@@ -302,7 +328,8 @@ static int wq_requeue(lua_State *L)
 
 static int wq_log(lua_State *L)
 {
-    luaL_checkany(L, 1);
+    if (lua_isnone(L, 1))
+        wq_argerror(L, "log", "fmt", "value expected");
     const char *msg;
     if (lua_gettop(L) == 1) {
         msg = luaL_tolstring(L, 1, NULL);

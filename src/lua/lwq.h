@@ -27,4 +27,9 @@ void wq_encode_payload(lua_State *L, int idx, const char *fn);
 /* Pushes the decoded payload of JSON text (nil for NULL). */
 void wq_push_payload(lua_State *L, const char *json, size_t len);
 
+/* JSON text of the value at idx pushed on the stack; 0, or -1 with a message pushed. */
+int wq_json_encode(lua_State *L, int idx);
+/* Decoded value of JSON text pushed (JSON null as nil); 0, or -1 with a message pushed. */
+int wq_json_decode(lua_State *L, const char *json, size_t len);
+
 #endif

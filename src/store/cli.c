@@ -93,10 +93,11 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
     if (!*db)
         return usage(err, add_usage, "add: %s", "--db needs a path");
     if (npos < 2)
-        return usage(err, add_usage, "add: %s", npos ? "KEY is missing" : "QUEUE and KEY are missing");
+        return usage(err, add_usage, "add: %s",
+                     npos ? "KEY is missing" : "QUEUE and KEY are missing");
     if (!wq_schema_valid_queue(pos[0], strlen(pos[0])))
-        return usage(err, add_usage,
-                     "add: bad queue name '%s' (1-64 characters of [A-Za-z0-9_.-])", pos[0]);
+        return usage(err, add_usage, "add: bad queue name '%s' (1-64 characters of [A-Za-z0-9_.-])",
+                     pos[0]);
     double after = 0;
     if (after_s) {
         char *end;
@@ -173,10 +174,21 @@ static void duration(double s, char *buf, size_t len)
         snprintf(buf, len, "never");
 }
 
-enum { C_QUEUE, C_QUEUED, C_PROCESSING, C_WAITING, C_DEAD, C_FAILING, C_INBOX, C_OLDEST, C_NEXT, NCOLS };
+enum {
+    C_QUEUE,
+    C_QUEUED,
+    C_PROCESSING,
+    C_WAITING,
+    C_DEAD,
+    C_FAILING,
+    C_INBOX,
+    C_OLDEST,
+    C_NEXT,
+    NCOLS
+};
 
-static const char *const col_names[NCOLS] = {"QUEUE", "QUEUED", "PROCESSING", "WAITING", "DEAD",
-                                             "FAILING", "INBOX", "OLDEST", "NEXT READY"};
+static const char *const col_names[NCOLS] = {"QUEUE",   "QUEUED", "PROCESSING", "WAITING",   "DEAD",
+                                             "FAILING", "INBOX",  "OLDEST",     "NEXT READY"};
 
 struct row {
     char cell[NCOLS][80];
@@ -268,8 +280,12 @@ static int print_status(sqlite3 *db, const char *path, int active, FILE *out, FI
     char owner[400];
     wq_schema_owner(db, owner, sizeof owner);
     struct stat sb;
-    double mb = stat(path, &sb) == 0 ? (double)sb.st_size / 1e6 : 0;
-    fprintf(out, "state file  %s (version %d, %.1f MB)\n", path, WQ_STORE_VERSION, mb);
+    double bytes = stat(path, &sb) == 0 ? (double)sb.st_size : 0;
+    char wal[4200];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    double wal_bytes = stat(wal, &sb) == 0 ? (double)sb.st_size : 0;
+    fprintf(out, "state file  %s (version %d, %.1f MB + %.1f MB WAL)\n", path, WQ_STORE_VERSION,
+            bytes / 1e6, wal_bytes / 1e6);
     if (active)
         fprintf(out, "runner      running: %s\n", owner[0] ? owner : "pid unknown");
     else
@@ -287,12 +303,18 @@ static int print_status(sqlite3 *db, const char *path, int active, FILE *out, FI
             fprintf(out, "no queues yet\n");
         } else {
             for (int c = 0; c < NCOLS; c++)
-                fprintf(out, c == 0 ? "%-*s" : c >= C_OLDEST ? "  %-*s" : "  %*s", (int)width[c],
-                        col_names[c]);
+                fprintf(out,
+                        c == 0          ? "%-*s"
+                        : c >= C_OLDEST ? "  %-*s"
+                                        : "  %*s",
+                        (int)width[c], col_names[c]);
             fputc('\n', out);
             for (size_t i = 0; i < nrows; i++) {
                 for (int c = 0; c < NCOLS; c++)
-                    fprintf(out, c == 0 ? "%-*s" : c >= C_OLDEST ? "  %-*s" : "  %*s",
+                    fprintf(out,
+                            c == 0          ? "%-*s"
+                            : c >= C_OLDEST ? "  %-*s"
+                                            : "  %*s",
                             (int)width[c], rows[i].cell[c]);
                 fputc('\n', out);
             }

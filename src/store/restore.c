@@ -35,6 +35,7 @@ static int restore_items(wq_store_queue *sq, void (*item_fn)(void *ud, const wq_
     if (sqlite3_prepare_v2(s->db, restore_items_sql, -1, &st, NULL) != SQLITE_OK)
         return SQLITE_ERROR;
     sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
+    size_t records = sq->q ? wq_queue_records(sq->q) : 0;
     int n = 0, rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         wq_restored r;
@@ -60,18 +61,20 @@ static int restore_items(wq_store_queue *sq, void (*item_fn)(void *ud, const wq_
         item_fn(ud, &r);
         n++;
         wq_item_info info;
-        if (!sq->q || !wq_queue_lookup(sq->q, r.key, r.keylen, &info))
-            *incomplete = 1; /* the caller did not take it: its row stays, unknown to us */
-        else if (only_waiting && (info.state & WQ_ST_DIRTY))
+        if (only_waiting && sq->q && wq_queue_lookup(sq->q, r.key, r.keylen, &info) &&
+            (info.state & WQ_ST_DIRTY))
             wq_store_touch_requeued(sq, r.key, r.keylen); /* its time has passed: queued now */
     }
+    /* Each row is a distinct key: unless each became a new record, some rows are not ours. */
+    if (!sq->q || wq_queue_records(sq->q) - records != (size_t)n)
+        *incomplete = 1;
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? n : -1;
 }
 
 static int restore_failures(wq_store_queue *sq,
-                            void (*fail_fn)(void *ud, const char *key, size_t len,
-                                            int64_t requeues, const char *last_error),
+                            void (*fail_fn)(void *ud, const char *key, size_t len, int64_t requeues,
+                                            const char *last_error),
                             void *ud, int *incomplete)
 {
     sqlite3_stmt *st;
@@ -97,9 +100,8 @@ static int restore_failures(wq_store_queue *sq,
 }
 
 static int restore_dead(wq_store_queue *sq,
-                        void (*dead_fn)(void *ud, const char *key, size_t len,
-                                        const char *payload, const char *error, int64_t attempts,
-                                        double failed_at),
+                        void (*dead_fn)(void *ud, const char *key, size_t len, const char *payload,
+                                        const char *error, int64_t attempts, double failed_at),
                         void *ud)
 {
     if (!dead_fn)
@@ -162,8 +164,8 @@ int wq_store_restore(wq_store_queue *sq, void (*item_fn)(void *ud, const wq_rest
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL);
     if (rc != SQLITE_OK) {
-        int r = wq_store_fail(s, WQ_EIO, "cannot restore queue '%s' from %s: %s", sq->name,
-                              s->path, sqlite3_errmsg(s->db));
+        int r = wq_store_fail(s, WQ_EIO, "cannot restore queue '%s' from %s: %s", sq->name, s->path,
+                              sqlite3_errmsg(s->db));
         if (!sqlite3_get_autocommit(s->db))
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
         sq->complete = 0;

@@ -36,22 +36,22 @@ static const char schema_v1[] =
     "  name TEXT PRIMARY KEY,\n"
     "  seen_at REAL\n"
     ") WITHOUT ROWID;\n"
-    "CREATE TABLE items(\n"
+    "CREATE TABLE items(               -- one row per key with anything pending\n"
     "  queue TEXT NOT NULL,\n"
     "  key TEXT NOT NULL,\n"
-    "  payload TEXT,\n"
-    "  state TEXT NOT NULL CHECK (state IN ('queued', 'processing', 'waiting')),\n"
-    "  ready_at REAL,\n"
+    "  payload TEXT,                  -- JSON text, or NULL\n"
+    "  state TEXT NOT NULL,           -- 'queued', 'processing' or 'waiting'\n"
+    "  ready_at REAL,                 -- Unix time of a pending delayed add, else NULL\n"
     "  priority INTEGER NOT NULL DEFAULT 0,\n"
-    "  seq INTEGER NOT NULL DEFAULT 0,\n"
-    "  added_at REAL,\n"
-    "  updated_at REAL,\n"
+    "  seq INTEGER NOT NULL DEFAULT 0, -- FIFO order within a priority\n"
+    "  added_at REAL,                 -- Unix time the key was last queued\n"
+    "  updated_at REAL,               -- Unix time of the last write\n"
     "  PRIMARY KEY (queue, key)\n"
     ") WITHOUT ROWID;\n"
     "CREATE TABLE failures(\n"
     "  queue TEXT NOT NULL,\n"
     "  key TEXT NOT NULL,\n"
-    "  requeues INTEGER NOT NULL,\n"
+    "  requeues INTEGER NOT NULL,     -- the queue's failure count for the key\n"
     "  last_error TEXT,\n"
     "  updated_at REAL,\n"
     "  PRIMARY KEY (queue, key)\n"
@@ -61,16 +61,16 @@ static const char schema_v1[] =
     "  key TEXT NOT NULL,\n"
     "  payload TEXT,\n"
     "  error TEXT,\n"
-    "  attempts INTEGER NOT NULL,\n"
+    "  attempts INTEGER NOT NULL,     -- failed runs\n"
     "  failed_at REAL,\n"
     "  PRIMARY KEY (queue, key)\n"
     ") WITHOUT ROWID;\n"
-    "CREATE TABLE inbox(\n"
+    "CREATE TABLE inbox(               -- any process may insert; the runner moves rows to queues\n"
     "  id INTEGER PRIMARY KEY AUTOINCREMENT,\n"
     "  queue TEXT NOT NULL,\n"
     "  key TEXT NOT NULL,\n"
-    "  payload TEXT,\n"
-    "  after REAL,\n"
+    "  payload TEXT,                  -- JSON text; other text arrives as a JSON string\n"
+    "  after REAL,                    -- delay in seconds from created_at; NULL: none\n"
     "  created_at REAL DEFAULT " WQ_SQL_NOW "\n"
     ");\n"
     "CREATE VIEW pending AS\n"
@@ -143,8 +143,14 @@ static int read_error(const char *path, sqlite3 *db, int rc, char *err, size_t e
 
 int wq_schema_open_ro(const char *path, sqlite3 **out, char *err, size_t errlen)
 {
+    /*
+     * Read-write when allowed, though only reading: a read-only connection
+     * to a WAL file leaves empty -wal and -shm files behind, a read-write
+     * one removes them when it is the last to close, as the sqlite3 shell does.
+     */
+    int flags = access(path, W_OK) == 0 ? SQLITE_OPEN_READWRITE : SQLITE_OPEN_READONLY;
     sqlite3 *db = NULL;
-    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL);
+    int rc = sqlite3_open_v2(path, &db, flags, NULL);
     if (rc != SQLITE_OK) {
         int r = fmt(err, errlen, WQ_EIO, "cannot open state file %s: %s", path,
                     db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
@@ -158,31 +164,70 @@ int wq_schema_open_ro(const char *path, sqlite3 **out, char *err, size_t errlen)
     return 0;
 }
 
+/*
+ * Reads a file's header through SQLite without leaving a trace: immutable
+ * takes no locks and creates no -wal or -shm file (but may see a torn page
+ * while another process writes); otherwise an ordinary read-only connection.
+ */
+static int inspect(const char *path, int immutable, char *err, size_t errlen)
+{
+    char uri[4200];
+    size_t n = (size_t)snprintf(uri, sizeof uri, "file:");
+    for (const char *c = path; *c && n + 4 < sizeof uri; c++) {
+        if (*c == '%' || *c == '?' || *c == '#')
+            n += (size_t)snprintf(uri + n, sizeof uri - n, "%%%02X", (unsigned char)*c);
+        else
+            uri[n++] = *c;
+    }
+    snprintf(uri + n, sizeof uri - n, "%s", immutable ? "?immutable=1" : "?mode=ro");
+    sqlite3 *db = NULL;
+    int rc = sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+    int r;
+    if (rc != SQLITE_OK) {
+        r = fmt(err, errlen, WQ_EIO, "cannot open state file %s: %s", path,
+                db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+    } else {
+        sqlite3_extended_result_codes(db, 1);
+        sqlite3_busy_timeout(db, 5000);
+        int app = 0, ver = 0, nobj = 0;
+        rc = read_header(db, &app, &ver, &nobj);
+        if (rc != SQLITE_OK)
+            r = read_error(path, db, rc, err, errlen);
+        else
+            r = classify(path, app, ver, nobj, err, errlen);
+    }
+    sqlite3_close(db);
+    return r;
+}
+
+/* Whether path has a non-empty -wal file next to it (its newest pages may live there). */
+static int has_wal(const char *path)
+{
+    char wal[4200];
+    struct stat st;
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    return stat(wal, &st) == 0 && st.st_size > 0;
+}
+
 int wq_schema_check(const char *path, char *err, size_t errlen)
 {
     struct stat st;
     if (stat(path, &st) < 0) {
         if (errno == ENOENT)
             return 0;
-        return fmt(err, errlen, WQ_EIO, "cannot access state file %s: %s", path,
-                   strerror(errno));
+        return fmt(err, errlen, WQ_EIO, "cannot access state file %s: %s", path, strerror(errno));
     }
     if (!S_ISREG(st.st_mode))
         return fmt(err, errlen, WQ_EFORMAT, "%s is not a wqrun state file (not a regular file)",
                    path);
-    if (st.st_size == 0)
+    int wal = has_wal(path);
+    if (st.st_size == 0 && !wal)
         return 0;
-    sqlite3 *db;
-    int r = wq_schema_open_ro(path, &db, err, errlen);
-    if (r < 0)
-        return r;
-    int app = 0, ver = 0, nobj = 0;
-    int rc = read_header(db, &app, &ver, &nobj);
-    if (rc != SQLITE_OK)
-        r = read_error(path, db, rc, err, errlen);
-    else
-        r = classify(path, app, ver, nobj, err, errlen);
-    sqlite3_close(db);
+    int r = inspect(path, 1, err, errlen);
+    /* A refusal may come from a page torn by a live writer, or an outdated header: read again
+     * properly. */
+    if (r < 0 && wal)
+        r = inspect(path, 0, err, errlen);
     return r;
 }
 
@@ -204,8 +249,8 @@ static int check_writable(const char *path, char *err, size_t errlen)
     else
         snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
     if (access(dir, W_OK | X_OK) < 0)
-        return fmt(err, errlen, WQ_EIO, "cannot create state file %s: directory %s: %s", path,
-                   dir, strerror(errno));
+        return fmt(err, errlen, WQ_EIO, "cannot create state file %s: directory %s: %s", path, dir,
+                   strerror(errno));
     return 0;
 }
 
@@ -244,6 +289,9 @@ int wq_schema_open_rw(const char *path, sqlite3 **out, char *err, size_t errlen)
     }
     sqlite3_extended_result_codes(db, 1);
     sqlite3_busy_timeout(db, 5000);
+    /* Until the file is known to be ours, closing must not checkpoint someone else's WAL into it.
+     */
+    sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)NULL);
     if (sqlite3_db_readonly(db, "main") == 1) {
         r = fmt(err, errlen, WQ_EIO, "state file %s is not writable", path);
         goto fail;
@@ -299,6 +347,7 @@ int wq_schema_open_rw(const char *path, sqlite3 **out, char *err, size_t errlen)
                 sqlite3_errmsg(db));
         goto fail;
     }
+    sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, (int *)NULL);
     *out = db;
     return 0;
 fail:

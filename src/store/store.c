@@ -26,6 +26,7 @@
 
 #define BLOOM_BITS (1u << 23) /* 1 MiB; rebuilt from the engine when half full */
 #define SHRINK_ABOVE 65536    /* pending arrays larger than this are freed after a flush */
+#define INDEX_MIN 1024        /* initial size of the pending set's index */
 
 static wq_store *open_stores; /* this process's open stores, to refuse a second open */
 
@@ -195,7 +196,7 @@ static void bloom_rebuild(wq_store *s)
 static int registry_has(dev_t dev, ino_t ino)
 {
     for (wq_store *o = open_stores; o; o = o->next_open)
-        if (o->dev == dev && o->ino == ino)
+        if (o->dev == dev && o->ino == ino && o->pid == getpid())
             return 1;
     return 0;
 }
@@ -306,8 +307,8 @@ static void busy_message(const char *path, char *err, size_t errlen)
              path, owner[0] ? owner : "pid unknown");
 }
 
-int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timebase *tb,
-                  char *err, size_t errlen)
+int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timebase *tb, char *err,
+                  size_t errlen)
 {
     *out = NULL;
     if (!path || !*path)
@@ -336,8 +337,7 @@ int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timeb
         return r;
     }
     if (fstat(fd, &st) < 0) {
-        r = fail_buf(err, errlen, WQ_EIO, "cannot stat state file %s: %s", path,
-                     strerror(errno));
+        r = fail_buf(err, errlen, WQ_EIO, "cannot stat state file %s: %s", path, strerror(errno));
         close(fd);
         return r;
     }
@@ -363,6 +363,7 @@ int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timeb
     s->lock_fd = fd;
     s->dev = st.st_dev;
     s->ino = st.st_ino;
+    s->pid = getpid();
     s->sync = sync;
     s->tb_mono0 = mono_ns();
     s->tb_unix0 = wq_store_wall();
@@ -424,26 +425,19 @@ static void free_extra(struct extra *e)
 /* Forgets the pending set after a successful flush. */
 static void clear_pending(wq_store *s)
 {
-    for (uint32_t i = 0; i < s->nqueues; i++) {
-        wq_store_queue *sq = s->queues[i];
-        sq->resync = 0;
-        if (wq_keymap_count(sq->pending) > 1024) {
-            /* A big window: a fresh map is cheaper than deleting key by key. */
-            wq_keymap *m = wq_keymap_new();
-            if (m) {
-                wq_keymap_free(sq->pending);
-                sq->pending = m;
-            }
-        }
-    }
-    for (size_t i = 0; i < s->nents; i++) {
-        const struct pend *p = &s->ents[i];
-        wq_store_queue *sq = s->queues[p->qidx];
-        if (wq_keymap_count(sq->pending))
-            wq_keymap_del(sq->pending, s->arena + p->key_off, p->keylen);
-    }
+    for (uint32_t i = 0; i < s->nqueues; i++)
+        s->queues[i]->resync = 0;
     for (size_t i = 0; i < s->nextras; i++)
         free_extra(&s->extras[i]);
+    if (s->index) {
+        if (s->index_mask + 1 > 4 * INDEX_MIN && s->nents < (s->index_mask + 1) / 16) {
+            wq_free(s->index); /* a big window is over: start small again */
+            s->index = NULL;
+            s->index_mask = 0;
+        } else {
+            memset(s->index, 0, (s->index_mask + 1) * sizeof *s->index);
+        }
+    }
     s->nents = s->nextras = s->arena_len = 0;
     if (s->capents > SHRINK_ABOVE) {
         wq_free(s->ents);
@@ -476,7 +470,6 @@ void wq_store_close(wq_store *s)
     for (size_t i = 0; i < s->nextras; i++)
         free_extra(&s->extras[i]);
     for (uint32_t i = 0; i < s->nqueues; i++) {
-        wq_keymap_free(s->queues[i]->pending);
         wq_keymap_free(s->queues[i]->fail_set);
         wq_free(s->queues[i]->name);
         wq_free(s->queues[i]);
@@ -487,6 +480,7 @@ void wq_store_close(wq_store *s)
     wq_free(s->ents);
     wq_free(s->extras);
     wq_free(s->arena);
+    wq_free(s->index);
     wq_free(s->announce);
     wq_free(s->inbox_del);
     wq_free(s->bloom);
@@ -539,11 +533,9 @@ wq_store_queue *wq_store_attach(wq_store *s, const char *name, wq_queue *q)
     sq->q = q;
     sq->namelen = strlen(name);
     sq->name = dup_bytes(name, sq->namelen);
-    sq->pending = wq_keymap_new();
     sq->fail_set = wq_keymap_new();
-    if (!sq->name || !sq->pending || !sq->fail_set) {
+    if (!sq->name || !sq->fail_set) {
         wq_free(sq->name);
-        wq_keymap_free(sq->pending);
         wq_keymap_free(sq->fail_set);
         wq_free(sq);
         wq_store_fail(s, WQ_ENOMEM, "out of memory");
@@ -567,36 +559,100 @@ wq_store_queue *wq_store_attach(wq_store *s, const char *name, wq_queue *q)
     return sq;
 }
 
+void wq_store_detach(wq_store_queue *sq)
+{
+    if (sq)
+        sq->q = NULL;
+}
+
 /* ---- the pending set ---- */
+
+static uint32_t key_hash(const wq_store_queue *sq, const char *key, size_t len)
+{
+    uint64_t h = wq_hash(key, len) + (uint64_t)sq->idx * 0x9e3779b97f4a7c15ULL;
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+/* The index slot holding (sq, key), or the empty slot where it would go. */
+static size_t find_slot(const wq_store *s, const wq_store_queue *sq, const char *key, size_t len,
+                        uint32_t h)
+{
+    size_t i = h & s->index_mask;
+    for (;;) {
+        uint32_t v = s->index[i];
+        if (!v)
+            return i;
+        const struct pend *p = &s->ents[v - 1];
+        if (p->hash == h && p->qidx == sq->idx && p->keylen == len &&
+            (len == 0 || memcmp(s->arena + p->key_off, key, len) == 0))
+            return i;
+        i = (i + 1) & s->index_mask;
+    }
+}
+
+/* Keeps the index at most half full. 0 or -1 (out of memory, index unchanged). */
+static int index_reserve(wq_store *s, size_t n)
+{
+    size_t cap = s->index ? s->index_mask + 1 : 0;
+    if (2 * n <= cap)
+        return 0;
+    size_t ncap = cap ? cap : INDEX_MIN;
+    while (2 * n > ncap)
+        ncap *= 2;
+    uint32_t *idx = wq_malloc(ncap * sizeof *idx);
+    if (!idx)
+        return -1;
+    memset(idx, 0, ncap * sizeof *idx);
+    for (size_t e = 0; e < s->nents; e++) {
+        size_t i = s->ents[e].hash & (ncap - 1);
+        while (idx[i])
+            i = (i + 1) & (ncap - 1);
+        idx[i] = (uint32_t)e + 1;
+    }
+    wq_free(s->index);
+    s->index = idx;
+    s->index_mask = ncap - 1;
+    return 0;
+}
+
+/* The pending entry of key, or NULL. */
+static struct pend *lookup(wq_store_queue *sq, const char *key, size_t len)
+{
+    wq_store *s = sq->s;
+    if (!s->nents)
+        return NULL;
+    uint32_t v = s->index[find_slot(s, sq, key, len, key_hash(sq, key, len))];
+    return v ? &s->ents[v - 1] : NULL;
+}
 
 /* The pending entry of key, created if absent; NULL when out of memory. */
 static struct pend *entry(wq_store_queue *sq, const char *key, size_t len)
 {
     wq_store *s = sq->s;
-    int created;
-    uint64_t *v = wq_keymap_put(sq->pending, key, len, &created);
-    if (!v)
-        return NULL;
-    if (!created)
-        return &s->ents[*v];
-    if (grow((void **)&s->ents, &s->capents, s->nents + 1, sizeof *s->ents) < 0 ||
-        grow((void **)&s->arena, &s->arena_cap, s->arena_len + len + 1, 1) < 0) {
-        wq_keymap_del(sq->pending, key, len);
-        return NULL;
+    uint32_t h = key_hash(sq, key, len);
+    if (s->nents) {
+        uint32_t v = s->index[find_slot(s, sq, key, len, h)];
+        if (v)
+            return &s->ents[v - 1];
     }
-    *v = s->nents;
-    struct pend *p = &s->ents[s->nents++];
+    if (s->nents >= UINT32_MAX - 1 || index_reserve(s, s->nents + 1) < 0 ||
+        grow((void **)&s->ents, &s->capents, s->nents + 1, sizeof *s->ents) < 0 ||
+        grow((void **)&s->arena, &s->arena_cap, s->arena_len + len + 1, 1) < 0)
+        return NULL;
+    struct pend *p = &s->ents[s->nents];
     memset(p, 0, sizeof *p);
     if (len)
         memcpy(s->arena + s->arena_len, key, len);
     p->key_off = s->arena_len;
     p->keylen = (uint32_t)len;
+    p->hash = h;
     s->arena_len += len;
     p->qidx = sq->idx;
     p->seq = s->next_seq++;
     p->seq_mode = SEQ_INSERT;
     if (!sq->complete || bloom_test(sq, key, len))
         p->flags |= PE_MIGHT_EXIST;
+    s->index[find_slot(s, sq, key, len, h)] = (uint32_t)++s->nents;
     return p;
 }
 
@@ -671,7 +727,7 @@ void wq_store_failures(wq_store_queue *sq, const char *key, size_t len, int64_t 
 {
     if (!sq)
         return;
-    if (requeues <= 0 && sq->complete && !wq_keymap_get(sq->pending, key, len) &&
+    if (requeues <= 0 && sq->complete && !lookup(sq, key, len) &&
         !wq_keymap_get(sq->fail_set, key, len))
         return; /* no row to delete */
     struct extra *e = extra_of(sq, key, len);
@@ -793,7 +849,9 @@ static int write_item(wq_store *s, wq_store_queue *sq, const struct pend *p, con
                       double now, uint64_t *rows)
 {
     wq_item_info info;
-    if (!sq->q || !wq_queue_lookup(sq->q, key, p->keylen, &info)) {
+    if (!sq->q)
+        return SQLITE_OK; /* detached: its engine queue is gone, the file keeps its rows */
+    if (!wq_queue_lookup(sq->q, key, p->keylen, &info)) {
         if (!(p->flags & PE_MIGHT_EXIST)) {
             s->stats.deletes_skipped++; /* came and went within the window */
             return SQLITE_OK;
@@ -824,9 +882,11 @@ static int resync_visit(void *ud, const wq_item_info *info)
 /* Rewrites all of a queue's rows after a touch was lost (order within a priority may change). */
 static int resync_queue(wq_store *s, wq_store_queue *sq, double now, uint64_t *rows)
 {
+    if (!sq->q)
+        return SQLITE_OK;
     sqlite3_bind_text(s->st[ST_DELETE_QUEUE_ITEMS], 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
     int rc = run(s->st[ST_DELETE_QUEUE_ITEMS]);
-    if (rc != SQLITE_OK || !sq->q)
+    if (rc != SQLITE_OK)
         return rc;
     struct resync_ctx c = {s, sq, now, 0, SQLITE_OK};
     wq_queue_foreach(sq->q, resync_visit, &c);
@@ -962,10 +1022,15 @@ int wq_store_flush(wq_store *s)
 
 failed:
     /* Keep the pending set: it is rewritten from the engine by the next flush. */
+    s->stats.flush_errors++;
+    if ((rc & 0xff) == SQLITE_BUSY && sqlite3_get_autocommit(s->db))
+        return wq_store_fail(s, WQ_EBUSY,
+                             "state file %s stayed locked by another connection (an open write "
+                             "transaction in a sqlite3 session?); nothing was written, try again",
+                             s->path);
     wq_store_fail(s, WQ_EIO, "cannot write state file %s: %s", s->path, sqlite3_errmsg(s->db));
     if (!sqlite3_get_autocommit(s->db))
         run(s->st[ST_ROLLBACK]);
-    s->stats.flush_errors++;
     return WQ_EIO;
 }
 

@@ -33,9 +33,9 @@ typedef enum { WQ_SYNC_NORMAL, WQ_SYNC_FULL } wq_sync;
  * and the sync level. On failure returns a WQ_E* code, writes a message
  * naming the file into err, and leaves a foreign file unmodified.
  */
-int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timebase *tb,
-                  char *err, size_t errlen);
-/* Flushes pending changes and closes. NULL is fine. */
+int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timebase *tb, char *err,
+                  size_t errlen);
+/* Flushes pending changes and closes. Attached queues must be alive or detached. NULL is fine. */
 void wq_store_close(wq_store *s);
 /* The last error message (for WQ_EIO from flush and friends). */
 const char *wq_store_errmsg(const wq_store *s);
@@ -51,6 +51,12 @@ const char *wq_store_path(const wq_store *s);
  */
 wq_store_queue *wq_store_attach(wq_store *s, const char *name, wq_queue *q);
 /*
+ * The engine queue is going away: the store stops reading it. Its rows stay
+ * as last written; changes not yet flushed for it are dropped. Call before
+ * freeing a queue that is attached while the store stays open.
+ */
+void wq_store_detach(wq_store_queue *sq);
+/*
  * Records that the script defines queue name (shown by `wqrun status`) and
  * makes the next inbox poll offer every row again, including rows an
  * earlier poll left for an unknown queue.
@@ -64,8 +70,8 @@ typedef struct wq_restored {
     const char *payload; /* JSON text or NULL */
     size_t paylen;
     int32_t priority;
-    int queued;      /* 'queued' or 'processing' before: run (again) */
-    int waiting;     /* a delayed add is pending at ready_at_mono */
+    int queued;  /* 'queued' or 'processing' before: run (again) */
+    int waiting; /* a delayed add is pending at ready_at_mono */
     int64_t ready_at_mono;
 } wq_restored;
 
@@ -76,8 +82,7 @@ typedef struct wq_restored {
  * dead_fn for each dead row so the caller can rebuild its maps.
  * Returns the number of items restored or a WQ_E* code.
  */
-int wq_store_restore(wq_store_queue *sq,
-                     void (*item_fn)(void *ud, const wq_restored *r),
+int wq_store_restore(wq_store_queue *sq, void (*item_fn)(void *ud, const wq_restored *r),
                      void (*fail_fn)(void *ud, const char *key, size_t len, int64_t requeues,
                                      const char *last_error),
                      void (*dead_fn)(void *ud, const char *key, size_t len, const char *payload,
@@ -97,7 +102,13 @@ void wq_store_undead(wq_store_queue *sq, const char *key, size_t len);
 
 /* Whether anything is waiting to be written. */
 int wq_store_dirty(const wq_store *s);
-/* Writes every pending change in one transaction. 0 or WQ_EIO (message in errmsg). */
+/*
+ * Writes every pending change in one transaction. 0, WQ_EIO (disk full, I/O
+ * error: rolled back), WQ_EBUSY (another connection held the write lock past
+ * the 5 s busy timeout: nothing written), or WQ_ENOMEM (some failure-count or
+ * dead-letter changes were lost; the rest is written). Message in errmsg.
+ * After an error the pending set is kept, so a later flush writes it all.
+ */
 int wq_store_flush(wq_store *s);
 
 /*

@@ -54,7 +54,8 @@ enum {
     PE_READDED = 4      /* the key became dirty in this window: refresh added_at */
 };
 
-/* One (queue, key) changed in the current window; 40 bytes, so a window of a million adds is cheap. */
+/* One (queue, key) changed in the current window; 40 bytes, so a window of a million adds is cheap.
+ */
 struct pend {
     int64_t seq;      /* sequence number for FIFO order (see seq_mode) */
     uint64_t key_off; /* the key's bytes in the store's arena */
@@ -62,6 +63,7 @@ struct pend {
     int32_t prio_seen; /* priority when seq was assigned (detects raises) */
     uint32_t qidx;     /* the queue's index in the store */
     uint32_t extra;    /* 1 + index into the extras array, 0 when none */
+    uint32_t hash;     /* of (queue, key), for the index */
     uint8_t flags;     /* PE_* */
     uint8_t seq_mode;  /* SEQ_* */
 };
@@ -84,7 +86,6 @@ struct wq_store_queue {
     size_t namelen;
     uint32_t idx;
     wq_queue *q;
-    wq_keymap *pending;  /* key -> index into s->ents */
     wq_keymap *fail_set; /* keys with a failures row in the file (when complete) */
     int complete;        /* every file row of this queue is known to the filter and fail_set */
     int restoring;       /* inside wq_store_restore: touches are ignored */
@@ -97,6 +98,7 @@ struct wq_store {
     int lock_fd;
     dev_t dev;
     ino_t ino;
+    pid_t pid;                  /* the process that opened it (a forked child is another runner) */
     struct wq_store *next_open; /* process-wide list of open stores */
     wq_sync sync;
     wq_timebase tb;
@@ -115,6 +117,8 @@ struct wq_store {
     size_t nextras, capextras;
     char *arena; /* key bytes of the pending entries */
     size_t arena_len, arena_cap;
+    uint32_t *index; /* open addressing over ents: 1 + entry index, 0 empty */
+    size_t index_mask;
 
     char **announce; /* queue names to record in the queues table */
     size_t nannounce, capannounce;
@@ -149,7 +153,8 @@ int wq_schema_check(const char *path, char *err, size_t errlen);
  * WAL. *out is NULL on failure. 0, WQ_EFORMAT or WQ_EIO.
  */
 int wq_schema_open_rw(const char *path, sqlite3 **out, char *err, size_t errlen);
-/* Opens path read-only for inspection. 0 or WQ_EIO. */
+/* Opens a checked file for reading (read-write when permitted, so closing tidies the WAL). 0 or
+ * WQ_EIO. */
 int wq_schema_open_ro(const char *path, sqlite3 **out, char *err, size_t errlen);
 /* Reads the owner recorded in meta ("pid 123 on host, since ..."); "" when unknown. */
 void wq_schema_owner(sqlite3 *db, char *buf, size_t len);

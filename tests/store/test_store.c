@@ -1,0 +1,1086 @@
+/*
+ * The store against real SQLite files in a temporary directory, with a
+ * fake engine clock and a fake timebase: open and refusal, ownership,
+ * group commit and coalescing, restore order and times, failures and dead
+ * letters, the inbox, and the add/status command lines.
+ */
+#include "store/store.h"
+#include "store/store_int.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define UNIX0 1700000000.0
+
+static char dir[64];
+static char path[128];
+static int64_t fake_ns;
+static double unix_offset; /* added to the fake timebase: a "later run" */
+
+static int64_t fake_now(void *ud)
+{
+    (void)ud;
+    return fake_ns;
+}
+
+static const wq_clock clk = {fake_now, NULL};
+
+static double tb_unix(void *ud, int64_t mono)
+{
+    (void)ud;
+    return UNIX0 + unix_offset + (double)mono / 1e9;
+}
+
+static int64_t tb_mono(void *ud, double u)
+{
+    (void)ud;
+    return (int64_t)llround((u - UNIX0 - unix_offset) * 1e9);
+}
+
+static const wq_timebase tb = {tb_unix, tb_mono, NULL};
+
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/wqstore-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/state.db", dir);
+    fake_ns = 0;
+    unix_offset = 0;
+}
+
+static void teardown(void)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char p[512];
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+TestSuite(store, .init = setup, .fini = teardown);
+
+/* ---- helpers ---- */
+
+static wq_store *open_ok(void)
+{
+    wq_store *s = NULL;
+    char err[512];
+    int r = wq_store_open(&s, path, WQ_SYNC_NORMAL, &tb, err, sizeof err);
+    cr_assert_eq(r, 0, "open failed: %s", err);
+    return s;
+}
+
+/* An engine queue whose observer feeds the store. */
+struct pq {
+    wq_queue *q;
+    wq_store_queue *sq;
+};
+
+static void observe(void *ud, wq_queue *q, wq_event ev, const char *key, size_t len)
+{
+    (void)q;
+    struct pq *p = ud;
+    if (key)
+        wq_store_touch(p->sq, ev, key, len);
+}
+
+static void pq_attach(struct pq *p, wq_store *s, const char *name)
+{
+    p->q = wq_queue_new(&clk);
+    cr_assert_not_null(p->q);
+    p->sq = wq_store_attach(s, name, p->q);
+    cr_assert_not_null(p->sq);
+    wq_queue_set_observer(p->q, observe, p);
+}
+
+static void add(struct pq *p, const char *key, const char *payload, int prio)
+{
+    wq_add_opts o = {payload, payload ? strlen(payload) : 0, payload != NULL, 1, prio};
+    cr_assert_geq(wq_queue_add(p->q, key, strlen(key), &o), 0);
+}
+
+static void add_after(struct pq *p, const char *key, double seconds)
+{
+    cr_assert_geq(wq_queue_add_after(p->q, key, strlen(key), (int64_t)(seconds * 1e9), NULL), 0);
+}
+
+static const char *get(struct pq *p)
+{
+    static char buf[64];
+    wq_item_info info;
+    if (wq_queue_get(p->q, &info) < 0)
+        return NULL;
+    snprintf(buf, sizeof buf, "%.*s", (int)info.keylen, info.key);
+    return buf;
+}
+
+static void done(struct pq *p, const char *key)
+{
+    cr_assert_eq(wq_queue_done(p->q, key, strlen(key)), 0);
+}
+
+static sqlite3 *peek(void)
+{
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    return db;
+}
+
+static int64_t qint(const char *sql)
+{
+    sqlite3 *db = peek();
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
+                 sqlite3_errmsg(db));
+    int64_t v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+static double qdouble(const char *sql)
+{
+    sqlite3 *db = peek();
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sql);
+    double v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_double(st, 0) : NAN;
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+/* The first column of the first row as text ("NULL" for NULL), in a static buffer. */
+static const char *qtext(const char *sql)
+{
+    static char buf[1024];
+    sqlite3 *db = peek();
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sql);
+    snprintf(buf, sizeof buf, "(no row)");
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        const unsigned char *t = sqlite3_column_text(st, 0);
+        snprintf(buf, sizeof buf, "%s", t ? (const char *)t : "NULL");
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return buf;
+}
+
+static void sql(const char *s)
+{
+    sqlite3 *db = peek();
+    char *err = NULL;
+    cr_assert_eq(sqlite3_exec(db, s, NULL, NULL, &err), SQLITE_OK, "%s: %s", s, err);
+    sqlite3_close(db);
+}
+
+static char *slurp(const char *p, size_t *len)
+{
+    FILE *f = fopen(p, "rb");
+    cr_assert_not_null(f);
+    char *buf = malloc(1 << 20);
+    *len = fread(buf, 1, 1 << 20, f);
+    fclose(f);
+    return buf;
+}
+
+static int exists(const char *suffix)
+{
+    char p[256];
+    snprintf(p, sizeof p, "%s%s", path, suffix);
+    return access(p, F_OK) == 0;
+}
+
+static void make_foreign_db(const char *setup_sql)
+{
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db, setup_sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+}
+
+/* Opening path must fail with code, name the file, and leave its bytes alone. */
+static void assert_refused_unchanged(int code, const char *needle)
+{
+    size_t n0, n1;
+    char *before = slurp(path, &n0);
+    wq_store *s = NULL;
+    char err[512] = "";
+    cr_assert_eq(wq_store_open(&s, path, WQ_SYNC_NORMAL, &tb, err, sizeof err), code, "%s", err);
+    cr_assert_null(s);
+    cr_assert(strstr(err, path), "message should name the file: %s", err);
+    if (needle)
+        cr_assert(strstr(err, needle), "message should say '%s': %s", needle, err);
+    char *after = slurp(path, &n1);
+    cr_assert_eq(n0, n1);
+    cr_assert(memcmp(before, after, n0) == 0, "the refused file was modified");
+    cr_assert(!exists("-wal") && !exists("-journal"), "a journal was created next to it");
+    free(before);
+    free(after);
+}
+
+/* ---- open, format, ownership ---- */
+
+Test(store, open_creates_the_schema_with_version_application_id_and_wal)
+{
+    wq_store *s = open_ok();
+    cr_assert_eq(qint("PRAGMA user_version"), WQ_STORE_VERSION);
+    cr_assert_eq(qint("PRAGMA application_id"), WQ_STORE_APP_ID);
+    cr_assert_str_eq(qtext("PRAGMA journal_mode"), "wal");
+    cr_assert_eq(qint("SELECT count(*) FROM sqlite_master WHERE name IN"
+                      " ('items', 'failures', 'dead', 'inbox', 'meta', 'queues', 'pending')"),
+                 7);
+    cr_assert_eq(qint("SELECT value FROM meta WHERE name = 'owner_pid'"), getpid());
+    wq_store_close(s);
+    cr_assert_eq(qint("SELECT count(*) FROM meta WHERE name = 'owner_pid'"), 0);
+    /* Reopening an existing file works and keeps the version. */
+    s = open_ok();
+    cr_assert_eq(qint("PRAGMA user_version"), WQ_STORE_VERSION);
+    wq_store_close(s);
+}
+
+Test(store, full_sync_is_accepted)
+{
+    wq_store *s = NULL;
+    char err[256];
+    cr_assert_eq(wq_store_open(&s, path, WQ_SYNC_FULL, NULL, err, sizeof err), 0, "%s", err);
+    wq_store_close(s);
+}
+
+Test(store, a_garbage_file_is_refused_and_left_unchanged)
+{
+    FILE *f = fopen(path, "wb");
+    for (int i = 0; i < 5000; i++)
+        fputc((i * 7919) % 251, f);
+    fclose(f);
+    assert_refused_unchanged(WQ_EFORMAT, "not a wqrun state file");
+}
+
+Test(store, a_text_file_is_refused_and_left_unchanged)
+{
+    FILE *f = fopen(path, "wb");
+    fputs("this is my shopping list\n", f);
+    fclose(f);
+    assert_refused_unchanged(WQ_EFORMAT, "not a wqrun state file");
+}
+
+Test(store, another_applications_database_is_refused_and_left_unchanged)
+{
+    make_foreign_db("CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT);"
+                    "INSERT INTO notes(body) VALUES ('keep me');");
+    assert_refused_unchanged(WQ_EFORMAT, "another application");
+    cr_assert_str_eq(qtext("PRAGMA journal_mode"), "delete");
+}
+
+Test(store, another_applications_wal_database_is_refused_without_a_trace)
+{
+    make_foreign_db("PRAGMA journal_mode = WAL; CREATE TABLE t(x); INSERT INTO t VALUES (1);");
+    assert_refused_unchanged(WQ_EFORMAT, "another application");
+    cr_assert(!exists("-shm"), "no -shm file is left next to it");
+}
+
+Test(store, a_database_with_a_foreign_application_id_is_refused)
+{
+    make_foreign_db("PRAGMA application_id = 1234;");
+    assert_refused_unchanged(WQ_EFORMAT, "application_id 1234");
+}
+
+Test(store, a_newer_schema_version_is_refused_and_left_unchanged)
+{
+    char setup_sql[128];
+    snprintf(setup_sql, sizeof setup_sql,
+             "PRAGMA application_id = %d; PRAGMA user_version = %d; CREATE TABLE items(x);",
+             WQ_STORE_APP_ID, WQ_STORE_VERSION + 1);
+    make_foreign_db(setup_sql);
+    assert_refused_unchanged(WQ_EFORMAT, "newer");
+}
+
+Test(store, an_empty_file_is_adopted)
+{
+    FILE *f = fopen(path, "wb");
+    fclose(f);
+    wq_store *s = open_ok();
+    wq_store_close(s);
+    cr_assert_eq(qint("PRAGMA application_id"), WQ_STORE_APP_ID);
+}
+
+Test(store, an_unwritable_location_is_an_io_error_naming_the_file)
+{
+    snprintf(path, sizeof path, "%s/no/such/dir/state.db", dir);
+    wq_store *s = NULL;
+    char err[512] = "";
+    cr_assert_eq(wq_store_open(&s, path, WQ_SYNC_NORMAL, &tb, err, sizeof err), WQ_EIO);
+    cr_assert(strstr(err, path), "%s", err);
+    cr_assert(strstr(err, "No such file"), "%s", err);
+}
+
+Test(store, a_second_open_in_the_same_process_is_busy_and_names_the_pid)
+{
+    wq_store *s = open_ok();
+    wq_store *s2 = NULL;
+    char err[512] = "", pid[32];
+    cr_assert_eq(wq_store_open(&s2, path, WQ_SYNC_NORMAL, &tb, err, sizeof err), WQ_EBUSY);
+    cr_assert_null(s2);
+    snprintf(pid, sizeof pid, "pid %d", (int)getpid());
+    cr_assert(strstr(err, pid) && strstr(err, path), "%s", err);
+    wq_store_close(s);
+    s = open_ok(); /* released at close */
+    wq_store_close(s);
+}
+
+Test(store, a_second_runner_process_is_busy_and_names_the_owner_pid)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    add(&p, "a", NULL, 0);
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t child = fork();
+    cr_assert_geq(child, 0);
+    if (child == 0) {
+        close(fds[0]);
+        wq_store *s2 = NULL;
+        char err[512] = "";
+        int r = wq_store_open(&s2, path, WQ_SYNC_NORMAL, &tb, err, sizeof err);
+        dprintf(fds[1], "%d %s", r, err);
+        _exit(0);
+    }
+    close(fds[1]);
+    char buf[600] = "";
+    ssize_t n = read(fds[0], buf, sizeof buf - 1);
+    close(fds[0]);
+    waitpid(child, NULL, 0);
+    cr_assert_gt(n, 0);
+    buf[n] = 0;
+    char want[64];
+    snprintf(want, sizeof want, "%d ", WQ_EBUSY);
+    cr_assert(strncmp(buf, want, strlen(want)) == 0, "%s", buf);
+    snprintf(want, sizeof want, "pid %d on ", (int)getpid());
+    cr_assert(strstr(buf, want) && strstr(buf, path), "%s", buf);
+    /* The owner is unharmed, and other connections still read and write. */
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_eq(qint("SELECT count(*) FROM items"), 1);
+    sql("INSERT INTO inbox(queue, key) VALUES ('jobs', 'from-shell')");
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+/* ---- group commit ---- */
+
+Test(store, flush_writes_state_payload_priority_seq_and_ready_at)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    fake_ns = 5 * WQ_NS_PER_S;
+    add(&p, "a", "{\"n\":1}", 0);
+    add(&p, "b", "\"text\"", 5);
+    add(&p, "c", NULL, 0);
+    add_after(&p, "w", 10);
+    cr_assert_str_eq(get(&p), "b");
+    cr_assert(wq_store_dirty(s));
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert(!wq_store_dirty(s));
+
+    cr_assert_str_eq(qtext("SELECT state FROM items WHERE key = 'a'"), "queued");
+    cr_assert_str_eq(qtext("SELECT payload FROM items WHERE key = 'a'"), "{\"n\":1}");
+    cr_assert_str_eq(qtext("SELECT json_extract(payload, '$.n') FROM items WHERE key = 'a'"), "1");
+    cr_assert_str_eq(qtext("SELECT state FROM items WHERE key = 'b'"), "processing");
+    cr_assert_eq(qint("SELECT priority FROM items WHERE key = 'b'"), 5);
+    cr_assert_str_eq(qtext("SELECT payload FROM items WHERE key = 'c'"), "NULL");
+    cr_assert_str_eq(qtext("SELECT state FROM items WHERE key = 'w'"), "waiting");
+    cr_assert_float_eq(qdouble("SELECT ready_at FROM items WHERE key = 'w'"), UNIX0 + 15, 1e-6);
+    cr_assert_str_eq(qtext("SELECT ready_at FROM items WHERE key = 'a'"), "NULL");
+    cr_assert_float_eq(qdouble("SELECT added_at FROM items WHERE key = 'a'"), UNIX0 + 5, 1e-6);
+    cr_assert(qint("SELECT seq FROM items WHERE key = 'a'") <
+                  qint("SELECT seq FROM items WHERE key = 'c'"),
+              "FIFO order is recorded by seq");
+    cr_assert_str_eq(qtext("SELECT name FROM queues"), "jobs");
+
+    /* Re-added while processing: 'queued' (it runs again), as SPEC section 4 says. */
+    add(&p, "b", NULL, 9);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_str_eq(qtext("SELECT state FROM items WHERE key = 'b'"), "queued");
+    /* Done: the row leaves only now. */
+    done(&p, "b");
+    cr_assert_eq(qint("SELECT count(*) FROM items WHERE key = 'b'"), 1);
+    cr_assert_str_eq(get(&p), "b"); /* the re-add */
+    done(&p, "b");
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_eq(qint("SELECT count(*) FROM items WHERE key = 'b'"), 0);
+
+    wq_store_stats st;
+    wq_store_get_stats(s, &st);
+    cr_assert_eq(st.commits, 3);
+    cr_assert_eq(st.commit_latency.count, 3);
+    cr_assert_gt(st.rows_written, 0);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+Test(store, a_key_added_and_done_within_one_window_costs_no_row)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    add(&p, "keep", NULL, 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+    wq_store_stats st0, st1;
+    wq_store_get_stats(s, &st0);
+
+    add(&p, "x", "{}", 0);
+    add(&p, "y", "{}", 0);
+    cr_assert_str_eq(get(&p), "keep");
+    done(&p, "keep");
+    cr_assert_str_eq(get(&p), "x");
+    done(&p, "x");
+    cr_assert_str_eq(get(&p), "y");
+    done(&p, "y");
+    cr_assert_eq(wq_store_flush(s), 0);
+    wq_store_get_stats(s, &st1);
+    /* Only the row that existed is deleted; x and y never touch the file. */
+    cr_assert_eq(st1.rows_written - st0.rows_written, 1);
+    cr_assert_eq(st1.deletes_skipped - st0.deletes_skipped, 2);
+    cr_assert_eq(qint("SELECT count(*) FROM items"), 0);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+Test(store, many_changes_to_one_key_coalesce_into_one_row_write)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    char payload[32];
+    for (int i = 0; i < 100; i++) {
+        snprintf(payload, sizeof payload, "{\"v\":%d}", i);
+        add(&p, "k", payload, 0);
+    }
+    cr_assert_eq(wq_store_flush(s), 0);
+    wq_store_stats st;
+    wq_store_get_stats(s, &st);
+    cr_assert_eq(st.rows_written, 1);
+    cr_assert_str_eq(qtext("SELECT payload FROM items WHERE key = 'k'"), "{\"v\":99}");
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+Test(store, clearing_a_failure_count_that_was_never_written_costs_nothing)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    cr_assert_eq(wq_store_flush(s), 0); /* the queue's name */
+    wq_store_failures(p.sq, "k", 1, 0, NULL);
+    cr_assert(!wq_store_dirty(s));
+    wq_store_failures(p.sq, "k", 1, 2, "boom");
+    wq_store_failures(p.sq, "k", 1, 0, NULL);
+    cr_assert_eq(wq_store_flush(s), 0);
+    wq_store_stats st;
+    wq_store_get_stats(s, &st);
+    cr_assert_eq(st.rows_written, 0);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+Test(store, a_failed_flush_keeps_the_pending_set_and_a_later_flush_writes_it)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    cr_assert_eq(wq_store_flush(s), 0);
+    /* Make the file full: no page may be added. */
+    int64_t pages = 0;
+    sqlite3_stmt *st;
+    sqlite3_prepare_v2(s->db, "PRAGMA page_count", -1, &st, NULL);
+    if (sqlite3_step(st) == SQLITE_ROW)
+        pages = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    char pragma[64];
+    snprintf(pragma, sizeof pragma, "PRAGMA max_page_count = %lld", (long long)pages);
+    sqlite3_exec(s->db, pragma, NULL, NULL, NULL);
+    char big[2000];
+    memset(big, 'x', sizeof big - 3);
+    big[0] = '"';
+    big[sizeof big - 2] = '"';
+    big[sizeof big - 1] = 0;
+    for (int i = 0; i < 50; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "k%d", i);
+        add(&p, key, big, 0);
+    }
+    cr_assert_eq(wq_store_flush(s), WQ_EIO);
+    cr_assert(strstr(wq_store_errmsg(s), "full") && strstr(wq_store_errmsg(s), path), "%s",
+              wq_store_errmsg(s));
+    cr_assert(wq_store_dirty(s));
+    cr_assert_eq(qint("SELECT count(*) FROM items"), 0);
+    sqlite3_exec(s->db, "PRAGMA max_page_count = 1000000", NULL, NULL, NULL);
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    cr_assert_eq(qint("SELECT count(*) FROM items"), 50);
+    wq_store_stats sst;
+    wq_store_get_stats(s, &sst);
+    cr_assert_eq(sst.flush_errors, 1);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+Test(store, a_write_lock_held_elsewhere_makes_flush_busy_and_nothing_is_lost)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    sqlite3_busy_timeout(s->db, 10); /* the real budget is 5 s */
+    sqlite3 *other = peek();
+    cr_assert_eq(sqlite3_exec(other, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    add(&p, "a", NULL, 0);
+    cr_assert_eq(wq_store_flush(s), WQ_EBUSY);
+    cr_assert(strstr(wq_store_errmsg(s), "locked"), "%s", wq_store_errmsg(s));
+    cr_assert(wq_store_dirty(s));
+    cr_assert_eq(sqlite3_exec(other, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(other);
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    cr_assert_eq(qint("SELECT count(*) FROM items"), 1);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+Test(store, a_detached_queue_keeps_its_rows)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    add(&p, "a", NULL, 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+    add(&p, "b", NULL, 0);
+    wq_store_detach(p.sq);
+    wq_queue_free(p.q);
+    cr_assert_eq(wq_store_flush(s), 0);
+    wq_store_close(s);
+    cr_assert_eq(qint("SELECT count(*) FROM items"), 1);
+}
+
+static int fail_alloc;
+static void *failing_realloc(void *ud, void *ptr, size_t size)
+{
+    (void)ud;
+    if (size == 0) {
+        free(ptr);
+        return NULL;
+    }
+    return fail_alloc ? NULL : realloc(ptr, size);
+}
+
+Test(store, a_touch_lost_to_out_of_memory_is_repaired_by_rewriting_the_queue)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    add(&p, "a", NULL, 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+    wq_queue_set_observer(p.q, NULL, NULL);
+    add(&p, "b", "[1]", 0);
+    wq_set_allocator(failing_realloc, NULL);
+    fail_alloc = 1;
+    wq_store_touch(p.sq, WQ_EV_QUEUED, "b", 1);
+    fail_alloc = 0;
+    wq_set_allocator(NULL, NULL);
+    cr_assert(wq_store_dirty(s));
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_eq(qint("SELECT count(*) FROM items"), 2);
+    cr_assert_str_eq(qtext("SELECT payload FROM items WHERE key = 'b'"), "[1]");
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+/* ---- restore ---- */
+
+struct restored {
+    char keys[64][16];
+    int queued[64], waiting[64];
+    int64_t ready[64];
+    int n;
+    struct pq *into;
+    char fail_key[16];
+    int64_t requeues;
+    char last_error[64];
+    char dead_key[16], dead_payload[64], dead_error[64];
+    int64_t attempts;
+    double failed_at;
+};
+
+static void on_item(void *ud, const wq_restored *r)
+{
+    struct restored *c = ud;
+    snprintf(c->keys[c->n], sizeof c->keys[0], "%.*s", (int)r->keylen, r->key);
+    c->queued[c->n] = r->queued;
+    c->waiting[c->n] = r->waiting;
+    c->ready[c->n] = r->ready_at_mono;
+    c->n++;
+    if (!c->into)
+        return;
+    wq_add_opts o = {r->payload, r->paylen, r->payload != NULL, 1, r->priority};
+    if (r->queued)
+        wq_queue_add(c->into->q, r->key, r->keylen, &o);
+    if (r->waiting)
+        wq_queue_add_at(c->into->q, r->key, r->keylen, r->ready_at_mono, &o);
+}
+
+static void on_fail(void *ud, const char *key, size_t len, int64_t requeues, const char *err)
+{
+    struct restored *c = ud;
+    snprintf(c->fail_key, sizeof c->fail_key, "%.*s", (int)len, key);
+    c->requeues = requeues;
+    snprintf(c->last_error, sizeof c->last_error, "%s", err ? err : "NULL");
+}
+
+static void on_dead(void *ud, const char *key, size_t len, const char *payload, const char *error,
+                    int64_t attempts, double failed_at)
+{
+    struct restored *c = ud;
+    snprintf(c->dead_key, sizeof c->dead_key, "%.*s", (int)len, key);
+    snprintf(c->dead_payload, sizeof c->dead_payload, "%s", payload ? payload : "NULL");
+    snprintf(c->dead_error, sizeof c->dead_error, "%s", error ? error : "NULL");
+    c->attempts = attempts;
+    c->failed_at = failed_at;
+}
+
+/* Reopens the file as a new run and restores "jobs" into a fresh engine queue. */
+static wq_store *rerun(struct pq *p, struct restored *c, int *n)
+{
+    wq_store *s = open_ok();
+    pq_attach(p, s, "jobs");
+    memset(c, 0, sizeof *c);
+    c->into = p;
+    *n = wq_store_restore(p->sq, on_item, on_fail, on_dead, c);
+    cr_assert_geq(*n, 0, "%s", wq_store_errmsg(s));
+    return s;
+}
+
+Test(store, restore_keeps_priority_and_fifo_order)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    add(&p, "a", "{\"i\":1}", 0);
+    add(&p, "b", NULL, 0);
+    add(&p, "c", NULL, 0);
+    add(&p, "d", NULL, 2);
+    cr_assert_eq(wq_store_flush(s), 0);
+    add(&p, "e", NULL, 2);
+    add(&p, "f", NULL, 0);
+    add(&p, "b", NULL, 3); /* raised: the back of level 3 */
+    add(&p, "g", NULL, 3);
+    cr_assert_eq(wq_store_flush(s), 0);
+    add(&p, "a", NULL, 2);        /* raised in a later window: behind d and e */
+    add(&p, "c", "{\"i\":3}", 0); /* only the payload changes: keeps its place */
+    cr_assert_eq(wq_store_flush(s), 0);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+
+    struct restored c;
+    int n;
+    s = rerun(&p, &c, &n);
+    cr_assert_eq(n, 7);
+    const char *want[] = {"b", "g", "d", "e", "a", "c", "f"};
+    for (int i = 0; i < 7; i++) {
+        cr_assert_str_eq(c.keys[i], want[i], "restore call %d", i);
+        cr_assert(c.queued[i] && !c.waiting[i]);
+    }
+    wq_store_stats st;
+    cr_assert_eq(wq_store_flush(s), 0);
+    wq_store_get_stats(s, &st);
+    cr_assert_eq(st.rows_written, 0, "the restore itself writes no rows back");
+    for (int i = 0; i < 7; i++)
+        cr_assert_str_eq(get(&p), want[i], "get %d", i);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    cr_assert_str_eq(qtext("SELECT payload FROM items WHERE key = 'c'"), "{\"i\":3}");
+}
+
+Test(store, processing_rows_are_restored_as_queued_and_rewritten)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    add(&p, "a", NULL, 0);
+    add(&p, "b", NULL, 0);
+    cr_assert_str_eq(get(&p), "a");
+    wq_store_close(s); /* as if killed while a ran: the close flushes 'processing' */
+    wq_queue_free(p.q);
+    cr_assert_str_eq(qtext("SELECT state FROM items WHERE key = 'a'"), "processing");
+
+    struct restored c;
+    int n;
+    s = rerun(&p, &c, &n);
+    cr_assert_eq(n, 2);
+    cr_assert_str_eq(c.keys[0], "a");
+    cr_assert(c.queued[0]);
+    cr_assert_str_eq(qtext("SELECT state FROM items WHERE key = 'a'"), "queued");
+    cr_assert_str_eq(get(&p), "a");
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+Test(store, waiting_rows_keep_their_absolute_ready_time)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    fake_ns = 1 * WQ_NS_PER_S;
+    add_after(&p, "later", 100); /* ready at UNIX0 + 101 */
+    add_after(&p, "soon", 20);   /* ready at UNIX0 + 21 */
+    add(&p, "both", NULL, 0);
+    add_after(&p, "both", 60); /* queued and also delayed: ready_at set, state queued */
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    cr_assert_str_eq(qtext("SELECT state FROM items WHERE key = 'both'"), "queued");
+    cr_assert_float_eq(qdouble("SELECT ready_at FROM items WHERE key = 'both'"), UNIX0 + 61, 1e-6);
+
+    /* The next run starts 50 s later, its monotonic clock at 0 again. */
+    unix_offset = 50;
+    fake_ns = 0;
+    struct restored c;
+    int n;
+    s = rerun(&p, &c, &n);
+    cr_assert_eq(n, 3);
+    cr_assert_str_eq(c.keys[0], "both");
+    cr_assert(c.queued[0] && c.waiting[0]);
+    cr_assert_eq(c.ready[0], 11 * WQ_NS_PER_S);
+    /* "soon" was due at UNIX0 + 21, before this run began: queued at once, and rewritten. */
+    int si = strcmp(c.keys[1], "soon") == 0 ? 1 : 2, li = 3 - si;
+    cr_assert_str_eq(c.keys[si], "soon");
+    cr_assert(!c.queued[si] && c.waiting[si]);
+    cr_assert_str_eq(c.keys[li], "later");
+    cr_assert_eq(c.ready[li], 51 * WQ_NS_PER_S);
+    cr_assert_eq(wq_queue_next_ready(p.q), 11 * WQ_NS_PER_S);
+    cr_assert(wq_store_dirty(s));
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_str_eq(qtext("SELECT state FROM items WHERE key = 'soon'"), "queued");
+    cr_assert_str_eq(qtext("SELECT ready_at FROM items WHERE key = 'soon'"), "NULL");
+    cr_assert_str_eq(qtext("SELECT state FROM items WHERE key = 'later'"), "waiting");
+    cr_assert_float_eq(qdouble("SELECT ready_at FROM items WHERE key = 'later'"), UNIX0 + 101,
+                       1e-6);
+    cr_assert_str_eq(get(&p), "both");
+    cr_assert_str_eq(get(&p), "soon");
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+Test(store, failures_and_dead_letters_round_trip)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    wq_store_failures(p.sq, "f", 1, 3, "boom");
+    wq_store_dead(p.sq, "d", 1, "{\"x\":1}", 7, "it broke", 6, UNIX0 + 5);
+    cr_assert_eq(wq_store_flush(s), 0);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    cr_assert_eq(qint("SELECT requeues FROM failures WHERE key = 'f'"), 3);
+    cr_assert_eq(qint("SELECT attempts FROM dead WHERE key = 'd'"), 6);
+
+    struct restored c;
+    int n;
+    s = rerun(&p, &c, &n);
+    cr_assert_eq(n, 0);
+    cr_assert_str_eq(c.fail_key, "f");
+    cr_assert_eq(c.requeues, 3);
+    cr_assert_str_eq(c.last_error, "boom");
+    cr_assert_str_eq(c.dead_key, "d");
+    cr_assert_str_eq(c.dead_payload, "{\"x\":1}");
+    cr_assert_str_eq(c.dead_error, "it broke");
+    cr_assert_eq(c.attempts, 6);
+    cr_assert_float_eq(c.failed_at, UNIX0 + 5, 1e-6);
+
+    /* A cleared count and a retried dead letter leave the file. */
+    wq_store_failures(p.sq, "f", 1, 0, NULL);
+    wq_store_undead(p.sq, "d", 1);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_eq(qint("SELECT count(*) FROM failures"), 0);
+    cr_assert_eq(qint("SELECT count(*) FROM dead"), 0);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+Test(store, restored_rows_are_deleted_when_done_in_the_first_window)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    add(&p, "a", NULL, 0);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+
+    struct restored c;
+    int n;
+    s = rerun(&p, &c, &n);
+    cr_assert_str_eq(get(&p), "a");
+    done(&p, "a");
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_eq(qint("SELECT count(*) FROM items"), 0);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+/* ---- inbox ---- */
+
+struct inbox_ctx {
+    char got[16][80];
+    double after[16];
+    int n;
+    const char *accept; /* queue name taken; others left */
+};
+
+static int on_inbox(void *ud, const char *queue, const char *key, size_t keylen,
+                    const char *payload, size_t paylen, double after)
+{
+    struct inbox_ctx *c = ud;
+    snprintf(c->got[c->n], sizeof c->got[0], "%s/%.*s=%.*s", queue, (int)keylen, key, (int)paylen,
+             payload ? payload : "");
+    c->after[c->n] = after;
+    c->n++;
+    return strcmp(queue, c->accept) == 0;
+}
+
+Test(store, the_inbox_is_taken_in_id_order_and_deleted_with_the_next_flush)
+{
+    wq_store *s = open_ok();
+    sql("INSERT INTO inbox(queue, key, payload) VALUES ('jobs', 'k1', '{\"a\":1}'),"
+        " ('jobs', 'k2', NULL), ('jobs', 'k3', 'plain words')");
+    struct inbox_ctx c = {.accept = "jobs"};
+    cr_assert_eq(wq_store_poll_inbox(s, on_inbox, &c), 3);
+    cr_assert_str_eq(c.got[0], "jobs/k1={\"a\":1}");
+    cr_assert_str_eq(c.got[1], "jobs/k2=");
+    cr_assert_str_eq(c.got[2], "jobs/k3=\"plain words\"");
+    cr_assert_float_eq(c.after[0], 0, 1e-9);
+    /* Not offered twice, nothing changed: the rows wait for the flush. */
+    cr_assert_eq(wq_store_poll_inbox(s, on_inbox, &c), 0);
+    cr_assert_eq(c.n, 3);
+    cr_assert_eq(qint("SELECT count(*) FROM inbox"), 3);
+    sql("INSERT INTO inbox(queue, key) VALUES ('jobs', 'k4')");
+    cr_assert_eq(wq_store_poll_inbox(s, on_inbox, &c), 1);
+    cr_assert_str_eq(c.got[3], "jobs/k4=");
+    cr_assert(wq_store_dirty(s));
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_eq(qint("SELECT count(*) FROM inbox"), 0);
+    wq_store_stats st;
+    wq_store_get_stats(s, &st);
+    cr_assert_eq(st.inbox_consumed, 4);
+    wq_store_close(s);
+}
+
+Test(store, inbox_rows_for_unknown_queues_stay_until_a_queue_is_defined)
+{
+    wq_store *s = open_ok();
+    sql("INSERT INTO inbox(queue, key) VALUES ('mail', 'm1'), ('jobs', 'j1')");
+    struct inbox_ctx c = {.accept = "jobs"};
+    cr_assert_eq(wq_store_poll_inbox(s, on_inbox, &c), 1);
+    cr_assert_eq(c.n, 2);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_eq(qint("SELECT count(*) FROM inbox WHERE queue = 'mail'"), 1);
+    sql("INSERT INTO inbox(queue, key) VALUES ('jobs', 'j2')");
+    cr_assert_eq(wq_store_poll_inbox(s, on_inbox, &c), 1);
+    cr_assert_eq(c.n, 3, "the left row is not offered again");
+    wq_store_known_queue(s, "mail");
+    c.accept = "mail";
+    cr_assert_eq(wq_store_poll_inbox(s, on_inbox, &c), 1);
+    cr_assert_str_eq(c.got[3], "mail/m1=");
+    cr_assert_eq(c.n, 4);
+    wq_store_close(s);
+    cr_assert_eq(qint("SELECT count(*) FROM inbox"), 0);
+}
+
+Test(store, inbox_after_counts_from_the_rows_creation)
+{
+    wq_store *s = open_ok();
+    double now = wq_store_wall();
+    char q[256];
+    snprintf(q, sizeof q,
+             "INSERT INTO inbox(queue, key, after, created_at) VALUES ('jobs', 'old', 30, %.3f),"
+             " ('jobs', 'new', 30, %.3f), ('jobs', 'past', 5, %.3f)",
+             now - 10, now, now - 60);
+    sql(q);
+    struct inbox_ctx c = {.accept = "jobs"};
+    cr_assert_eq(wq_store_poll_inbox(s, on_inbox, &c), 3);
+    cr_assert_float_eq(c.after[0], 20, 1);
+    cr_assert_float_eq(c.after[1], 30, 1);
+    cr_assert_lt(c.after[2], 0);
+    wq_store_close(s);
+}
+
+/* ---- command line ---- */
+
+static int cli(int (*fn)(int, char **, FILE *, FILE *), char *out, size_t outlen, int argc, ...)
+{
+    char *argv[16];
+    va_list ap;
+    va_start(ap, argc);
+    for (int i = 0; i < argc; i++)
+        argv[i] = va_arg(ap, char *);
+    va_end(ap);
+    argv[argc] = NULL;
+    char *obuf = NULL, *ebuf = NULL;
+    size_t olen = 0, elen = 0;
+    FILE *o = open_memstream(&obuf, &olen), *e = open_memstream(&ebuf, &elen);
+    int r = fn(argc, argv, o, e);
+    fclose(o);
+    fclose(e);
+    if (out)
+        snprintf(out, outlen, "%s%s", obuf, ebuf);
+    free(obuf);
+    free(ebuf);
+    return r;
+}
+
+Test(store, cli_add_writes_inbox_rows_keeping_json_and_quoting_plain_strings)
+{
+    char out[1024];
+    cr_assert_eq(
+        cli(wq_store_cli_add_io, out, sizeof out, 5, "--db", path, "jobs", "k1", "{\"a\": [1, 2]}"),
+        0, "%s", out);
+    cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 7, "jobs", "k2", "hello world",
+                     "--after", "5", "--db", path),
+                 0, "%s", out);
+    cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 3, "--db=" /* joined */ "", "x", "y"),
+                 2);
+    char dbopt[200];
+    snprintf(dbopt, sizeof dbopt, "--db=%s", path);
+    cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 4, dbopt, "jobs", "k3", "--after=-1"), 0,
+                 "%s", out);
+    cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 4, dbopt, "jobs", "k4", "-12.5"), 0,
+                 "%s", out);
+    cr_assert_eq(qint("PRAGMA application_id"), WQ_STORE_APP_ID);
+    cr_assert_str_eq(qtext("SELECT payload FROM inbox WHERE key = 'k1'"), "{\"a\": [1, 2]}");
+    cr_assert_str_eq(qtext("SELECT payload FROM inbox WHERE key = 'k2'"), "\"hello world\"");
+    cr_assert_str_eq(qtext("SELECT json_extract(payload, '$') FROM inbox WHERE key = 'k2'"),
+                     "hello world");
+    cr_assert_float_eq(qdouble("SELECT after FROM inbox WHERE key = 'k2'"), 5, 1e-9);
+    cr_assert_str_eq(qtext("SELECT after FROM inbox WHERE key = 'k1'"), "NULL");
+    cr_assert_str_eq(qtext("SELECT payload FROM inbox WHERE key = 'k3'"), "NULL");
+    cr_assert_str_eq(qtext("SELECT payload FROM inbox WHERE key = 'k4'"), "-12.5");
+    cr_assert_lt(fabs(qdouble("SELECT created_at FROM inbox WHERE key = 'k1'") - wq_store_wall()),
+                 60);
+    cr_assert_eq(qint("SELECT min(id) < max(id) FROM inbox"), 1);
+}
+
+Test(store, cli_add_rejects_bad_usage_with_status_2)
+{
+    char out[1024];
+    cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 2, "jobs", "k"), 2);
+    cr_assert(strstr(out, "--db") && strstr(out, "usage: wqrun add"), "%s", out);
+    cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 3, "--db", path, "jobs"), 2);
+    cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 4, "--db", path, "bad name!", "k"), 2);
+    cr_assert(strstr(out, "bad name!"), "%s", out);
+    cr_assert_eq(
+        cli(wq_store_cli_add_io, out, sizeof out, 6, "--db", path, "jobs", "k", "--after", "soon"),
+        2);
+    cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 5, "--db", path, "jobs", "k", "--frob"),
+                 2);
+    cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 5, "--db", path, "jobs", "k", "--after"),
+                 2);
+    cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 6, "--db", path, "q", "k", "p", "extra"),
+                 2);
+    cr_assert(!exists(""), "nothing was created");
+}
+
+Test(store, cli_add_refuses_a_foreign_file_with_status_1_and_leaves_it_alone)
+{
+    make_foreign_db("CREATE TABLE t(x); INSERT INTO t VALUES (1);");
+    size_t n0, n1;
+    char *before = slurp(path, &n0);
+    char out[1024];
+    cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 4, "--db", path, "jobs", "k"), 1);
+    cr_assert(strstr(out, path) && strstr(out, "not a wqrun state file"), "%s", out);
+    char *after = slurp(path, &n1);
+    cr_assert(n0 == n1 && memcmp(before, after, n0) == 0);
+    free(before);
+    free(after);
+    snprintf(path, sizeof path, "%s/missing/dir/x.db", dir);
+    cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 4, "--db", path, "jobs", "k"), 1);
+    cr_assert(strstr(out, path), "%s", out);
+}
+
+Test(store, cli_add_and_status_work_while_a_runner_owns_the_file)
+{
+    unix_offset = wq_store_wall() - UNIX0; /* status compares with the real clock */
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    add(&p, "q1", NULL, 0);
+    add(&p, "q2", NULL, 0);
+    add(&p, "p1", NULL, 0);
+    add_after(&p, "w1", 30);
+    cr_assert_str_eq(get(&p), "q1");
+    wq_store_dead(p.sq, "d1", 2, NULL, 0, "bad", 3, UNIX0);
+    cr_assert_eq(wq_store_flush(s), 0);
+
+    char out[4096];
+    for (int i = 0; i < 3; i++) {
+        char key[8];
+        snprintf(key, sizeof key, "m%d", i);
+        cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 4, "--db", path, "mail", key), 0,
+                     "%s", out);
+    }
+    struct inbox_ctx c = {.accept = "jobs"};
+    cr_assert_eq(wq_store_poll_inbox(s, on_inbox, &c), 0);
+    cr_assert_eq(c.n, 3, "the runner sees rows added meanwhile");
+
+    cr_assert_eq(cli(wq_store_cli_status_io, out, sizeof out, 2, "--db", path), 0, "%s", out);
+    cr_assert(strstr(out, "running"), "%s", out);
+    /* jobs: 2 queued, 1 processing, 1 waiting, 1 dead */
+    const char *line = strstr(out, "\njobs");
+    cr_assert_not_null(line, "%s", out);
+    int queued, processing, waiting, dead, failing, inbox;
+    cr_assert_eq(sscanf(line, "\njobs %d %d %d %d %d %d", &queued, &processing, &waiting, &dead,
+                        &failing, &inbox),
+                 6, "%s", out);
+    cr_assert_eq(queued, 2);
+    cr_assert_eq(processing, 1);
+    cr_assert_eq(waiting, 1);
+    cr_assert_eq(dead, 1);
+    cr_assert_eq(inbox, 0);
+    line = strstr(out, "\nmail");
+    cr_assert_not_null(line, "%s", out);
+    cr_assert(strstr(line, " 3*"), "unknown-queue inbox rows are marked: %s", out);
+    cr_assert(strstr(out, "3 inbox rows (3 for queues no runner has defined)"), "%s", out);
+    cr_assert(strstr(out, "in 30s") || strstr(out, "in 29s"), "next ready time: %s", out);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+
+    cr_assert_eq(cli(wq_store_cli_status_io, out, sizeof out, 2, "--db", path), 0, "%s", out);
+    cr_assert(strstr(out, "runner      none"), "%s", out);
+}
+
+Test(store, cli_status_of_a_missing_or_foreign_file_fails_with_status_1)
+{
+    char out[1024];
+    cr_assert_eq(cli(wq_store_cli_status_io, out, sizeof out, 2, "--db", path), 1);
+    cr_assert(strstr(out, path), "%s", out);
+    cr_assert(!exists(""), "status creates nothing");
+    FILE *f = fopen(path, "wb");
+    fputs("garbage garbage garbage garbage garbage garbage garbage garbage garbage garbage", f);
+    fclose(f);
+    cr_assert_eq(cli(wq_store_cli_status_io, out, sizeof out, 2, "--db", path), 1);
+    cr_assert(strstr(out, "not a wqrun state file"), "%s", out);
+    cr_assert_eq(cli(wq_store_cli_status_io, out, sizeof out, 1, "--db"), 2);
+    cr_assert_eq(cli(wq_store_cli_status_io, out, sizeof out, 0), 2);
+}
