@@ -42,9 +42,11 @@ static int64_t fake_clock(void *ud)
 static const wq_clock clock_fake = {fake_clock, NULL};
 
 #if defined(__GNUC__)
-__attribute__((format(printf, 1, 2), noreturn))
+#define DIE_ATTRS __attribute__((format(printf, 1, 2), noreturn))
+#else
+#define DIE_ATTRS
 #endif
-static void die(const char *fmt, ...);
+static void die(const char *fmt, ...) DIE_ATTRS;
 
 static void die(const char *fmt, ...)
 {
@@ -348,8 +350,7 @@ static double run_rate_limited(int64_t *span_ns)
                 int64_t delay;
                 if (wq_limiter_when(l, info.key, info.keylen, &delay) != 0 || delay == WQ_NEVER)
                     die("limiter when failed");
-                check_add(wq_queue_add_after(q, info.key, info.keylen, delay, NULL),
-                          "add_after");
+                check_add(wq_queue_add_after(q, info.key, info.keylen, delay, NULL), "add_after");
                 fails[k]++;
                 ops++;
             } else {

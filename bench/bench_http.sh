@@ -20,12 +20,10 @@ if ! command -v wrk >/dev/null; then
   echo "SKIP bench_http (wrk not installed; scripts/deps.sh installs it)"
   exit 0
 fi
-for tool in curl; do
-  command -v "$tool" >/dev/null || {
-    echo "bench_http: $tool is not installed" >&2
-    exit 1
-  }
-done
+command -v curl >/dev/null || {
+  echo "bench_http: curl is not installed" >&2
+  exit 1
+}
 
 if [[ -z ${WQRUN:-} ]]; then
   if ! { cmake -S . -B build-bench --log-level=WARNING -DCMAKE_BUILD_TYPE=Release -DWQ_TESTS=OFF &&
@@ -51,8 +49,8 @@ EOF
 
 # start [wqrun options...]: random free port, waits for /healthz. Sets pid, base.
 start() {
-  local attempt i
-  for attempt in 1 2 3 4 5 6 7 8; do
+  local i
+  for _ in 1 2 3 4 5 6 7 8; do
     local port=$((20000 + (RANDOM * 32768 + RANDOM) % 40001))
     base=http://127.0.0.1:$port
     "$WQRUN" --quiet --listen "127.0.0.1:$port" "$@" "$tmp/bench.lua" 2>"$tmp/err" &
@@ -93,16 +91,15 @@ run() {
   done
   local drain
   drain=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { printf "%.2f", a - b }')
-  local v
   v() { awk -v k="$1" '$1 == k { print $2 }' "$tmp/wrk.out"; }
-  local rps p99 reqs adds done non2xx sockerr
+  local rps p99 reqs adds ndone non2xx sockerr
   rps=$(v wrk_rps)
   p99=$(awk -v u="$(v wrk_p99_us)" 'BEGIN { printf "%.2f", u / 1000 }')
   reqs=$(v wrk_requests)
   non2xx=$(v wrk_non2xx)
   sockerr=$(v wrk_socket_errors)
   adds=$(stat_of adds)
-  done=$(stat_of done)
+  ndone=$(stat_of "done")
   echo "${name}_rps $rps req/s"
   echo "${name}_p50 $(awk -v u="$(v wrk_p50_us)" 'BEGIN { printf "%.2f", u / 1000 }') ms"
   echo "${name}_p99 $p99 ms"
@@ -111,7 +108,7 @@ run() {
   echo "${name}_non2xx $non2xx responses"
   echo "${name}_socket_errors $sockerr errors"
   echo "${name}_adds $adds items"
-  echo "${name}_done $done items"
+  echo "${name}_done $ndone items"
   echo "${name}_drain_after_wrk $drain s"
   if [[ -n ${DB:-} ]]; then
     local m
@@ -129,7 +126,7 @@ run() {
   fi
   local verdict=met
   awk -v r="$rps" -v b="$bar" 'BEGIN { exit !(r >= b) }' || verdict=MISSED
-  ((non2xx == 0 && done >= reqs)) || verdict="$verdict (but non2xx=$non2xx, done=$done < requests=$reqs)"
+  ((non2xx == 0 && ndone >= reqs)) || verdict="$verdict (but non2xx=$non2xx, done=$ndone < requests=$reqs)"
   echo "# ${name}: bar $bar req/s $verdict"
 }
 
@@ -137,5 +134,5 @@ echo "# bench_http (wqrun HTTP API, POST /queues/bench/items, no-op handler)"
 echo "# date: $(date -u '+%Y-%m-%d %H:%M:%S +0000')"
 echo "# machine: nproc $(nproc), cpu $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
 echo "# wrk -t$threads -c$conns -d$duration --latency -s bench/wrk_post.lua; binary $WQRUN"
-DB= run http_post
+DB='' run http_post
 DB=$tmp/state.db run http_post_db --db "$tmp/state.db"

@@ -12,7 +12,7 @@ packages=(
   libsqlite3-dev sqlite3
   libcriterion-dev
   lua-cjson lua-cjson-dev # lua-cjson-dev ships the lua5.4-cjson pkg-config file
-  curl procps clang-format
+  curl procps clang-format wrk prometheus # wrk: bench/bench_http.sh; prometheus: promtool for tests/e2e/test_http.sh
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

@@ -143,22 +143,63 @@ static int any_processing(wq_host *h)
     return 0;
 }
 
-static void flush_store(wq_host *h)
+/* Commits pending state changes. 0, or -1 when the state file cannot be written. */
+static int flush_store(wq_host *h)
 {
-    if (h->store && wq_store_dirty(h->store) && wq_store_flush(h->store) < 0 && !h->exiting) {
+    if (!h->store || !wq_store_dirty(h->store))
+        return 0;
+    h->last_flush = wq_real_now();
+    int r = wq_store_flush(h->store);
+    if (r == WQ_EBUSY) { /* someone held the write lock too long: keep the changes, retry */
+        wq_host_log(h, "wqrun: state file busy, will retry: %s", wq_store_errmsg(h->store));
+        return 0;
+    }
+    if (r < 0) {
         wq_progress_clear(h);
         fprintf(stderr, "wqrun: cannot write state file: %s\n", wq_store_errmsg(h->store));
-        wq_host_exit(h, 1);
+        return -1;
     }
+    return 0;
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    wq_host *h = arg;
+    if (flush_store(h) < 0)
+        wq_host_exit(h, 1);
+    wq_host_settle(h);
+}
+
+/*
+ * Group commit: changes collect for at most FLUSH_WINDOW before one
+ * transaction writes them all, busy or not; a crash loses at most that
+ * window of the script's own adds.
+ */
+#define FLUSH_WINDOW_NS (5 * 1000 * 1000)
+
+static void schedule_flush(wq_host *h)
+{
+    if (!h->store || !wq_store_dirty(h->store) || evtimer_pending(h->flush_ev, NULL))
+        return;
+    int64_t wait = h->last_flush + FLUSH_WINDOW_NS - wq_real_now();
+    if (wait <= 0) {
+        if (flush_store(h) < 0)
+            wq_host_exit(h, 1);
+        return;
+    }
+    struct timeval tv = {0, (suseconds_t)(wait / 1000 + 1)};
+    evtimer_add(h->flush_ev, &tv);
 }
 
 void wq_host_settle(wq_host *h)
 {
     if (h->exiting)
         return;
-    if (h->ready_head)
+    schedule_flush(h);
+    if (h->exiting || h->ready_head)
         return; /* the run event is active and will settle again */
-    flush_store(h);
     if (h->stopping && !any_processing(h)) {
         wq_host_exit(h, 0);
         return;
@@ -343,6 +384,7 @@ int wq_host_main(const wq_host_opts *opts, const char *script, int argc, char **
     h->sigterm_ev = evsignal_new(h->base, SIGTERM, on_stop_signal, h);
     h->sigchld_ev = evsignal_new(h->base, SIGCHLD, on_child, h);
     h->tick_ev = event_new(h->base, -1, EV_PERSIST, on_tick, h);
+    h->flush_ev = evtimer_new(h->base, on_flush, h);
     struct timeval tick = {0, 50000};
     evsignal_add(h->sigint_ev, NULL);
     evsignal_add(h->sigterm_ev, NULL);
@@ -392,12 +434,8 @@ int wq_host_main(const wq_host_opts *opts, const char *script, int argc, char **
     wq_progress_start(h);
     event_base_dispatch(h->base);
     status = h->exit_code;
-    if (status != 128 + SIGINT && status != 128 + SIGTERM) {
-        h->exiting = 0; /* let a last flush report its own failure */
-        flush_store(h);
-        if (h->exiting && status == 0)
-            status = h->exit_code;
-    }
+    if (flush_store(h) < 0 && status == 0)
+        status = 1;
     wq_progress_finish(h);
 
 out:
@@ -414,6 +452,7 @@ out:
     event_free(h->sigterm_ev);
     event_free(h->sigchld_ev);
     event_free(h->tick_ev);
+    event_free(h->flush_ev);
     event_base_free(h->base);
     free(h->queues);
     free(h);

@@ -85,6 +85,8 @@ struct wq_host {
     struct event *timer_ev; /* fires due timers and delayed items */
     struct event *sigint_ev, *sigterm_ev, *sigchld_ev;
     struct event *tick_ev;  /* periodic: inbox poll, progress */
+    struct event *flush_ev; /* ends a group-commit window */
+    int64_t last_flush;     /* real ns of the last commit */
     int ntasks;
     int next_task_id;
 

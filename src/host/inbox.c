@@ -20,7 +20,7 @@ static int take(void *ud, const char *queue, const char *key, size_t keylen, con
 {
     struct poll_ctx *c = ud;
     lqueue *lq = lqueue_find(c->h, queue);
-    if (!lq || !lq->sq) {
+    if (!lq) {
         static char warned[16][65];
         for (int i = 0; i < 16; i++) {
             if (strcmp(warned[i], queue) == 0)

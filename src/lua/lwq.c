@@ -7,6 +7,7 @@
 #include "lua/lwq.h"
 
 #include "lua/lqueue.h"
+#include "store/store.h"
 
 #include <lauxlib.h>
 #include <lualib.h>
@@ -429,6 +430,9 @@ void wq_lua_close(wq_host *h)
 {
     for (int i = 0; i < h->nqueues; i++) {
         lqueue *lq = h->queues[i];
+        if (lq->sq)
+            wq_store_detach(lq->sq);
+        lq->sq = NULL;
         wq_queue_free(lq->q);
         lq->q = NULL;
         wq_keymap_free(lq->failures);

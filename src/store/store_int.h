@@ -161,19 +161,42 @@ void wq_schema_owner(sqlite3 *db, char *buf, size_t len);
 /* Whether name is a valid queue name: 1-64 chars of [A-Za-z0-9_.-]. */
 int wq_schema_valid_queue(const char *name, size_t len);
 
-/* ---- store.c (used by restore.c) ---- */
+/* ---- store.c (used by the other modules) ---- */
 
 /* Formats the store's error message; returns code. */
 int wq_store_fail(wq_store *s, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Wall-clock Unix seconds. */
 double wq_store_wall(void);
+/* Monotonic nanoseconds of the real clock (for measuring commits). */
+int64_t wq_store_mono_ns(void);
+/* A NUL-terminated copy of len bytes (wq_malloc), or NULL. */
+char *wq_store_dup(const char *p, size_t len);
+/* Grows *arr to hold need elements of elem bytes (doubling). 0 or -1. */
+int wq_store_grow(void **arr, size_t *cap, size_t need, size_t elem);
+/* Steps a statement that returns no rows and resets it. SQLite result code. */
+int wq_store_run(sqlite3_stmt *st);
 /* Notes that key may have an items row in the file. */
 void wq_store_bloom_add(wq_store_queue *sq, const char *key, size_t len);
-/* Records key as re-queued by the restore (state and seq rewritten at the next flush). */
-void wq_store_touch_requeued(wq_store_queue *sq, const char *key, size_t len);
+/* Whether key may have an items row in the file (no false negatives). */
+int wq_store_bloom_test(const wq_store_queue *sq, const char *key, size_t len);
+/*
+ * After a successful flush every attached queue's engine records are
+ * exactly its rows in the file, so a crowded filter is rebuilt from them.
+ */
+void wq_store_bloom_rebuild(wq_store *s);
+/* Bits in the filter; it is rebuilt when half of them are set. */
+#define WQ_STORE_BLOOM_BITS (1u << 23)
+
+/* ---- commit.c ---- */
+
+/* Forgets the pending set (after a successful flush, or at close). */
+void wq_store_clear_pending(wq_store *s);
+
 /* Prepares a statement; 0 or WQ_EIO with the message set. */
 int wq_store_prepare(wq_store *s, sqlite3_stmt **st, const char *sql);
+/* Records key as re-queued by the restore (state and seq rewritten at the next flush). */
+void wq_store_touch_requeued(wq_store_queue *sq, const char *key, size_t len);
 /* Whether the process already has path open as a store (same file). */
 int wq_store_open_here(const char *path);
 

@@ -206,7 +206,6 @@ status_line() { head -n 1 | tr -d '\r'; }
 RECS=$TMP/records.jsonl
 : >"$RECS"
 start_runner api -- "$LUADIR/http_api.lua" "$RECS"
-LOG_A=$LOG
 
 # Binds only the address given.
 hexport=$(printf '%04X' "$PORT")
@@ -230,7 +229,7 @@ pass "GET /healthz, HEAD /healthz, GET /metrics, GET /queues answer 200 with the
 # GET /queues: one entry per queue, in creation order, with the q:stats() fields.
 names=$(curl -sS "$BASE/queues" | lua5.4 -e 'local c=require"cjson"; for _,q in ipairs(c.decode(io.read("a"))) do print(q.name) end' | paste -sd, -)
 [[ $names == held,misc,work,flaky,gated,ctl ]] || fail "GET /queues names '$names', want held,misc,work,flaky,gated,ctl"
-for f in name depth queued processing waiting adds done retries failures dead succeeded requeued timeouts workers; do
+for f in name depth queued processing waiting adds "done" retries failures dead succeeded requeued timeouts workers; do
   [[ -n $(qstat held "$f") ]] || fail "GET /queues: field '$f' missing for queue held"
 done
 [[ $(qstat work workers) == 1 && $(qstat held workers) == 0 ]] || fail "GET /queues: workers held=$(qstat held workers) work=$(qstat work workers), want 0 and 1"
@@ -460,7 +459,7 @@ for s in workqueue_unfinished_work_seconds workqueue_longest_running_processor_s
   awk -v v="$(mval "$s{name=\"gated\"}")" 'BEGIN { exit !(v > 0) }' || fail "$s{name=\"gated\"} = $(mval "$s{name=\"gated\"}") while block runs, want > 0"
 done
 expect_post 202 /queues/ctl/items '{"key":"release"}'
-wait_for "gated: all 5 keys to run" 10 qstat_is gated done 5
+wait_for "gated: all 5 keys to run" 10 qstat_is gated "done" 5
 order=$("${JSON[@]}" order gated <"$RECS")
 [[ $order == block,p1,p5,p0,pm ]] || fail "gated run order '$order', want block,p1,p5,p0,pm"
 pass "priority from the body orders the queue (block,p1(7),p5,p0,pm); processing gauges > 0 while running"
@@ -668,7 +667,7 @@ expect_post 202 /queues/held/items '{"key":"t"}' -H "Authorization: Bearer cli-T
 stop_runner token-both
 pass "--token overrides WQRUN_TOKEN"
 
-WQRUN_TOKEN= start_runner token-empty -- "$LUADIR/http_api.lua" "$RECS"
+WQRUN_TOKEN='' start_runner token-empty -- "$LUADIR/http_api.lua" "$RECS"
 expect_post 202 /queues/held/items '{"key":"t"}'
 stop_runner token-empty
 pass "empty WQRUN_TOKEN: no token required"

@@ -257,11 +257,25 @@ Test(store, open_creates_the_schema_with_version_application_id_and_wal)
     wq_store_close(s);
 }
 
-Test(store, full_sync_is_accepted)
+static int synchronous_of(wq_store *s)
 {
-    wq_store *s = NULL;
+    sqlite3_stmt *st;
+    int v = -1;
+    sqlite3_prepare_v2(s->db, "PRAGMA synchronous", -1, &st, NULL);
+    if (sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+Test(store, sync_levels_map_to_sqlite_synchronous_normal_and_full)
+{
+    wq_store *s = open_ok();
+    cr_assert_eq(synchronous_of(s), 1); /* NORMAL */
+    wq_store_close(s);
     char err[256];
     cr_assert_eq(wq_store_open(&s, path, WQ_SYNC_FULL, NULL, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(synchronous_of(s), 2); /* FULL */
     wq_store_close(s);
 }
 

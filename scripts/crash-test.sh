@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Crash test for persistence (issue 4): a producer feeds the inbox while the
+# runner is killed with SIGKILL at random moments and restarted, many times.
+# At the end every key must have run at least once, nothing may be left
+# pending, and re-runs must stay within the work that can be in flight at a
+# kill (workers plus one group-commit window per kill).
+#   scripts/crash-test.sh [--short] [--keys N] [--kills K]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WQRUN=${WQRUN:-build/wqrun}
+KEYS=3000
+KILLS=40
+if [[ "${1:-}" == "--short" ]]; then KEYS=600; KILLS=10; shift; fi
+while (($#)); do
+  case "$1" in
+    --keys) KEYS=$2; shift 2 ;;
+    --kills) KILLS=$2; shift 2 ;;
+    *) echo "usage: $0 [--short] [--keys N] [--kills K]" >&2; exit 2 ;;
+  esac
+done
+[[ -x "$WQRUN" ]] || { echo "crash-test: $WQRUN not built (scripts/build.sh)" >&2; exit 2; }
+command -v sqlite3 >/dev/null || { echo "crash-test: needs the sqlite3 shell" >&2; exit 2; }
+
+dir=$(mktemp -d)
+runner=""
+producer=""
+cleanup() {
+  [[ -n "$runner" ]] && kill -9 "$runner" 2>/dev/null || true
+  [[ -n "$producer" ]] && kill "$producer" 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+db=$dir/state.db
+log=$dir/ran.log
+: >"$log"
+"$WQRUN" add --db "$db" crash warmup >/dev/null
+
+# The producer: batches of rows straight into the inbox with the sqlite3
+# shell, and every tenth batch through `wqrun add`, as users would.
+produce() {
+  local i=1 batch
+  while ((i <= KEYS)); do
+    if (((i / 20) % 10 == 0)); then
+      "$WQRUN" add --db "$db" crash "k$i" "{\"n\":$i}" >/dev/null
+      i=$((i + 1))
+      continue
+    fi
+    batch=".timeout 10000
+BEGIN;"
+    for ((j = 0; j < 20 && i <= KEYS; j++, i++)); do
+      batch+="INSERT INTO inbox(queue, key, payload) VALUES ('crash', 'k$i', '{\"n\":$i}');"
+    done
+    batch+="COMMIT;"
+    sqlite3 "$db" <<<"$batch" >/dev/null
+    sleep 0.0$((RANDOM % 5))
+  done
+}
+produce &
+producer=$!
+
+for ((k = 1; k <= KILLS; k++)); do
+  "$WQRUN" --quiet --serve --db "$db" tests/e2e/lua/crash_worker.lua "$log" 2>>"$dir/runner.err" &
+  runner=$!
+  sleep "0.$((RANDOM % 25 + 5))"
+  kill -9 "$runner" 2>/dev/null || true
+  wait "$runner" 2>/dev/null || true
+  runner=""
+done
+wait "$producer"
+producer=""
+
+# A last, clean run: it consumes what is left and exits when idle.
+timeout 120 "$WQRUN" --quiet --db "$db" tests/e2e/lua/crash_worker.lua "$log" 2>>"$dir/runner.err"
+
+fail=0
+missing=0
+for ((i = 1; i <= KEYS; i++)); do
+  grep -qx "k$i" "$log" || missing=$((missing + 1))
+done
+total=$(grep -c . "$log" || true)
+distinct=$(sort -u "$log" | grep -c . || true)
+reruns=$((total - distinct))
+pending=$(sqlite3 "$db" "select count(*) from items")
+inbox=$(sqlite3 "$db" "select count(*) from inbox")
+bound=$((KILLS * 8))
+echo "crash-test: $KEYS keys, $KILLS kills: $distinct distinct keys ran, $reruns re-runs (bound $bound), $pending pending, $inbox inbox rows"
+((missing == 0)) || { echo "crash-test: FAIL: $missing keys never ran" >&2; fail=1; }
+((pending == 0)) || { echo "crash-test: FAIL: $pending items left pending" >&2; fail=1; }
+((inbox == 0)) || { echo "crash-test: FAIL: $inbox inbox rows left" >&2; fail=1; }
+((reruns <= bound)) || { echo "crash-test: FAIL: $reruns re-runs exceed $bound" >&2; fail=1; }
+if grep -v "^$" "$dir/runner.err" | grep -v "inbox rows for unknown" | grep -q .; then
+  echo "crash-test: runner said:" >&2
+  sort "$dir/runner.err" | uniq -c | head -20 >&2
+fi
+exit $fail

@@ -1,0 +1,163 @@
+# Helpers for the end-to-end tests (sourced by tests/e2e/test_*.sh).
+# Needs WQRUN (the binary) and WQ_SOURCE_DIR (the source tree) from ctest;
+# falls back to build/wqrun and this checkout when run by hand.
+
+set -u
+
+E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+WQ_SOURCE_DIR=${WQ_SOURCE_DIR:-$(cd "$E2E_DIR/../.." && pwd)}
+WQRUN=${WQRUN:-$WQ_SOURCE_DIR/build/wqrun}
+case $WQRUN in /*) ;; *) WQRUN=$PWD/$WQRUN ;; esac
+if [ ! -x "$WQRUN" ]; then
+    echo "FAIL: WQRUN=$WQRUN is not an executable" >&2
+    exit 1
+fi
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/wqrun-e2e.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+
+CHECKS=0
+FAILED=0
+NAME=$(basename "$0" .sh)
+
+fail() {
+    FAILED=$((FAILED + 1))
+    echo "FAIL [$NAME:${BASH_LINENO[1]:-?}] $*" >&2
+}
+
+pass() {
+    CHECKS=$((CHECKS + 1))
+}
+
+# check COND_DESCRIPTION CMD...: runs CMD, passes if it succeeds
+check() {
+    local what=$1
+    shift
+    CHECKS=$((CHECKS + 1))
+    if ! "$@"; then
+        FAILED=$((FAILED + 1))
+        echo "FAIL [$NAME:${BASH_LINENO[0]}] $what" >&2
+        show_last
+    fi
+}
+
+# Writes a script to $TMP/NAME and prints its path.
+script() {
+    local path="$TMP/$1"
+    cat >"$path"
+    echo "$path"
+}
+
+# run [wqrun args...]: runs wqrun (with a 60 s safety timeout); sets RC, OUT, ERR, ELAPSED
+run() {
+    local t0 t1
+    t0=$(date +%s.%N)
+    timeout -s KILL 60 "$WQRUN" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null
+    RC=$?
+    t1=$(date +%s.%N)
+    OUT=$(cat "$TMP/out")
+    ERR=$(cat "$TMP/err")
+    ELAPSED=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
+    LAST_CMD="wqrun $*"
+}
+
+show_last() {
+    {
+        echo "     command: ${LAST_CMD:-?}"
+        echo "     status:  ${RC:-?}  elapsed: ${ELAPSED:-?}s"
+        echo "     stdout:  $(printf '%s' "${OUT:-}" | head -c 1500 | sed '2,$s/^/              /')"
+        echo "     stderr:  $(printf '%s' "${ERR:-}" | head -c 1500 | sed '2,$s/^/              /')"
+    } >&2
+}
+
+expect_rc() {
+    CHECKS=$((CHECKS + 1))
+    if [ "$RC" != "$1" ]; then
+        FAILED=$((FAILED + 1))
+        echo "FAIL [$NAME:${BASH_LINENO[0]}] ${2:-exit status}: expected $1, got $RC" >&2
+        show_last
+    fi
+}
+
+# expect_in VAR_CONTENT TEXT [what]: TEXT (fixed string) occurs in the content
+expect_in() {
+    CHECKS=$((CHECKS + 1))
+    if ! printf '%s' "$1" | grep -qF -- "$2"; then
+        FAILED=$((FAILED + 1))
+        echo "FAIL [$NAME:${BASH_LINENO[0]}] ${3:-output}: expected to contain '$2'" >&2
+        show_last
+    fi
+}
+
+# expect_re CONTENT REGEX [what]: an extended regex matches a line
+expect_re() {
+    CHECKS=$((CHECKS + 1))
+    if ! printf '%s' "$1" | grep -qE -- "$2"; then
+        FAILED=$((FAILED + 1))
+        echo "FAIL [$NAME:${BASH_LINENO[0]}] ${3:-output}: expected to match /$2/" >&2
+        show_last
+    fi
+}
+
+expect_not_in() {
+    CHECKS=$((CHECKS + 1))
+    if printf '%s' "$1" | grep -qF -- "$2"; then
+        FAILED=$((FAILED + 1))
+        echo "FAIL [$NAME:${BASH_LINENO[0]}] ${3:-output}: did not expect '$2'" >&2
+        show_last
+    fi
+}
+
+# expect_count CONTENT TEXT N [what]: TEXT occurs on exactly N lines
+expect_count() {
+    local n
+    n=$(printf '%s\n' "$1" | grep -cF -- "$2")
+    CHECKS=$((CHECKS + 1))
+    if [ "$n" != "$3" ]; then
+        FAILED=$((FAILED + 1))
+        echo "FAIL [$NAME:${BASH_LINENO[0]}] ${4:-count of '$2'}: expected $3, got $n" >&2
+        show_last
+    fi
+}
+
+# expect_between VALUE LO HI [what]: LO <= VALUE <= HI (decimals allowed)
+expect_between() {
+    CHECKS=$((CHECKS + 1))
+    if ! awk -v v="$1" -v lo="$2" -v hi="$3" 'BEGIN { exit !(v >= lo && v <= hi) }'; then
+        FAILED=$((FAILED + 1))
+        echo "FAIL [$NAME:${BASH_LINENO[0]}] ${4:-value}: $1 not in [$2, $3]" >&2
+        show_last
+    fi
+}
+
+now() {
+    date +%s.%N
+}
+
+since() {
+    awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f", b - a }'
+}
+
+# wait_for FILE TEXT COUNT TIMEOUT: waits until TEXT occurs COUNT times in FILE
+wait_for() {
+    local deadline
+    deadline=$(awk -v t="$4" -v n="$(date +%s.%N)" 'BEGIN { printf "%.3f", n + t }')
+    while :; do
+        if [ "$(grep -cF -- "$2" "$1" 2>/dev/null)" -ge "$3" ]; then
+            return 0
+        fi
+        if awk -v d="$deadline" -v n="$(date +%s.%N)" 'BEGIN { exit !(n > d) }'; then
+            return 1
+        fi
+        sleep 0.02
+    done
+}
+
+finish() {
+    if [ "$FAILED" -gt 0 ] || [ "$CHECKS" -eq 0 ]; then
+        echo "$NAME: $FAILED of $CHECKS checks FAILED" >&2
+        exit 1
+    fi
+    echo "$NAME: $CHECKS checks passed"
+    exit 0
+}

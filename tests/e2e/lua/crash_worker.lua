@@ -1,0 +1,13 @@
+-- Used by scripts/crash-test.sh: logs every key it runs to arg[1] (one
+-- write per line) after a short random sleep, so several items are in
+-- flight whenever the runner is killed.
+local log = assert(io.open(arg[1], "a"))
+log:setvbuf("line")
+math.randomseed(os.time() + math.floor(wq.now() * 1000))
+wq.queue("crash", {
+    workers = 4,
+    handler = function(key)
+        wq.sleep(math.random() * 0.004)
+        log:write(key, "\n")
+    end,
+})

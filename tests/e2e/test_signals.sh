@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# Signals end to end: the first SIGTERM/SIGINT stops handing out items,
+# lets running handlers finish (within --grace) and exits 0; a second one
+# exits at once; children do not outlive the process.
+. "$(dirname "$0")/lib.sh"
+
+# start [wqrun args...]: runs wqrun in the background; PID, output in $TMP/bg.out/.err
+start() {
+    : >"$TMP/bg.out"
+    : >"$TMP/bg.err"
+    "$WQRUN" "$@" >"$TMP/bg.out" 2>"$TMP/bg.err" </dev/null &
+    PID=$!
+    LAST_CMD="wqrun $*"
+}
+
+# stop_wait TIMEOUT: waits for the background wqrun; sets RC, OUT, ERR (RC=timeout if still running)
+stop_wait() {
+    local i=0 limit
+    limit=$(awk -v t="$1" 'BEGIN { printf "%d", t * 50 }')
+    while kill -0 "$PID" 2>/dev/null && [ "$i" -lt "$limit" ]; do
+        sleep 0.02
+        i=$((i + 1))
+    done
+    if kill -0 "$PID" 2>/dev/null; then
+        kill -KILL "$PID" 2>/dev/null
+        wait "$PID" 2>/dev/null
+        RC=timeout
+    else
+        wait "$PID"
+        RC=$?
+    fi
+    OUT=$(cat "$TMP/bg.out")
+    ERR=$(cat "$TMP/bg.err")
+}
+
+jobs_lua=$(script jobs.lua <<'EOF'
+-- 3 workers, 9 items; each handler announces itself, sleeps, announces its end
+local secs = tonumber(arg[1]) or 1
+local child = arg[2] == "exec"
+local q = wq.queue("jobs", {workers = 3, handler = function(key)
+    print("start " .. key)
+    io.stdout:flush()
+    if child then
+        wq.exec({"sleep", tostring(secs)})
+    else
+        wq.sleep(secs)
+    end
+    print("end " .. key)
+    io.stdout:flush()
+end})
+for i = 1, 9 do q:add("k" .. i) end
+EOF
+)
+
+# ---- SIGTERM while handlers run: they finish, then exit 0 -------------------------------
+start --quiet "$jobs_lua" 1
+check "three handlers started" wait_for "$TMP/bg.out" "start " 3 20
+t_sig=$(now)
+kill -TERM "$PID"
+stop_wait 20
+took=$(since "$t_sig")
+ELAPSED=$took
+expect_rc 0 "SIGTERM while handlers run: exit 0"
+expect_count "$OUT" "start " 3 "no new item was handed out after the signal"
+expect_count "$OUT" "end " 3 "the running handlers finished before the exit"
+expect_between "$took" 0.5 10 "exited after the handlers' remaining sleep, not before"
+expect_in "$ERR" "SIGTERM" "the signal is logged"
+
+# ---- SIGINT behaves the same --------------------------------------------------------------
+start --quiet "$jobs_lua" 1
+check "three handlers started" wait_for "$TMP/bg.out" "start " 3 20
+kill -INT "$PID"
+stop_wait 20
+expect_rc 0 "SIGINT: exit 0"
+expect_count "$OUT" "end " 3 "SIGINT: running handlers finished"
+expect_count "$OUT" "start " 3 "SIGINT: nothing new started"
+
+# ---- a second signal exits at once ------------------------------------------------------
+start --quiet "$jobs_lua" 30
+check "three handlers started" wait_for "$TMP/bg.out" "start " 3 20
+kill -TERM "$PID"
+sleep 0.3
+check "still running after the first signal (handlers sleep 30 s)" kill -0 "$PID"
+t_sig=$(now)
+kill -TERM "$PID"
+stop_wait 10
+took=$(since "$t_sig")
+ELAPSED=$took
+check "second signal: exited (status $RC)" test "$RC" != timeout
+check "second signal: non-zero status ($RC)" test "$RC" != 0
+expect_between "$took" 0 3 "second signal: exited at once"
+expect_count "$OUT" "end " 0 "second signal: handlers did not finish"
+
+# ---- --grace bounds the wait for running handlers ------------------------------------
+start --quiet --grace 0.5 "$jobs_lua" 30
+check "three handlers started" wait_for "$TMP/bg.out" "start " 3 20
+t_sig=$(now)
+kill -TERM "$PID"
+stop_wait 15
+took=$(since "$t_sig")
+ELAPSED=$took
+expect_rc 0 "--grace 0.5: exit 0 when the grace period is over"
+expect_between "$took" 0.45 5 "--grace 0.5: exited after about 0.5 s"
+expect_count "$OUT" "end " 0 "handlers were still running"
+expect_in "$ERR" "grace" "the log says the grace period ran out"
+
+start --quiet --grace=0 "$jobs_lua" 30
+check "three handlers started" wait_for "$TMP/bg.out" "start " 3 20
+t_sig=$(now)
+kill -TERM "$PID"
+stop_wait 10
+took=$(since "$t_sig")
+ELAPSED=$took
+expect_rc 0 "--grace=0: exit 0"
+expect_between "$took" 0 3 "--grace=0: at once"
+
+# ---- children of handlers do not outlive the process ---------------------------------
+marker="7.$$"  # a sleep duration nobody else uses
+start --quiet --grace 0.3 "$jobs_lua" "$marker" exec
+check "three exec handlers started" wait_for "$TMP/bg.out" "start " 3 20
+children_running() {
+    local i
+    for i in $(seq 1 250); do
+        [ "$(pgrep -f "^sleep $marker\$" | wc -l)" -ge 3 ] && return 0
+        sleep 0.02
+    done
+    return 1
+}
+check "the three children run" children_running
+kill -TERM "$PID"
+stop_wait 10
+expect_rc 0 "exec handlers, grace over: exit 0"
+sleep 0.2
+CHECKS=$((CHECKS + 1))
+if pgrep -f "^sleep $marker\$" >/dev/null; then
+    FAILED=$((FAILED + 1))
+    echo "FAIL [$NAME:$LINENO] child processes outlived wqrun: $(pgrep -af "^sleep $marker\$")" >&2
+    for p in $(pgrep -f "^sleep $marker\$"); do kill -KILL "$p" 2>/dev/null; done
+fi
+
+# with a generous grace, an exec handler finishes normally
+start --quiet "$jobs_lua" 0.5 exec
+check "three exec handlers started" wait_for "$TMP/bg.out" "start " 3 20
+kill -TERM "$PID"
+stop_wait 20
+expect_rc 0 "exec handlers finishing within the grace period"
+expect_count "$OUT" "end " 3 "their children ran to completion"
+
+# ---- a signal while nothing runs: exit 0 at once --------------------------------------
+idle_lua=$(script idle_sleep.lua <<'EOF'
+local q = wq.queue("pending")
+q:add("left")
+print("sleeping")
+io.stdout:flush()
+wq.sleep(100)
+print("woke up")
+EOF
+)
+start --quiet "$idle_lua"
+check "script started" wait_for "$TMP/bg.out" "sleeping" 1 20
+t_sig=$(now)
+kill -TERM "$PID"
+stop_wait 10
+took=$(since "$t_sig")
+ELAPSED=$took
+expect_rc 0 "SIGTERM with no handler running: exit 0"
+expect_between "$took" 0 3 "at once"
+expect_not_in "$OUT" "woke up" "the sleeping main chunk was not resumed"
+
+# ---- queues created after the signal do not start work --------------------------------
+late_lua=$(script late.lua <<'EOF'
+local q = wq.queue("first", {handler = function(k) print("ran " .. k); io.stdout:flush(); wq.sleep(1) end})
+q:add("a")
+wq.sleep(0.3)
+local q2 = wq.queue("second", {handler = function(k) print("late ran " .. k) end})
+q2:add("b")
+EOF
+)
+start --quiet "$late_lua"
+check "handler started" wait_for "$TMP/bg.out" "ran a" 1 20
+kill -TERM "$PID"
+stop_wait 15
+expect_rc 0 "signal, then a new queue"
+expect_not_in "$OUT" "late ran" "a queue created during shutdown does not hand out items"
+
+finish
