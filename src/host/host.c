@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* pipe2 */
 /*
  * The host's lifecycle: builds the loop and the Lua state, runs the main
  * chunk as the first task, decides when the process is done (idle rule,
@@ -16,6 +17,8 @@
 
 #include <lauxlib.h>
 #include <lualib.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -198,15 +201,19 @@ void wq_host_settle(wq_host *h)
     if (h->exiting)
         return;
     schedule_flush(h);
-    if (h->exiting || h->ready_head)
-        return; /* the run event is active and will settle again */
-    if (h->stopping && !any_processing(h)) {
+    if (h->exiting)
+        return;
+    /* With tasks ready to run, nothing is idle and virtual time stands
+     * still; timers still have to be armed (a task may yield in a loop
+     * while another sleeps). */
+    int busy = h->ready_head != NULL;
+    if (!busy && h->stopping && !any_processing(h)) {
         wq_host_exit(h, 0);
         return;
     }
     int64_t next = wq_timer_next(h);
     if (h->opts.virtual_time) {
-        if (next != WQ_NEVER && h->children == 0) {
+        if (next != WQ_NEVER && (busy ? next <= h->vnow : h->children == 0)) {
             if (next > h->vnow)
                 h->vnow = next;
             event_active(h->timer_ev, EV_TIMEOUT, 0);
@@ -231,7 +238,7 @@ void wq_host_settle(wq_host *h)
         }
         h->armed = next;
     }
-    if (next == WQ_NEVER && idle(h)) {
+    if (!busy && next == WQ_NEVER && idle(h)) {
         /* Rows another process put in the inbox are work too: look once more. */
         if (h->store) {
             wq_inbox_poll(h);
@@ -260,10 +267,45 @@ static void on_grace(wq_host *h, void *data, uint64_t id)
     wq_host_exit(h, 0);
 }
 
-static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
+/*
+ * SIGINT and SIGTERM: the handler writes the signal number to a pipe the
+ * loop watches. If Lua code is running at that moment (a handler stuck in
+ * a computation), it also sets a one-instruction count hook on that thread
+ * which yields back to the scheduler, so the loop sees the signal and the
+ * graceful stop (or the second signal's immediate exit) still happens.
+ */
+lua_State *volatile wq_running;
+static int sig_pipe[2] = {-1, -1};
+static lua_Hook saved_hook;
+static int saved_mask, saved_count;
+
+static void preempt_hook(lua_State *L, lua_Debug *ar)
 {
-    (void)what;
-    wq_host *h = arg;
+    (void)ar;
+    lua_sethook(L, saved_hook, saved_mask, saved_count);
+    if (lua_isyieldable(L))
+        lua_yield(L, 0);
+}
+
+static void on_signal_raw(int sig)
+{
+    int saved_errno = errno;
+    unsigned char b = (unsigned char)sig;
+    if (write(sig_pipe[1], &b, 1) < 0) {
+        /* the pipe is full: signals are already pending */
+    }
+    lua_State *L = wq_running;
+    if (L && lua_gethook(L) != preempt_hook) {
+        saved_hook = lua_gethook(L);
+        saved_mask = lua_gethookmask(L);
+        saved_count = lua_gethookcount(L);
+        lua_sethook(L, preempt_hook, LUA_MASKCOUNT, 1);
+    }
+    errno = saved_errno;
+}
+
+static void stop_signal(wq_host *h, int sig)
+{
     if (h->stopping) {
         wq_progress_clear(h);
         fprintf(stderr, "wqrun: second signal, exiting now\n");
@@ -279,7 +321,66 @@ static void on_stop_signal(evutil_socket_t sig, short what, void *arg)
         lqueue_stop(h->queues[i]);
     int64_t grace = (int64_t)(h->opts.grace * 1e9);
     h->grace_timer = wq_timer_start(h, wq_add_sat(wq_host_now(h), grace), on_grace, NULL);
+    /* A backstop on the real clock: SIGALRM preempts a handler that keeps
+     * the loop busy (or a virtual clock that cannot advance). */
+    if (grace > 0) {
+        struct itimerval it;
+        memset(&it, 0, sizeof it);
+        it.it_value.tv_sec = (time_t)(grace / 1000000000);
+        it.it_value.tv_usec = (suseconds_t)(grace % 1000000000 / 1000);
+        if (it.it_value.tv_sec == 0 && it.it_value.tv_usec == 0)
+            it.it_value.tv_usec = 1;
+        setitimer(ITIMER_REAL, &it, NULL);
+    }
     wq_host_settle(h);
+}
+
+static void on_signal_pipe(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    wq_host *h = arg;
+    unsigned char b;
+    while (read((int)fd, &b, 1) == 1) {
+        if (b != SIGALRM)
+            stop_signal(h, b);
+        else if (h->stopping && !h->exiting)
+            on_grace(h, NULL, 0);
+    }
+}
+
+static int install_signals(wq_host *h)
+{
+    if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+        return -1;
+    h->sig_ev = event_new(h->base, sig_pipe[0], EV_READ | EV_PERSIST, on_signal_pipe, h);
+    if (!h->sig_ev)
+        return -1;
+    event_add(h->sig_ev, NULL);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal_raw;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGALRM, &sa, NULL);
+    return 0;
+}
+
+static void remove_signals(wq_host *h)
+{
+    struct itimerval off;
+    memset(&off, 0, sizeof off);
+    setitimer(ITIMER_REAL, &off, NULL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGALRM, SIG_DFL);
+    if (h->sig_ev)
+        event_free(h->sig_ev);
+    for (int i = 0; i < 2; i++)
+        if (sig_pipe[i] >= 0)
+            close(sig_pipe[i]);
+    sig_pipe[0] = sig_pipe[1] = -1;
 }
 
 static void on_child(evutil_socket_t sig, short what, void *arg)
@@ -334,7 +435,6 @@ static int64_t tb_to_mono(void *ud, double unix_s)
     return h->start_mono + (int64_t)d;
 }
 
-
 static int gcstress_enabled(void)
 {
     const char *e = getenv("WQ_TEST_GCSTRESS");
@@ -380,14 +480,14 @@ int wq_host_main(const wq_host_opts *opts, const char *script, int argc, char **
 
     h->run_ev = event_new(h->base, -1, 0, wq_sched_run, h);
     h->timer_ev = evtimer_new(h->base, on_timer, h);
-    h->sigint_ev = evsignal_new(h->base, SIGINT, on_stop_signal, h);
-    h->sigterm_ev = evsignal_new(h->base, SIGTERM, on_stop_signal, h);
     h->sigchld_ev = evsignal_new(h->base, SIGCHLD, on_child, h);
     h->tick_ev = event_new(h->base, -1, EV_PERSIST, on_tick, h);
     h->flush_ev = evtimer_new(h->base, on_flush, h);
     struct timeval tick = {0, 50000};
-    evsignal_add(h->sigint_ev, NULL);
-    evsignal_add(h->sigterm_ev, NULL);
+    if (install_signals(h) < 0) {
+        fprintf(stderr, "wqrun: cannot set up signal handling\n");
+        return 1;
+    }
     evsignal_add(h->sigchld_ev, NULL);
     evtimer_add(h->tick_ev, &tick);
 
@@ -448,8 +548,7 @@ out:
     wq_timer_destroy(h);
     event_free(h->run_ev);
     event_free(h->timer_ev);
-    event_free(h->sigint_ev);
-    event_free(h->sigterm_ev);
+    remove_signals(h);
     event_free(h->sigchld_ev);
     event_free(h->tick_ev);
     event_free(h->flush_ev);

@@ -28,15 +28,15 @@ struct wq_task {
     int ref; /* registry reference anchoring co */
     wq_task_kind kind;
     wq_task_state state;
-    int nargs;            /* values on co's stack for the next resume */
-    wq_task *next_ready;  /* run queue link */
+    int nargs;                  /* values on co's stack for the next resume */
+    wq_task *next_ready;        /* run queue link */
     void (*cancel)(wq_task *t); /* undoes the current wait's registration */
     void *wait;                 /* the current wait's own data */
     uint64_t wait_timer;        /* the current wait's timer, 0 when none */
     wq_task *wnext, *wprev;     /* link in a waiter list */
     int64_t deadline;           /* handler timeout, WQ_NEVER when none */
     int64_t real_deadline;      /* the same on the real clock (CPU loops in virtual time) */
-    uint64_t deadline_timer; /* its timer id, 0 when none */
+    uint64_t deadline_timer;    /* its timer id, 0 when none */
     const char *interrupt;      /* error to raise when resumed, or NULL */
     struct lqueue *queue;       /* worker: its queue */
     wq_task *anext, *aprev;     /* every live task, for teardown */
@@ -74,19 +74,19 @@ struct wq_host {
     lua_State *L;
     wq_host_opts opts;
     wq_clock clock;
-    int64_t vnow;        /* virtual clock, ns */
-    int64_t start_mono;  /* clock at start */
-    double start_unix;   /* wall clock at start */
+    int64_t vnow;       /* virtual clock, ns */
+    int64_t start_mono; /* clock at start */
+    double start_unix;  /* wall clock at start */
 
     wq_task root; /* stands for "not inside a task" (the main thread) */
     wq_task *ready_head, *ready_tail;
-    wq_task *all; /* every live task */
-    struct event *run_ev;   /* drains the run queue */
-    struct event *timer_ev; /* fires due timers and delayed items */
-    struct event *sigint_ev, *sigterm_ev, *sigchld_ev;
-    struct event *tick_ev;  /* periodic: inbox poll, progress */
-    struct event *flush_ev; /* ends a group-commit window */
-    int64_t last_flush;     /* real ns of the last commit */
+    wq_task *all;                      /* every live task */
+    struct event *run_ev;              /* drains the run queue */
+    struct event *timer_ev;            /* fires due timers and delayed items */
+    struct event *sig_ev, *sigchld_ev; /* SIGINT/SIGTERM (through a pipe), SIGCHLD */
+    struct event *tick_ev;             /* periodic: inbox poll, progress */
+    struct event *flush_ev;            /* ends a group-commit window */
+    int64_t last_flush;                /* real ns of the last commit */
     int ntasks;
     int next_task_id;
 
@@ -101,8 +101,9 @@ struct wq_host {
     int children; /* running child processes */
     void *execs;  /* list of running exec records */
 
-    int stopping;   /* a signal asked for a graceful stop */
-    int exiting;    /* the loop is breaking */
+    int in_pass;  /* wq_sched_run is resuming tasks */
+    int stopping; /* a signal asked for a graceful stop */
+    int exiting;  /* the loop is breaking */
     int exit_code;
     uint64_t grace_timer;
 
@@ -112,6 +113,9 @@ struct wq_host {
     uint64_t handler_timeouts;
     int gcstress; /* collect garbage before every resume (tests) */
 };
+
+/* The thread being resumed right now, NULL between resumes (read by signal handlers). */
+extern lua_State *volatile wq_running;
 
 /* Runs wqrun with the given options and script; returns the exit status. */
 int wq_host_main(const wq_host_opts *opts, const char *script, int argc, char **argv);

@@ -20,8 +20,9 @@ wq_task *wq_task_require(lua_State *L, const char *fn)
 {
     wq_task *t = wq_task_of(L);
     if (!t || !lua_isyieldable(L))
-        luaL_error(L, "%s: cannot wait here (only inside the main chunk, a task, a handler "
-                      "or a timer callback, and not inside a coroutine of your own)",
+        luaL_error(L,
+                   "%s: cannot wait here (only inside the main chunk, a task, a handler "
+                   "or a timer callback, and not inside a coroutine of your own)",
                    fn);
     if (t->deadline != WQ_NEVER && wq_host_now(t->host) >= t->deadline) {
         lua_pushstring(L, "timeout");
@@ -39,7 +40,9 @@ static void enqueue(wq_host *h, wq_task *t)
     else
         h->ready_head = t;
     h->ready_tail = t;
-    event_active(h->run_ev, EV_READ, 0);
+    /* Inside a pass, wq_sched_run schedules the next one itself. */
+    if (!h->in_pass)
+        event_active(h->run_ev, EV_READ, 0);
 }
 
 wq_task *wq_task_spawn(wq_host *h, lua_State *L, int nargs, wq_task_kind kind)
@@ -139,7 +142,9 @@ static void resume(wq_host *h, wq_task *t)
     t->nargs = 0;
     if (h->gcstress)
         lua_gc(h->L, LUA_GCCOLLECT);
+    wq_running = t->co;
     int st = lua_resume(t->co, h->L, nargs, &nres);
+    wq_running = NULL;
     if (st == LUA_YIELD) {
         lua_pop(t->co, nres);
         if (t->state == TS_RUNNING) /* a plain yield: let the others run, then continue */
@@ -167,6 +172,7 @@ void wq_sched_run(evutil_socket_t fd, short what, void *arg)
     /* Only the tasks ready now: tasks woken meanwhile run in the next pass,
      * so the loop gets a chance to look at timers, signals and sockets. */
     wq_task *tail = h->ready_tail;
+    h->in_pass = 1;
     while (h->ready_head && !h->exiting) {
         wq_task *t = h->ready_head;
         h->ready_head = t->next_ready;
@@ -177,8 +183,13 @@ void wq_sched_run(evutil_socket_t fd, short what, void *arg)
         if (last)
             break;
     }
-    if (h->ready_head && !h->exiting)
-        event_active(h->run_ev, EV_READ, 0);
+    h->in_pass = 0;
+    /* Not event_active: libevent would run us again in this same iteration,
+     * without polling. A zero timeout comes after the next poll. */
+    if (h->ready_head && !h->exiting) {
+        static const struct timeval zero = {0, 0};
+        event_add(h->run_ev, &zero);
+    }
     wq_host_settle(h);
 }
 

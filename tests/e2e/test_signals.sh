@@ -183,4 +183,40 @@ stop_wait 15
 expect_rc 0 "signal, then a new queue"
 expect_not_in "$OUT" "late ran" "a queue created during shutdown does not hand out items"
 
+# ---- a handler stuck in a pure-Lua loop (no timeout) does not trap the signals ----------
+spin_lua=$(script spin.lua <<'EOF'
+local q = wq.queue("spin", {handler = function(key)
+    print("spinning " .. key)
+    io.stdout:flush()
+    local x = 0
+    while true do x = x + 1 end
+end})
+q:add("s")
+EOF
+)
+start --quiet "$spin_lua"
+check "handler spinning" wait_for "$TMP/bg.out" "spinning" 1 20
+kill -TERM "$PID"
+sleep 0.3
+check "first signal: still running (the handler never ends)" kill -0 "$PID"
+t_sig=$(now)
+kill -TERM "$PID"
+stop_wait 10
+took=$(since "$t_sig")
+ELAPSED=$took
+check "spinning handler, second signal: exited (status $RC)" test "$RC" != timeout
+expect_between "$took" 0 3 "spinning handler, second signal: at once"
+
+for vt in "" --virtual-time; do
+    start --quiet --grace 0.4 $vt "$spin_lua"
+    check "handler spinning $vt" wait_for "$TMP/bg.out" "spinning" 1 20
+    t_sig=$(now)
+    kill -TERM "$PID"
+    stop_wait 10
+    took=$(since "$t_sig")
+    ELAPSED=$took
+    expect_rc 0 "spinning handler $vt: exit 0 when the grace period is over"
+    expect_between "$took" 0.35 5 "spinning handler $vt: exited after about 0.4 s"
+done
+
 finish

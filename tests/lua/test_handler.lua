@@ -365,6 +365,49 @@ do -- handlers may wait on another queue, spawn, sleep
     t.eq(got, {"a!", "b!"}, "handlers fed another queue")
 end
 
+do -- a handler may yield plainly (coroutine.yield) and go on
+    local steps = {}
+    local q = newq({
+        handler = function(key)
+            steps[#steps + 1] = key .. "1"
+            coroutine.yield()
+            steps[#steps + 1] = key .. "2"
+        end,
+    })
+    q:add("y")
+    t.ok(t.wait_until(idle(q)), "processed")
+    t.eq(steps, {"y1", "y2"}, "the handler continued after its yield")
+    t.eq(q:stats().succeeded, 1)
+end
+
+do -- a busy queue does not starve other tasks (workers yield between jobs)
+    local ticks, ticks_during = 0, nil
+    local stop = false
+    wq.spawn(function()
+        -- runs until the last job (not until the main chunk's wait: in
+        -- virtual time a task that can run keeps the clock still)
+        while not stop do
+            ticks = ticks + 1
+            coroutine.yield()
+        end
+    end)
+    local q = newq({
+        handler = function(key)
+            if key == "150" then
+                ticks_during = ticks
+            elseif key == "300" then
+                stop = true
+            end
+        end,
+    })
+    for i = 1, 300 do
+        q:add(i)
+    end
+    t.ok(t.wait_until(idle(q)), "processed")
+    t.ok(ticks_during ~= nil and ticks_during >= 1, "another task ran while 300 jobs were processed ("
+        .. tostring(ticks_during) .. " ticks by job 150)")
+end
+
 do -- several workers run items at once
     local q = newq({workers = 3, handler = function() wq.sleep(0.01) end})
     for i = 1, 3 do
