@@ -210,6 +210,17 @@ do -- with_max_wait through a queue
     q:done("k")
 end
 
+do -- add_after with a priority: the key is queued at that priority when it fires
+    local q = newq()
+    q:add_after("urgent", 0.02, nil, {priority = 5})
+    q:add("a")
+    q:add("b")
+    wq.sleep(0.04)
+    t.eq(q:len(), 3)
+    t.eq(q:get(), "urgent", "the delayed key kept its priority")
+    t.eq(q:get(), "a")
+end
+
 do -- cancel_after (wqrun extra): cancels a pending delayed add
     local q = newq()
     q:add_after("c", 0.02)
