@@ -12,21 +12,23 @@
 
 static void usage(FILE *f)
 {
-    fputs("usage: wqrun [options] SCRIPT.lua [ARGS...]\n"
-          "       wqrun add --db PATH QUEUE KEY [PAYLOAD] [--after SECONDS]\n"
-          "       wqrun status --db PATH\n"
-          "       wqrun --help | --version\n"
-          "\n"
-          "options:\n"
-          "  --db PATH             persist queues to this SQLite file (created if missing)\n"
-          "  --listen ADDR:PORT    serve the HTTP API (metrics, queues, enqueue)\n"
-          "  --token TOKEN         require 'Authorization: Bearer TOKEN' for POST (or WQRUN_TOKEN)\n"
-          "  --grace SECONDS       how long a graceful shutdown waits for handlers (default 30)\n"
-          "  --sync normal|full    SQLite durability (default normal)\n"
-          "  --serve               keep running when idle, waiting for new items\n"
-          "  --quiet               no progress display\n"
-          "  --virtual-time        for tests: the clock jumps to the next timer when all tasks wait\n",
-          f);
+    fputs(
+        "usage: wqrun [options] SCRIPT.lua [ARGS...]\n"
+        "       wqrun add --db PATH QUEUE KEY [PAYLOAD] [--after SECONDS]\n"
+        "       wqrun status --db PATH\n"
+        "       wqrun --help | --version\n"
+        "\n"
+        "options:\n"
+        "  --db PATH             persist queues to this SQLite file (created if missing)\n"
+        "  --listen ADDR:PORT    serve the HTTP API (metrics, queues, enqueue)\n"
+        "  --token TOKEN         require 'Authorization: Bearer TOKEN' for POST (or WQRUN_TOKEN)\n"
+        "  --grace SECONDS       how long a graceful shutdown waits for handlers (default 30)\n"
+        "  --sync normal|full    SQLite durability (default normal)\n"
+        "  --serve               keep running when idle, waiting for new items\n"
+        "  --quiet               no progress display\n"
+        "  --virtual-time        for tests: the clock jumps to the next timer when all tasks "
+        "wait\n",
+        f);
 }
 
 #include <stdarg.h>

@@ -45,9 +45,9 @@ static inline int64_t wq_add_sat(int64_t a, int64_t b)
  */
 typedef void *(*wq_realloc_fn)(void *ud, void *ptr, size_t size);
 void wq_set_allocator(wq_realloc_fn fn, void *ud);
-void *wq_malloc(size_t size);              /* NULL on failure (or size 0) */
-void *wq_realloc(void *ptr, size_t size);  /* NULL on failure; ptr untouched */
-void wq_free(void *ptr);                   /* NULL is fine */
+void *wq_malloc(size_t size);             /* NULL on failure (or size 0) */
+void *wq_realloc(void *ptr, size_t size); /* NULL on failure; ptr untouched */
+void wq_free(void *ptr);                  /* NULL is fine */
 
 /* 64-bit hash of a byte string (not cryptographic; good spread). */
 uint64_t wq_hash(const void *data, size_t len);

@@ -70,6 +70,8 @@ static size_t find(const wq_keymap *m, const char *key, size_t len, uint64_t h)
 
 uint64_t *wq_keymap_get(const wq_keymap *m, const char *key, size_t len)
 {
+    if (m->count == 0)
+        return NULL;
     size_t i = find(m, key, len, wq_hash(key, len));
     return m->slots[i].key ? &m->slots[i].value : NULL;
 }
@@ -123,6 +125,8 @@ uint64_t *wq_keymap_put(wq_keymap *m, const char *key, size_t len, int *created)
 
 int wq_keymap_del(wq_keymap *m, const char *key, size_t len)
 {
+    if (m->count == 0) /* the common case on a success path: nothing to hash */
+        return 0;
     size_t i = find(m, key, len, wq_hash(key, len));
     if (!m->slots[i].key)
         return 0;

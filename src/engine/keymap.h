@@ -34,7 +34,6 @@ void wq_keymap_clear(wq_keymap *m);
  * Iteration: *pos starts at 0; returns 1 and sets key/len/value for the next
  * entry, or 0 at the end. The map must not change during iteration.
  */
-int wq_keymap_next(const wq_keymap *m, size_t *pos, const char **key, size_t *len,
-                   uint64_t *value);
+int wq_keymap_next(const wq_keymap *m, size_t *pos, const char **key, size_t *len, uint64_t *value);
 
 #endif

@@ -20,9 +20,9 @@ typedef struct wq_histogram {
 } wq_histogram;
 
 typedef struct wq_metrics {
-    int64_t depth;    /* dirty items not yet handed out */
-    uint64_t adds;    /* +1 exactly when depth +1 */
-    uint64_t retries; /* AddAfter / AddRateLimited calls before shutdown */
+    int64_t depth;              /* dirty items not yet handed out */
+    uint64_t adds;              /* +1 exactly when depth +1 */
+    uint64_t retries;           /* AddAfter / AddRateLimited calls before shutdown */
     wq_histogram queue_latency; /* add -> get */
     wq_histogram work_duration; /* get -> done */
 } wq_metrics;

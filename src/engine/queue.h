@@ -47,8 +47,7 @@ typedef enum wq_event {
  * It must not call back into the queue for key events (read-only calls
  * such as wq_queue_lookup are fine).
  */
-typedef void (*wq_observer_fn)(void *ud, wq_queue *q, wq_event ev, const char *key,
-                               size_t keylen);
+typedef void (*wq_observer_fn)(void *ud, wq_queue *q, wq_event ev, const char *key, size_t keylen);
 
 /* Optional parts of an add: a payload and a priority (absent: keep current). */
 typedef struct wq_add_opts {

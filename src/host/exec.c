@@ -428,8 +428,8 @@ int wq_exec_lua(lua_State *L)
         close_pipe(x, 0);
     }
     if (timeout > 0)
-        x->timer = wq_timer_start(h, wq_add_sat(wq_host_now(h), wq_seconds_to_ns(timeout)),
-                                  on_timeout, x);
+        x->timer =
+            wq_timer_start(h, wq_add_sat(wq_host_now(h), wq_seconds_to_ns(timeout)), on_timeout, x);
     t->wait = x;
     return wq_task_wait(L, t, exec_cancel, 0, exec_k);
 }

@@ -100,7 +100,7 @@ static void get_queues(wq_host *h, struct evhttp_request *req)
         lua_rawseti(L, -2, i + 1);
     }
     /* cjson writes an empty table as {}: the answer is always an array. */
-    const char *json = h->nqueues == 0 ? "[]"
+    const char *json = h->nqueues == 0              ? "[]"
                        : wq_json_encode(L, -1) == 0 ? lua_tostring(L, -1)
                                                     : NULL;
     if (json)
@@ -193,7 +193,8 @@ static void post_item(wq_host *h, struct evhttp_request *req, const char *name)
     else if (r < 0)
         reply_error(h, req, 500, "Internal Server Error", wq_strerror(r));
     else
-        reply(req, 202, "Accepted", "application/json", r ? "{\"queued\":true}" : "{\"queued\":false}");
+        reply(req, 202, "Accepted", "application/json",
+              r ? "{\"queued\":true}" : "{\"queued\":false}");
 }
 
 static void handle(struct evhttp_request *req, void *arg)
@@ -276,8 +277,8 @@ int wq_http_start(wq_host *h, const char *addr)
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE);
     evhttp_set_gencb(s->http, handle, h);
     if (!evhttp_bind_socket_with_handle(s->http, host, (ev_uint16_t)port)) {
-        fprintf(stderr, "wqrun: --listen %s: cannot listen there (in use, or not a local address)\n",
-                addr);
+        fprintf(stderr,
+                "wqrun: --listen %s: cannot listen there (in use, or not a local address)\n", addr);
         evhttp_free(s->http);
         free(s->token);
         free(s);

@@ -22,8 +22,8 @@ static void family(struct evbuffer *out, const char *name, kind k, const char *h
                         k == COUNTER ? "counter" : "gauge");
 }
 
-static void per_queue(wq_host *h, struct evbuffer *out, const char *name, kind k,
-                      const char *help, value_fn fn)
+static void per_queue(wq_host *h, struct evbuffer *out, const char *name, kind k, const char *help,
+                      value_fn fn)
 {
     family(out, name, k, help);
     for (int i = 0; i < h->nqueues; i++)
@@ -63,17 +63,50 @@ static void per_queue_histogram(wq_host *h, struct evbuffer *out, const char *na
     }
 }
 
-static double v_depth(const lqueue *lq) { return (double)wq_queue_metrics(lq->q)->depth; }
-static double v_adds(const lqueue *lq) { return (double)wq_queue_metrics(lq->q)->adds; }
-static double v_retries(const lqueue *lq) { return (double)wq_queue_metrics(lq->q)->retries; }
-static double v_failures(const lqueue *lq) { return (double)lq->nfailures; }
-static double v_dead(const lqueue *lq) { return (double)lq->ndead; }
-static double v_waiting(const lqueue *lq) { return (double)wq_queue_waiting(lq->q); }
-static double v_processing(const lqueue *lq) { return (double)wq_queue_processing(lq->q); }
-static double v_queued(const lqueue *lq) { return (double)wq_queue_len(lq->q); }
-static double v_done(const lqueue *lq) { return (double)lq->ndone; }
-static double v_timeouts(const lqueue *lq) { return (double)lq->ntimeouts; }
-static double v_requeued(const lqueue *lq) { return (double)lq->nrequeued; }
+static double v_depth(const lqueue *lq)
+{
+    return (double)wq_queue_metrics(lq->q)->depth;
+}
+static double v_adds(const lqueue *lq)
+{
+    return (double)wq_queue_metrics(lq->q)->adds;
+}
+static double v_retries(const lqueue *lq)
+{
+    return (double)wq_queue_metrics(lq->q)->retries;
+}
+static double v_failures(const lqueue *lq)
+{
+    return (double)lq->nfailures;
+}
+static double v_dead(const lqueue *lq)
+{
+    return (double)lq->ndead;
+}
+static double v_waiting(const lqueue *lq)
+{
+    return (double)wq_queue_waiting(lq->q);
+}
+static double v_processing(const lqueue *lq)
+{
+    return (double)wq_queue_processing(lq->q);
+}
+static double v_queued(const lqueue *lq)
+{
+    return (double)wq_queue_len(lq->q);
+}
+static double v_done(const lqueue *lq)
+{
+    return (double)lq->ndone;
+}
+static double v_timeouts(const lqueue *lq)
+{
+    return (double)lq->ntimeouts;
+}
+static double v_requeued(const lqueue *lq)
+{
+    return (double)lq->nrequeued;
+}
 
 static double v_unfinished(const lqueue *lq)
 {
@@ -92,27 +125,30 @@ static double v_longest(const lqueue *lq)
 void wq_prom_render(wq_host *h, struct evbuffer *out)
 {
     per_queue(h, out, "workqueue_depth", GAUGE, "Current depth of the workqueue.", v_depth);
-    per_queue(h, out, "workqueue_adds_total", COUNTER, "Total number of adds handled by the workqueue.",
-              v_adds);
-    per_queue_histogram(h, out, "workqueue_queue_duration_seconds",
-                        "How long in seconds an item stays in the workqueue before being requested.", 0);
+    per_queue(h, out, "workqueue_adds_total", COUNTER,
+              "Total number of adds handled by the workqueue.", v_adds);
+    per_queue_histogram(
+        h, out, "workqueue_queue_duration_seconds",
+        "How long in seconds an item stays in the workqueue before being requested.", 0);
     per_queue_histogram(h, out, "workqueue_work_duration_seconds",
                         "How long in seconds processing an item from the workqueue takes.", 1);
     per_queue(h, out, "workqueue_unfinished_work_seconds", GAUGE,
               "Seconds of work in progress not yet observed by work_duration.", v_unfinished);
     per_queue(h, out, "workqueue_longest_running_processor_seconds", GAUGE,
               "How many seconds the longest running processor has been running.", v_longest);
-    per_queue(h, out, "workqueue_retries_total", COUNTER, "Total number of retries handled by the workqueue.",
-              v_retries);
+    per_queue(h, out, "workqueue_retries_total", COUNTER,
+              "Total number of retries handled by the workqueue.", v_retries);
 
-    per_queue(h, out, "wqrun_queued_items", GAUGE, "Items waiting to be handed out (Len).", v_queued);
-    per_queue(h, out, "wqrun_processing_items", GAUGE, "Items handed out and not done.", v_processing);
+    per_queue(h, out, "wqrun_queued_items", GAUGE, "Items waiting to be handed out (Len).",
+              v_queued);
+    per_queue(h, out, "wqrun_processing_items", GAUGE, "Items handed out and not done.",
+              v_processing);
     per_queue(h, out, "wqrun_waiting_items", GAUGE, "Delayed items not yet due.", v_waiting);
     per_queue(h, out, "wqrun_done_total", COUNTER, "Items marked done.", v_done);
     per_queue(h, out, "wqrun_failures_total", COUNTER, "Failed handler runs.", v_failures);
     per_queue(h, out, "wqrun_dead_letters", GAUGE, "Keys in the dead-letter list.", v_dead);
-    per_queue(h, out, "wqrun_handler_timeouts_total", COUNTER, "Handler runs stopped by their timeout.",
-              v_timeouts);
+    per_queue(h, out, "wqrun_handler_timeouts_total", COUNTER,
+              "Handler runs stopped by their timeout.", v_timeouts);
     per_queue(h, out, "wqrun_requeues_total", COUNTER, "Handler runs that returned wq.requeue.",
               v_requeued);
 
@@ -120,8 +156,10 @@ void wq_prom_render(wq_host *h, struct evbuffer *out)
         wq_store_stats st;
         wq_store_get_stats(h->store, &st);
         family(out, "wqrun_store_commits_total", COUNTER, "State file transactions committed.");
-        evbuffer_add_printf(out, "wqrun_store_commits_total %llu\n", (unsigned long long)st.commits);
-        family(out, "wqrun_store_rows_written_total", COUNTER, "Rows inserted, updated or deleted.");
+        evbuffer_add_printf(out, "wqrun_store_commits_total %llu\n",
+                            (unsigned long long)st.commits);
+        family(out, "wqrun_store_rows_written_total", COUNTER,
+               "Rows inserted, updated or deleted.");
         evbuffer_add_printf(out, "wqrun_store_rows_written_total %llu\n",
                             (unsigned long long)st.rows_written);
         family(out, "wqrun_store_last_commit_rows", GAUGE, "Rows written by the last commit.");
@@ -136,9 +174,9 @@ void wq_prom_render(wq_host *h, struct evbuffer *out)
         family(out, "wqrun_store_last_commit_age_seconds", GAUGE, "Seconds since the last commit.");
         double age = st.commits ? wq_host_unix(h, wq_host_now(h)) - st.last_commit_unix : 0;
         evbuffer_add_printf(out, "wqrun_store_last_commit_age_seconds %.17g\n", age < 0 ? 0 : age);
-        evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s histogram\n",
-                            "wqrun_store_commit_duration_seconds", "Duration of state file commits.",
-                            "wqrun_store_commit_duration_seconds");
+        evbuffer_add_printf(
+            out, "# HELP %s %s\n# TYPE %s histogram\n", "wqrun_store_commit_duration_seconds",
+            "Duration of state file commits.", "wqrun_store_commit_duration_seconds");
         histogram_samples(out, "wqrun_store_commit_duration_seconds", "", &st.commit_latency);
     }
 }

@@ -71,7 +71,8 @@ static void release(wq_host *h, uint32_t slot)
 void wq_timer_stop(wq_host *h, uint64_t id)
 {
     uint32_t slot = (uint32_t)id - 1;
-    if (!id || slot >= h->nslots || !h->slots[slot].fn || h->slots[slot].gen != (uint32_t)(id >> 32))
+    if (!id || slot >= h->nslots || !h->slots[slot].fn ||
+        h->slots[slot].gen != (uint32_t)(id >> 32))
         return;
     wq_delay_cancel(&h->timers, slot);
     release(h, slot);

@@ -125,8 +125,8 @@ static void add_dead(lua_State *L, lqueue *lq, const char *key, size_t len, cons
  * A failed run of key: retry through the limiter while the failure count
  * is below max_retries, else dead-letter it. The caller calls done after.
  */
-static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len,
-                           const char *json, size_t jlen, const char *err, const char *tb)
+static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len, const char *json,
+                           size_t jlen, const char *err, const char *tb)
 {
     int64_t count = failure_count(lq, key, len);
     lq->nfailures++;
@@ -383,11 +383,11 @@ static void restore_dead(void *ud, const char *key, size_t len, const char *payl
                          const char *error, int64_t attempts, double failed_at)
 {
     lqueue *lq = ud;
-    add_dead(lq->host->L, lq, key, len, payload, payload ? strlen(payload) : 0,
-             error ? error : "", NULL, attempts, failed_at);
+    add_dead(lq->host->L, lq, key, len, payload, payload ? strlen(payload) : 0, error ? error : "",
+             NULL, attempts, failed_at);
 }
 
-static const char *const queue_opts[] = {"handler", "workers",  "limiter", "max_retries",
+static const char *const queue_opts[] = {"handler", "workers", "limiter", "max_retries",
                                          "timeout", "persist", NULL};
 
 static int queue_new(lua_State *L)
@@ -400,7 +400,8 @@ static int queue_new(lua_State *L)
     if (!valid_name(name, nlen))
         wq_argerror(L, "queue", "name", "1-64 characters of [A-Za-z0-9_.-]");
     if (!lua_isnoneornil(L, 2) && !lua_istable(L, 2))
-        wq_argerror(L, "queue", "opts", lua_pushfstring(L, "table expected, got %s", luaL_typename(L, 2)));
+        wq_argerror(L, "queue", "opts",
+                    lua_pushfstring(L, "table expected, got %s", luaL_typename(L, 2)));
     lua_settop(L, 2);
     if (lua_isnil(L, 2)) {
         lua_newtable(L);

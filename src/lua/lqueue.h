@@ -27,7 +27,7 @@ typedef struct lqueue {
     wq_keymap *failures; /* the queue's failure count per key */
     int dead_ref;        /* registry: table key -> dead letter */
     uint64_t ndone, nfailures, ndead, ntimeouts, nsuccess, nrequeued;
-    int stopping; /* graceful stop: workers take no new items */
+    int stopping;         /* graceful stop: workers take no new items */
     wq_waitlist getters;  /* tasks waiting in get */
     wq_waitlist drainers; /* tasks waiting in shutdown_with_drain */
     struct wq_store_queue *sq;

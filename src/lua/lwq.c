@@ -201,7 +201,8 @@ static int wq_sleep(lua_State *L)
     double s = wq_checkduration(L, 1, "sleep", "seconds", 0);
     wq_task *t = wq_task_require(L, "sleep");
     wq_host *h = t->host;
-    t->wait_timer = wq_timer_start(h, wq_add_sat(wq_host_now(h), wq_seconds_to_ns(s)), sleep_fire, t);
+    t->wait_timer =
+        wq_timer_start(h, wq_add_sat(wq_host_now(h), wq_seconds_to_ns(s)), sleep_fire, t);
     if (!t->wait_timer)
         return luaL_error(L, "sleep: out of memory");
     return wq_task_wait(L, t, sleep_cancel, 0, sleep_k);
@@ -267,7 +268,8 @@ static int timer_new(lua_State *L, const char *fn, int every)
     if (every && s <= 0)
         wq_argerror(L, fn, "interval", "must be > 0");
     if (lua_type(L, 2) != LUA_TFUNCTION)
-        wq_argerror(L, fn, "fn", lua_pushfstring(L, "function expected, got %s", luaL_typename(L, 2)));
+        wq_argerror(L, fn, "fn",
+                    lua_pushfstring(L, "function expected, got %s", luaL_typename(L, 2)));
     wq_host *h = wq_host_of(L);
     ltimer *tm = lua_newuserdatauv(L, sizeof *tm, 0);
     memset(tm, 0, sizeof *tm);
@@ -375,10 +377,9 @@ static int wq_exit(lua_State *L)
 }
 
 static const luaL_Reg wq_funcs[] = {
-    {"spawn", wq_spawn}, {"sleep", wq_sleep},     {"now", wq_now},
-    {"time", wq_time},   {"after", wq_after},     {"every", wq_every},
-    {"exec", wq_exec_lua}, {"requeue", wq_requeue}, {"log", wq_log},
-    {"exit", wq_exit},   {NULL, NULL}};
+    {"spawn", wq_spawn}, {"sleep", wq_sleep}, {"now", wq_now},       {"time", wq_time},
+    {"after", wq_after}, {"every", wq_every}, {"exec", wq_exec_lua}, {"requeue", wq_requeue},
+    {"log", wq_log},     {"exit", wq_exit},   {NULL, NULL}};
 
 static const luaL_Reg timer_methods[] = {
     {"cancel", timer_cancel}, {"pending", timer_pending}, {NULL, NULL}};
