@@ -149,7 +149,7 @@ static int any_processing(wq_host *h)
 /* Commits pending state changes. 0, or -1 when the state file cannot be written. */
 static int flush_store(wq_host *h)
 {
-    if (!h->store || !wq_store_dirty(h->store))
+    if (!h->store || h->store_failed || !wq_store_dirty(h->store))
         return 0;
     h->last_flush = wq_real_now();
     int r = wq_store_flush(h->store);
@@ -159,7 +159,9 @@ static int flush_store(wq_host *h)
     }
     if (r < 0) {
         wq_progress_clear(h);
-        fprintf(stderr, "wqrun: cannot write state file: %s\n", wq_store_errmsg(h->store));
+        /* The failed transaction rolled back: what was committed stays. */
+        fprintf(stderr, "wqrun: %s; stopping\n", wq_store_errmsg(h->store));
+        h->store_failed = 1;
         return -1;
     }
     return 0;
@@ -534,7 +536,7 @@ int wq_host_main(const wq_host_opts *opts, const char *script, int argc, char **
     wq_progress_start(h);
     event_base_dispatch(h->base);
     status = h->exit_code;
-    if (flush_store(h) < 0 && status == 0)
+    if ((flush_store(h) < 0 || h->store_failed) && status == 0)
         status = 1;
     wq_progress_finish(h);
 

@@ -101,7 +101,8 @@ struct wq_host {
     int children; /* running child processes */
     void *execs;  /* list of running exec records */
 
-    int in_pass;  /* wq_sched_run is resuming tasks */
+    int in_pass;      /* wq_sched_run is resuming tasks */
+    int store_failed; /* a commit failed: no more writes, exit 1 */
     int stopping; /* a signal asked for a graceful stop */
     int exiting;  /* the loop is breaking */
     int exit_code;

@@ -420,4 +420,26 @@ run --quiet --db "$DB" "$LUA/persist_fail.lua" 2
 run status --db "$DB"
 expect_re "$OUT" '^fail +0 +0 +0 +1 +0 ' "status: a dead letter is counted"
 
+# ====================================================== a full disk mid-run
+# RLIMIT_FSIZE stands in for a full disk: writes past 3 MB fail (SIGXFSZ
+# ignored, so write() returns EFBIG). The runner stops with a message naming
+# the file; what was committed stays committed and the file stays sound.
+DB=$TMP/full.db
+LAST_CMD="wqrun --db $DB persist_fill.lua 20000 (ulimit -f 3000)"
+OUT=$( (ulimit -f 3000; trap '' XFSZ; exec "$WQRUN" --quiet --db "$DB" "$LUA/persist_fill.lua" 20000) 2>"$TMP/err")
+RC=$?
+ERR=$(cat "$TMP/err")
+expect_rc 1 "full disk: exit 1"
+expect_in "$ERR" "$DB" "full disk: the message names the file"
+expect_not_in "$OUT" "all added" "full disk: the run stopped"
+expect_eq "$(sql "$DB" "PRAGMA integrity_check")" "ok" "full disk: the file passes integrity_check"
+kept=$(sql "$DB" "SELECT count(*) FROM items WHERE queue = 'big'")
+check "full disk: the commits before the failure are kept ($kept items)" test "${kept:-0}" -ge 100
+expect_eq "$(sql "$DB" "SELECT count(*) FROM items WHERE queue = 'big' AND length(payload) < 2000")" "0" \
+    "full disk: no torn payloads"
+# without the limit, the next run goes on from there
+run --quiet --db "$DB" "$LUA/persist_fill.lua" 0
+expect_rc 0 "full disk: the next run starts"
+expect_eq "$(sql "$DB" "SELECT count(*) FROM items WHERE queue = 'big'")" "$kept" "full disk: the next run sees the kept items"
+
 finish
