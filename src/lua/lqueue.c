@@ -125,6 +125,29 @@ static void add_dead(lua_State *L, lqueue *lq, const char *key, size_t len, cons
  * A failed run of key: retry through the limiter while the failure count
  * is below max_retries, else dead-letter it. The caller calls done after.
  */
+/* A key for a log line: at most 64 bytes, control and non-ASCII bytes as \xNN. */
+static void show_key(char out[4 * 64 + 4], const char *key, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    char *o = out;
+    for (size_t i = 0; i < len && i < 64; i++) {
+        unsigned char c = (unsigned char)key[i];
+        if (c >= 0x20 && c < 0x7f && c != '\\') {
+            *o++ = (char)c;
+        } else {
+            *o++ = '\\';
+            *o++ = 'x';
+            *o++ = hex[c >> 4];
+            *o++ = hex[c & 15];
+        }
+    }
+    if (len > 64) {
+        memcpy(o, "...", 3);
+        o += 3;
+    }
+    *o = '\0';
+}
+
 static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len, const char *json,
                            size_t jlen, const char *err, const char *tb)
 {
@@ -150,8 +173,10 @@ static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len
     add_dead(L, lq, key, len, json, jlen, err, tb, count + 1, at);
     if (lq->sq)
         wq_store_dead(lq->sq, key, len, json, jlen, err, count + 1, at);
-    wq_host_log(lq->host, "wqrun: %s: '%.*s' failed %lld times, dead-lettered: %s", lq->name,
-                (int)(len > 200 ? 200 : len), key, (long long)(count + 1), err);
+    char shown[4 * 64 + 4];
+    show_key(shown, key, len);
+    wq_host_log(lq->host, "wqrun: %s: '%s' failed %lld times, dead-lettered: %s", lq->name, shown,
+                (long long)(count + 1), err);
 }
 
 static void done_key(lua_State *L, lqueue *lq, const char *key, size_t len)
