@@ -1,11 +1,22 @@
 /*
  * The work queue (see queue.h). Records live in one array indexed by id;
- * a power-of-two open-addressing table of ids finds them by key. A record's
- * key and payload share one block from the slab. The ready store is one
- * intrusive FIFO list per priority level, levels sorted highest first; the
- * same links chain processing records in the order they were handed out,
- * so the oldest is at the head. Delayed adds live in a wq_delay heap keyed
- * by record id.
+ * a power-of-two open-addressing table (linear probing, at most half full)
+ * finds them by key. Each table slot is 64 bits: the key's 32-bit hash in
+ * the high half, id + 1 in the low half, 0 for an empty slot. So a probe
+ * compares hashes without touching the record (the key itself is compared
+ * only on a hash match), and growing the table or closing the gap after a
+ * removal (backward shift) reads each entry's home slot from the table
+ * alone: the records, a random access each, stay out of the table's loops.
+ *
+ * A record's key and payload share one block from the slab: the key bytes,
+ * then, only when the record has a payload (F_PAYLOAD), a 4-byte length and
+ * the payload bytes. Keeping the hash in the table and the payload length
+ * in the block makes a record 40 bytes.
+ *
+ * The ready store is one intrusive FIFO list per priority level, levels
+ * sorted highest first; the same links chain processing records in the
+ * order they were handed out, so the oldest is at the head. Delayed adds
+ * live in a wq_delay heap keyed by record id.
  */
 #include "engine/queue.h"
 
@@ -20,17 +31,21 @@
 enum { F_DIRTY = 1, F_PROCESSING = 2, F_QUEUED = 4, F_WAITING = 8, F_PAYLOAD = 16 };
 
 struct item {
-    char *data;     /* key bytes, then payload bytes */
+    char *data;     /* key bytes; with F_PAYLOAD then paylen (PAYLEN_SIZE bytes) and payload */
     int64_t add_ns; /* when it last became dirty */
     int64_t get_ns; /* when it was handed out */
     uint32_t next;  /* level list, processing list or free list */
     uint32_t prev;
-    uint32_t hash;
     uint32_t keylen : 27;
     uint32_t flags : 5;
-    uint32_t paylen;
     int32_t prio;
 };
+
+/* The memory budget (64 bytes per item besides the key, bench/RESULTS.md) counts on this. */
+_Static_assert(sizeof(struct item) <= 40, "struct item grew");
+
+/* Bytes of the payload length stored after the key (unaligned, host order). */
+#define PAYLEN_SIZE 4
 
 struct level {
     int32_t prio;
@@ -44,7 +59,7 @@ struct wq_queue {
     uint32_t nitems, cap; /* ids in use are < nitems */
     uint32_t free_ids;    /* free list of ids through next */
     uint32_t nrecords;
-    uint32_t *table; /* id + 1, 0 empty */
+    uint64_t *table; /* hash << 32 | (id + 1), 0 empty */
     uint32_t mask;
     struct level *levels; /* sorted by prio, highest first; never empty lists */
     uint32_t nlevels, levels_cap;
@@ -69,9 +84,49 @@ static void emit(wq_queue *q, wq_event ev, const struct item *it)
         q->observer(q->observer_ud, q, ev, NULL, 0);
 }
 
+static uint32_t paylen(const struct item *it)
+{
+    uint32_t n = 0;
+    if (it->flags & F_PAYLOAD)
+        memcpy(&n, it->data + it->keylen, sizeof n);
+    return n;
+}
+
+static const char *payload(const struct item *it)
+{
+    return it->data + it->keylen + PAYLEN_SIZE;
+}
+
+/* Size of the record's data block (what it was allocated with). */
 static size_t data_size(const struct item *it)
 {
-    return (size_t)it->keylen + it->paylen;
+    size_t n = it->keylen;
+    if (it->flags & F_PAYLOAD)
+        n += PAYLEN_SIZE + (size_t)paylen(it);
+    return n;
+}
+
+/*
+ * A data block holding key and, when has_payload, the payload's length and
+ * bytes. NULL on OOM. Even an empty key without payload gets a block: data
+ * is never NULL, so memcmp and pointer arithmetic on it stay defined.
+ */
+static char *new_data(wq_queue *q, const char *key, size_t len, int has_payload, const char *p,
+                      size_t n)
+{
+    size_t size = len + (has_payload ? PAYLEN_SIZE + n : 0);
+    char *data = wq_slab_alloc(&q->slab, size);
+    if (!data)
+        return NULL;
+    if (len)
+        memcpy(data, key, len);
+    if (has_payload) {
+        uint32_t n32 = (uint32_t)n;
+        memcpy(data + len, &n32, sizeof n32);
+        if (n)
+            memcpy(data + len + PAYLEN_SIZE, p, n);
+    }
+    return data;
 }
 
 /* ---- construction ---- */
@@ -126,43 +181,75 @@ void wq_queue_set_observer(wq_queue *q, wq_observer_fn fn, void *ud)
 
 /* ---- the key table ---- */
 
+static uint32_t key_hash(const char *key, size_t len)
+{
+    return (uint32_t)wq_hash(key, len);
+}
+
+static uint64_t slot_make(uint32_t h, uint32_t id)
+{
+    return (uint64_t)h << 32 | (id + 1);
+}
+
+static uint32_t slot_hash(uint64_t v)
+{
+    return (uint32_t)(v >> 32);
+}
+
+static uint32_t slot_id(uint64_t v)
+{
+    return (uint32_t)v - 1;
+}
+
+/*
+ * The slot holding key, or the empty slot where it would go. Only a slot
+ * whose hash matches costs a look at the record (and its key bytes).
+ */
 static uint32_t find_slot(const wq_queue *q, const char *key, size_t len, uint32_t h)
 {
     uint32_t i = h & q->mask;
     for (;;) {
-        uint32_t v = q->table[i];
+        uint64_t v = q->table[i];
         if (!v)
             return i;
-        const struct item *it = &q->items[v - 1];
-        if (it->hash == h && it->keylen == len && memcmp(it->data, key, len) == 0)
-            return i;
+        if (slot_hash(v) == h) {
+            const struct item *it = &q->items[slot_id(v)];
+            if (it->keylen == len && memcmp(it->data, key, len) == 0)
+                return i;
+        }
         i = (i + 1) & q->mask;
     }
 }
 
+/* The first empty slot from h's home: where an entry known to be absent goes. */
+static uint32_t empty_slot(const uint64_t *table, uint32_t mask, uint32_t h)
+{
+    uint32_t i = h & mask;
+    while (table[i])
+        i = (i + 1) & mask;
+    return i;
+}
+
+/* The slot of key's record, or NIL if key has none. */
 static uint32_t find(const wq_queue *q, const char *key, size_t len)
 {
     if (len > WQ_KEY_MAX)
         return NIL;
-    uint32_t v = q->table[find_slot(q, key, len, (uint32_t)wq_hash(key, len))];
-    return v ? v - 1 : NIL;
+    uint32_t i = find_slot(q, key, len, key_hash(key, len));
+    return q->table[i] ? i : NIL;
 }
 
 static int grow_table(wq_queue *q)
 {
     uint32_t ncap = (q->mask + 1) * 2;
-    uint32_t *nt = wq_malloc((size_t)ncap * sizeof *nt);
+    uint64_t *nt = wq_malloc((size_t)ncap * sizeof *nt);
     if (!nt)
         return WQ_ENOMEM;
     memset(nt, 0, (size_t)ncap * sizeof *nt);
     for (uint32_t i = 0; i <= q->mask; i++) {
-        uint32_t v = q->table[i];
-        if (!v)
-            continue;
-        uint32_t j = q->items[v - 1].hash & (ncap - 1);
-        while (nt[j])
-            j = (j + 1) & (ncap - 1);
-        nt[j] = v;
+        uint64_t v = q->table[i];
+        if (v)
+            nt[empty_slot(nt, ncap - 1, slot_hash(v))] = v;
     }
     wq_free(q->table);
     q->table = nt;
@@ -170,21 +257,24 @@ static int grow_table(wq_queue *q)
     return 0;
 }
 
-static void table_remove(wq_queue *q, uint32_t id)
+/*
+ * Empties slot i and closes the gap by backward shift: each following
+ * entry of the cluster that may move (its home is not in (hole, j]) moves
+ * into the hole, so every entry stays reachable from its home without a
+ * tombstone.
+ */
+static void table_remove(wq_queue *q, uint32_t i)
 {
-    const struct item *it = &q->items[id];
-    uint32_t i = find_slot(q, it->data, it->keylen, it->hash);
-    assert(q->table[i] == id + 1);
-    q->table[i] = 0;
-    uint32_t hole = i;
-    for (uint32_t j = (i + 1) & q->mask; q->table[j]; j = (j + 1) & q->mask) {
-        uint32_t home = q->items[q->table[j] - 1].hash & q->mask;
-        if (((j - home) & q->mask) >= ((j - hole) & q->mask)) {
-            q->table[hole] = q->table[j];
-            q->table[j] = 0;
+    uint64_t *t = q->table;
+    uint32_t mask = q->mask, hole = i;
+    for (uint32_t j = (i + 1) & mask; t[j]; j = (j + 1) & mask) {
+        uint32_t home = slot_hash(t[j]) & mask;
+        if (((j - home) & mask) >= ((j - hole) & mask)) {
+            t[hole] = t[j];
             hole = j;
         }
     }
+    t[hole] = 0;
 }
 
 /* ---- records ---- */
@@ -195,15 +285,19 @@ static int payload_ok(const wq_add_opts *o)
 }
 
 /*
- * Finds key's record or creates an empty one (flags 0, not in the table
- * until commit_record). Returns the id, or NIL on OOM. Every allocation a
- * new record needs happens here, so the caller can still back out.
+ * Creates an empty record for key (flags 0) in *slot, the empty slot
+ * find_slot answered for it; *slot is updated if the table grows. Returns
+ * the id, or NIL on OOM. Every allocation a new record needs happens here,
+ * so the caller can still back out.
  */
-static uint32_t new_record(wq_queue *q, const char *key, size_t len, uint32_t h,
+static uint32_t new_record(wq_queue *q, const char *key, size_t len, uint32_t h, uint32_t *slot,
                            const wq_add_opts *o)
 {
-    if ((q->nrecords + 1) * 2 > q->mask + 1 && grow_table(q) < 0)
-        return NIL;
+    if ((q->nrecords + 1) * 2 > q->mask + 1) {
+        if (grow_table(q) < 0)
+            return NIL;
+        *slot = empty_slot(q->table, q->mask, h);
+    }
     uint32_t id = q->free_ids;
     if (id == NIL && q->nitems == q->cap) {
         uint32_t ncap = q->cap ? q->cap * 2 : 64;
@@ -213,16 +307,11 @@ static uint32_t new_record(wq_queue *q, const char *key, size_t len, uint32_t h,
         q->items = ni;
         q->cap = ncap;
     }
-    size_t paylen = o && o->set_payload ? o->paylen : 0;
-    /* Even an empty key gets a block: data is never NULL, so memcmp and
-     * pointer arithmetic on it stay defined. */
-    char *data = wq_slab_alloc(&q->slab, len + paylen);
+    int has_payload = o && o->set_payload;
+    char *data = new_data(q, key, len, has_payload, has_payload ? o->payload : NULL,
+                          has_payload ? o->paylen : 0);
     if (!data)
         return NIL;
-    if (len)
-        memcpy(data, key, len);
-    if (paylen)
-        memcpy(data + len, o->payload, paylen);
     if (id == NIL)
         id = q->nitems++;
     else
@@ -230,34 +319,35 @@ static uint32_t new_record(wq_queue *q, const char *key, size_t len, uint32_t h,
     struct item *it = &q->items[id];
     memset(it, 0, sizeof *it);
     it->data = data;
-    it->hash = h;
     it->keylen = (uint32_t)len;
-    it->paylen = (uint32_t)paylen;
     it->next = it->prev = NIL;
-    if (o && o->set_payload)
+    if (has_payload)
         it->flags |= F_PAYLOAD;
     if (o && o->set_priority)
         it->prio = o->priority;
-    q->table[find_slot(q, key, len, h)] = id + 1;
+    q->table[*slot] = slot_make(h, id);
     q->nrecords++;
     return id;
 }
 
 /*
- * Drops a record that has nothing pending. With tell, the observer hears
- * WQ_EV_GONE after the record has left the table (so the queue it sees is
- * consistent) but before its bytes are freed (so the key is still valid).
+ * Drops a record that has nothing pending; slot is where the table holds
+ * it. With tell, the observer hears WQ_EV_GONE after the record has left
+ * the table (so the queue it sees is consistent) but before its bytes are
+ * freed (so the key is still valid).
  */
-static void drop_record(wq_queue *q, uint32_t id, int tell)
+static void drop_record(wq_queue *q, uint32_t id, uint32_t slot, int tell)
 {
     struct item *it = &q->items[id];
-    table_remove(q, id);
+    assert(q->table[slot] && slot_id(q->table[slot]) == id);
+    size_t size = data_size(it);
+    table_remove(q, slot);
     it->flags = 0;
     q->nrecords--;
     if (tell)
         emit(q, WQ_EV_GONE, it);
     it = &q->items[id];
-    wq_slab_free(&q->slab, it->data, data_size(it));
+    wq_slab_free(&q->slab, it->data, size);
     it->data = NULL;
     it->next = q->free_ids;
     q->free_ids = id;
@@ -272,19 +362,13 @@ static int pending(const struct item *it)
 static int set_payload(wq_queue *q, uint32_t id, const char *p, size_t n)
 {
     struct item *it = &q->items[id];
-    if ((it->flags & F_PAYLOAD) && it->paylen == n &&
-        (n == 0 || memcmp(it->data + it->keylen, p, n) == 0))
+    if ((it->flags & F_PAYLOAD) && paylen(it) == n && (n == 0 || memcmp(payload(it), p, n) == 0))
         return 0;
-    char *data = wq_slab_alloc(&q->slab, it->keylen + n);
+    char *data = new_data(q, it->data, it->keylen, 1, p, n);
     if (!data)
         return WQ_ENOMEM;
-    if (it->keylen)
-        memcpy(data, it->data, it->keylen);
-    if (n)
-        memcpy(data + it->keylen, p, n);
     wq_slab_free(&q->slab, it->data, data_size(it));
     it->data = data;
-    it->paylen = (uint32_t)n;
     it->flags |= F_PAYLOAD;
     return 1;
 }
@@ -434,20 +518,23 @@ static int64_t now(const wq_queue *q)
 }
 
 /*
- * Looks key up, creating a record if needed. *created tells which. Returns
- * the id, or a negative error with nothing changed.
+ * Looks key up, creating a record if needed. *created tells which, *slot
+ * where the table holds it. Returns the id, or a negative error with
+ * nothing changed.
  */
-static int64_t obtain(wq_queue *q, const char *key, size_t len, const wq_add_opts *o, int *created)
+static int64_t obtain(wq_queue *q, const char *key, size_t len, const wq_add_opts *o, int *created,
+                      uint32_t *slot)
 {
     if (len > WQ_KEY_MAX || !payload_ok(o))
         return WQ_E2BIG;
-    uint32_t h = (uint32_t)wq_hash(key, len);
-    uint32_t v = q->table[find_slot(q, key, len, h)];
+    uint32_t h = key_hash(key, len);
+    *slot = find_slot(q, key, len, h);
+    uint64_t v = q->table[*slot];
     if (v) {
         *created = 0;
-        return v - 1;
+        return slot_id(v);
     }
-    uint32_t id = new_record(q, key, len, h, o);
+    uint32_t id = new_record(q, key, len, h, slot, o);
     if (id == NIL)
         return WQ_ENOMEM;
     *created = 1;
@@ -522,7 +609,8 @@ int wq_queue_add(wq_queue *q, const char *key, size_t len, const wq_add_opts *o)
     if (q->shutting_down)
         return WQ_ESHUTDOWN;
     int created;
-    int64_t r = obtain(q, key, len, o, &created);
+    uint32_t slot;
+    int64_t r = obtain(q, key, len, o, &created, &slot);
     if (r < 0)
         return (int)r;
     uint32_t id = (uint32_t)r;
@@ -547,11 +635,27 @@ int wq_queue_add(wq_queue *q, const char *key, size_t len, const wq_add_opts *o)
     }
     wq_event ev;
     if (make_dirty(q, id, &ev) < 0) {
-        drop_record(q, id, 0); /* only a new record can fail here */
+        drop_record(q, id, slot, 0); /* only a new record can fail here */
         return WQ_ENOMEM;
     }
     emit(q, ev, &q->items[id]);
     return 1;
+}
+
+/* Keys up to this long are worth hashing just to prefetch their slot. */
+#define PREFETCH_KEY_MAX 128
+
+/* Hints that record id's table slot will be read soon (a hint only: no effect on state). */
+static void prefetch_slot(const wq_queue *q, uint32_t id)
+{
+#if defined(__GNUC__)
+    const struct item *it = &q->items[id];
+    if (it->keylen <= PREFETCH_KEY_MAX)
+        __builtin_prefetch(&q->table[key_hash(it->data, it->keylen) & q->mask]);
+#else
+    (void)q;
+    (void)id;
+#endif
 }
 
 int wq_queue_get(wq_queue *q, wq_item_info *out)
@@ -559,8 +663,16 @@ int wq_queue_get(wq_queue *q, wq_item_info *out)
     if (!q->stored)
         return q->shutting_down ? WQ_ESHUTDOWN : WQ_EEMPTY;
     uint32_t id = q->levels[0].head;
-    store_unlink(q, id);
     struct item *it = &q->items[id];
+    /* A fast worker's done follows its get at once, too soon for the
+     * done's table slot (a cache miss in a large table) to load in the
+     * meantime. Start loading the slot of the record two places after this
+     * one in the queue: by the time its get and done come, the line is in
+     * cache. */
+    uint32_t ahead = it->next != NIL ? q->items[it->next].next : NIL;
+    if (ahead != NIL)
+        prefetch_slot(q, ahead);
+    store_unlink(q, id);
     int64_t t = now(q);
     it->flags = (it->flags & ~F_DIRTY) | F_PROCESSING;
     q->metrics.depth--;
@@ -575,10 +687,13 @@ int wq_queue_get(wq_queue *q, wq_item_info *out)
 
 int wq_queue_done(wq_queue *q, const char *key, size_t len)
 {
-    uint32_t id = find(q, key, len);
-    if (id == NIL || !(q->items[id].flags & F_PROCESSING))
+    uint32_t slot = find(q, key, len);
+    if (slot == NIL)
         return WQ_ENOENT;
+    uint32_t id = slot_id(q->table[slot]);
     struct item *it = &q->items[id];
+    if (!(it->flags & F_PROCESSING))
+        return WQ_ENOENT;
     if ((it->flags & F_DIRTY) && ensure_level(q, it->prio) < 0)
         return WQ_ENOMEM;
     proc_unlink(q, id);
@@ -588,7 +703,7 @@ int wq_queue_done(wq_queue *q, const char *key, size_t len)
         enqueue(q, id); /* cannot fail: the level exists */
         emit(q, WQ_EV_QUEUED, &q->items[id]);
     } else if (!pending(it)) {
-        drop_record(q, id, 1);
+        drop_record(q, id, slot, 1);
     } else {
         emit(q, WQ_EV_WAITING, it);
     }
@@ -629,13 +744,14 @@ int wq_queue_shutting_down(const wq_queue *q)
 static int schedule(wq_queue *q, const char *key, size_t len, int64_t when, const wq_add_opts *o)
 {
     int created;
-    int64_t r = obtain(q, key, len, o, &created);
+    uint32_t slot;
+    int64_t r = obtain(q, key, len, o, &created, &slot);
     if (r < 0)
         return (int)r;
     uint32_t id = (uint32_t)r;
     if (wq_delay_reserve(&q->delay, id) < 0) {
         if (created)
-            drop_record(q, id, 0);
+            drop_record(q, id, slot, 0);
         return WQ_ENOMEM;
     }
     int changed = 0;
@@ -680,13 +796,16 @@ int wq_queue_add_at(wq_queue *q, const char *key, size_t len, int64_t ready_at,
 
 int wq_queue_cancel_after(wq_queue *q, const char *key, size_t len)
 {
-    uint32_t id = find(q, key, len);
-    if (id == NIL || !wq_delay_cancel(&q->delay, id))
+    uint32_t slot = find(q, key, len);
+    if (slot == NIL)
+        return 0;
+    uint32_t id = slot_id(q->table[slot]);
+    if (!wq_delay_cancel(&q->delay, id))
         return 0;
     struct item *it = &q->items[id];
     it->flags &= ~F_WAITING;
     if (!pending(it)) {
-        drop_record(q, id, 1);
+        drop_record(q, id, slot, 1);
     } else {
         emit(q, WQ_EV_UPDATED, it);
     }
@@ -730,8 +849,8 @@ static void fill_info(const wq_queue *q, uint32_t id, wq_item_info *info)
     const struct item *it = &q->items[id];
     info->key = it->data;
     info->keylen = it->keylen;
-    info->payload = (it->flags & F_PAYLOAD) ? it->data + it->keylen : NULL;
-    info->paylen = it->paylen;
+    info->payload = (it->flags & F_PAYLOAD) ? payload(it) : NULL;
+    info->paylen = paylen(it);
     info->priority = it->prio;
     info->state = 0;
     if (it->flags & F_DIRTY)
@@ -750,10 +869,10 @@ static void fill_info(const wq_queue *q, uint32_t id, wq_item_info *info)
 
 int wq_queue_lookup(const wq_queue *q, const char *key, size_t len, wq_item_info *info)
 {
-    uint32_t id = find(q, key, len);
-    if (id == NIL)
+    uint32_t slot = find(q, key, len);
+    if (slot == NIL)
         return 0;
-    fill_info(q, id, info);
+    fill_info(q, slot_id(q->table[slot]), info);
     return 1;
 }
 
@@ -819,8 +938,11 @@ int wq_queue_check(const wq_queue *q)
         }
         records++;
         CHECK(it->data != NULL);
-        CHECK(find(q, it->data, it->keylen) == id);
-        CHECK(it->hash == (uint32_t)wq_hash(it->data, it->keylen));
+        /* Found from its home, at a slot naming it with its key's hash. */
+        uint32_t slot = find(q, it->data, it->keylen);
+        CHECK(slot != NIL);
+        CHECK(slot_id(q->table[slot]) == id);
+        CHECK(slot_hash(q->table[slot]) == key_hash(it->data, it->keylen));
         if (it->flags & F_DIRTY)
             dirty++;
         if (it->flags & F_QUEUED) {
@@ -842,10 +964,17 @@ int wq_queue_check(const wq_queue *q)
     CHECK(processing == q->nprocessing);
     CHECK(waiting == wq_delay_len(&q->delay));
     CHECK((int64_t)dirty == q->metrics.depth);
+    /* Every used slot names a live record; with the finds above, one slot per record. */
     uint32_t slots = 0;
-    for (uint32_t i = 0; i <= q->mask; i++)
-        slots += q->table[i] != 0;
+    for (uint32_t i = 0; i <= q->mask; i++) {
+        uint64_t v = q->table[i];
+        if (!v)
+            continue;
+        CHECK(slot_id(v) < q->nitems && pending(&q->items[slot_id(v)]));
+        slots++;
+    }
     CHECK(slots == q->nrecords);
+    CHECK(q->nrecords * 2 <= q->mask + 1);
     /* Each level: non-empty, sorted, linked both ways, members queued at that priority. */
     uint32_t inlevels = 0;
     for (uint32_t li = 0; li < q->nlevels; li++) {
