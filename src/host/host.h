@@ -103,8 +103,8 @@ struct wq_host {
 
     int in_pass;      /* wq_sched_run is resuming tasks */
     int store_failed; /* a commit failed: no more writes, exit 1 */
-    int stopping; /* a signal asked for a graceful stop */
-    int exiting;  /* the loop is breaking */
+    int stopping;     /* a signal asked for a graceful stop */
+    int exiting;      /* the loop is breaking */
     int exit_code;
     uint64_t grace_timer;
 
