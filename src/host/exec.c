@@ -206,25 +206,25 @@ static void exec_cancel(wq_task *t)
     }
 }
 
+/* Reaps our own children only: a waitpid(-1) would also take the status of
+ * processes the script started itself (io.popen, os.execute). */
 void wq_exec_reap(wq_host *h)
 {
-    int st;
-    pid_t pid;
-    while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
-        for (xproc *x = h->execs; x; x = x->next) {
-            if (x->pid == pid) {
-                x->exited = 1;
-                x->wstatus = st;
-                if (x->timer) {
-                    wq_timer_stop(h, x->timer);
-                    x->timer = 0;
-                }
-                if (x->fd[0] >= 0)
-                    close_pipe(x, 0);
-                maybe_complete(x);
-                break;
-            }
+    xproc *next;
+    for (xproc *x = h->execs; x; x = next) {
+        next = x->next;
+        int st;
+        if (x->exited || waitpid(x->pid, &st, WNOHANG) != x->pid)
+            continue;
+        x->exited = 1;
+        x->wstatus = st;
+        if (x->timer) {
+            wq_timer_stop(h, x->timer);
+            x->timer = 0;
         }
+        if (x->fd[0] >= 0)
+            close_pipe(x, 0);
+        maybe_complete(x); /* may free x, never another record */
     }
 }
 

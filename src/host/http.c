@@ -268,8 +268,12 @@ int wq_http_start(wq_host *h, const char *addr)
         fprintf(stderr, "wqrun: --listen: out of memory\n");
         return -1;
     }
-    if (h->opts.token)
-        s->token = strdup(h->opts.token);
+    if (h->opts.token && !(s->token = strdup(h->opts.token))) {
+        evhttp_free(s->http);
+        free(s);
+        fprintf(stderr, "wqrun: --listen: out of memory\n");
+        return -1;
+    }
     evhttp_set_max_body_size(s->http, MAX_BODY);
     evhttp_set_max_headers_size(s->http, MAX_HEADERS);
     evhttp_set_timeout(s->http, CLIENT_TIMEOUT);

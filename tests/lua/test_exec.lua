@@ -235,4 +235,12 @@ do -- no zombies: no process has us as parent any more
     t.eq(children, {}, "no child process left (zombie or running)")
 end
 
+do -- wq.exec reaps only its own children: io.popen keeps its exit status
+    local f = io.popen("sleep 0.05; exit 3")
+    local r = wq.exec({"sleep", "0.2"})
+    t.eq(r.status, 0, "the exec ran")
+    local ok, how, code = f:close()
+    t.eq({ok, how, code}, {nil, "exit", 3}, "io.popen's close still sees its status")
+end
+
 t.done()
