@@ -138,10 +138,12 @@ static int idle(wq_host *h)
     return 1;
 }
 
+/* Items handed out and not done, by handler workers or by the script's own
+ * get/done loops (a graceful stop waits for both). */
 static int any_processing(wq_host *h)
 {
     for (int i = 0; i < h->nqueues; i++)
-        if (h->queues[i]->handler_ref != LUA_NOREF && wq_queue_processing(h->queues[i]->q))
+        if (wq_queue_processing(h->queues[i]->q))
             return 1;
     return 0;
 }

@@ -621,6 +621,10 @@ static int get_k(lua_State *L, int status, lua_KContext ctx)
     lqueue *lq = (lqueue *)ctx;
     wq_task *t = wq_task_of(L);
     wq_task_check_interrupt(L, t);
+    if (lq->stopping) { /* see queue_get */
+        lua_pushnil(L);
+        return 1;
+    }
     wq_item_info info;
     int r = wq_queue_get(lq->q, &info);
     if (r == 0) {
@@ -641,6 +645,12 @@ static int queue_get(lua_State *L)
 {
     lqueue *lq = check_queue(L);
     wq_item_info info;
+    /* A graceful stop (SIGINT/SIGTERM) hands out nothing more: what is
+     * queued stays queued (and in the state file) for the next run. */
+    if (lq->stopping) {
+        lua_pushnil(L);
+        return 1;
+    }
     /* Only wait (and so only require a task) when there is nothing to take. */
     int r = wq_queue_get(lq->q, &info);
     if (r == 0) {

@@ -219,4 +219,32 @@ for vt in "" --virtual-time; do
     expect_between "$took" 0.35 5 "spinning handler $vt: exited after about 0.4 s"
 done
 
+# ---- client-go style get/done workers also get the grace period ------------------------
+ctl_lua=$(script ctl.lua <<'EOF'
+local q = wq.queue("ctl")
+for i = 1, 6 do q:add("k" .. i) end
+for w = 1, 2 do
+    wq.spawn(function()
+        while true do
+            local key = q:get()
+            if key == nil then return end -- shut down
+            print("got " .. key)
+            io.stdout:flush()
+            wq.sleep(1)
+            print("finished " .. key)
+            io.stdout:flush()
+            q:done(key)
+        end
+    end)
+end
+EOF
+)
+start --quiet "$ctl_lua"
+check "two get/done workers started" wait_for "$TMP/bg.out" "got " 2 20
+kill -TERM "$PID"
+stop_wait 20
+expect_rc 0 "get/done workers, SIGTERM: exit 0"
+expect_count "$OUT" "got " 2 "get/done workers: nothing new handed out after the signal"
+expect_count "$OUT" "finished " 2 "get/done workers: the items in hand were finished"
+
 finish
