@@ -148,16 +148,33 @@ static int any_processing(wq_host *h)
     return 0;
 }
 
-/* Commits pending state changes. 0, or -1 when the state file cannot be written. */
-static int flush_store(wq_host *h)
+#define RUN_BUSY_MS 20 /* busy_timeout of a commit while running */
+
+/*
+ * Commits pending state changes: 0 done (or nothing to do), 1 the file is
+ * locked by another connection (the changes stay pending and the next
+ * attempt backs off), -1 the state file cannot be written.
+ */
+static int flush_store(wq_host *h, int wait_ms)
 {
     if (!h->store || h->store_failed || !wq_store_dirty(h->store))
         return 0;
     h->last_flush = wq_real_now();
+    /* While running, wait briefly for a lock held by someone else (a user's
+     * sqlite3 session): the loop must go on; the changes stay pending. */
+    wq_store_set_busy_timeout(h->store, wait_ms);
     int r = wq_store_flush(h->store);
-    if (r == WQ_EBUSY) { /* someone held the write lock too long: keep the changes, retry */
-        wq_host_log(h, "wqrun: state file busy, will retry: %s", wq_store_errmsg(h->store));
-        return 0;
+    wq_store_set_busy_timeout(h->store, WQ_STORE_BUSY_MS);
+    if (r == WQ_EBUSY) {
+        if (!h->busy_since) {
+            h->busy_since = h->last_flush;
+            wq_host_log(h, "wqrun: %s; retrying", wq_store_errmsg(h->store));
+        }
+        /* 10 ms, doubling up to 200 ms: the loop goes on meanwhile. */
+        h->flush_backoff = h->flush_backoff ? h->flush_backoff * 2 : 10 * 1000 * 1000;
+        if (h->flush_backoff > 200 * 1000 * 1000)
+            h->flush_backoff = 200 * 1000 * 1000;
+        return 1;
     }
     if (r < 0) {
         wq_progress_clear(h);
@@ -165,6 +182,12 @@ static int flush_store(wq_host *h)
         fprintf(stderr, "wqrun: %s; stopping\n", wq_store_errmsg(h->store));
         h->store_failed = 1;
         return -1;
+    }
+    if (h->busy_since) {
+        wq_host_log(h, "wqrun: state file writable again after %.1f s; pending changes written",
+                    (double)(h->last_flush - h->busy_since) / 1e9);
+        h->busy_since = 0;
+        h->flush_backoff = 0;
     }
     return 0;
 }
@@ -174,7 +197,7 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     wq_host *h = arg;
-    if (flush_store(h) < 0)
+    if (flush_store(h, RUN_BUSY_MS) < 0)
         wq_host_exit(h, 1);
     wq_host_settle(h);
 }
@@ -190,13 +213,17 @@ static void schedule_flush(wq_host *h)
 {
     if (!h->store || !wq_store_dirty(h->store) || evtimer_pending(h->flush_ev, NULL))
         return;
-    int64_t wait = h->last_flush + FLUSH_WINDOW_NS - wq_real_now();
+    int64_t window = h->flush_backoff > FLUSH_WINDOW_NS ? h->flush_backoff : FLUSH_WINDOW_NS;
+    int64_t wait = h->last_flush + window - wq_real_now();
     if (wait <= 0) {
-        if (flush_store(h) < 0)
+        int r = flush_store(h, RUN_BUSY_MS);
+        if (r < 0)
             wq_host_exit(h, 1);
-        return;
+        if (r != 1)
+            return;
+        wait = h->flush_backoff; /* locked: try again later, even if nothing else happens */
     }
-    struct timeval tv = {0, (suseconds_t)(wait / 1000 + 1)};
+    struct timeval tv = {(time_t)(wait / WQ_NS_PER_S), (suseconds_t)(wait % WQ_NS_PER_S / 1000 + 1)};
     evtimer_add(h->flush_ev, &tv);
 }
 
@@ -538,7 +565,20 @@ int wq_host_main(const wq_host_opts *opts, const char *script, int argc, char **
     wq_progress_start(h);
     event_base_dispatch(h->base);
     status = h->exit_code;
-    if ((flush_store(h) < 0 || h->store_failed) && status == 0)
+    if (h->store && !h->store_failed) {
+        /* The last changes: wait longer for a lock someone else holds. */
+        int r, tries = 0;
+        while ((r = flush_store(h, WQ_STORE_BUSY_MS)) == 1 && ++tries < 6)
+            ;
+        if (r == 1) {
+            wq_progress_clear(h);
+            fprintf(stderr, "wqrun: %s; the last changes were not written\n",
+                    wq_store_errmsg(h->store));
+        }
+        if (r != 0 && status == 0)
+            status = 1;
+    }
+    if (h->store_failed && status == 0)
         status = 1;
     wq_progress_finish(h);
 

@@ -391,6 +391,11 @@ fail:
     return r;
 }
 
+void wq_store_set_busy_timeout(wq_store *s, int ms)
+{
+    sqlite3_busy_timeout(s->db, ms);
+}
+
 const char *wq_store_errmsg(const wq_store *s)
 {
     return s ? s->errmsg : "no state file";

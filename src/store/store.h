@@ -39,6 +39,11 @@ int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timeb
 void wq_store_close(wq_store *s);
 /* The last error message (for WQ_EIO from flush and friends). */
 const char *wq_store_errmsg(const wq_store *s);
+
+/* How long a commit waits for a lock another connection holds (SQLite
+ * busy_timeout; WQ_STORE_BUSY_MS unless changed). */
+#define WQ_STORE_BUSY_MS 5000
+void wq_store_set_busy_timeout(wq_store *s, int ms);
 /* The path the store was opened with (owned by the store). */
 const char *wq_store_path(const wq_store *s);
 

@@ -79,7 +79,7 @@ expect_eq() {
 }
 
 sql() {
-    sqlite3 -batch -separator ' ' "$@"
+    sqlite3 -batch -separator ' ' -cmd '.timeout 5000' "$@"
 }
 
 sub() {
@@ -304,6 +304,16 @@ check "inbox: the row added during the lock is consumed by the runner" \
 run status --db "$DB"
 expect_rc 0 "second runner: wqrun status works while a runner holds the file"
 expect_in "$OUT" "pid $SERVE_PID" "status names the running runner"
+# the runner deletes the rows it took with its next commit (after the lock: within its retry backoff)
+inbox_settled() {
+    local i
+    for i in $(seq 1 100); do
+        [ "$(sql "$DB" "SELECT count(*) FROM inbox")" = 3 ] && return 0
+        sleep 0.02
+    done
+    return 1
+}
+inbox_settled
 expect_eq "$(sql "$DB" "SELECT queue, key FROM inbox ORDER BY id")" "nosuch z1
 nosuch z2
 other o1" "inbox: sqlite3 reads the file while the runner runs; unknown queues' rows stay"
@@ -441,5 +451,31 @@ expect_eq "$(sql "$DB" "SELECT count(*) FROM items WHERE queue = 'big' AND lengt
 run --quiet --db "$DB" "$LUA/persist_fill.lua" 0
 expect_rc 0 "full disk: the next run starts"
 expect_eq "$(sql "$DB" "SELECT count(*) FROM items WHERE queue = 'big'")" "$kept" "full disk: the next run sees the kept items"
+
+# ====================================================== the file locked by someone else while running
+# A sqlite3 session takes the write lock 0.15 s into the run and holds it
+# 1.5 s. Commits wait only briefly and retry with backoff, so timers keep
+# running; at the end the runner waits for the lock and writes everything.
+for mode in run exit; do
+    DB=$TMP/busy-$mode.db
+    run --quiet --db "$DB" "$LUA/persist_busy.lua" none-yet # creates the file (and 3 rows)
+    sql "$DB" "DELETE FROM items"
+    bg_start busy --db "$DB" "$LUA/persist_busy.lua" "$mode"
+    busy_pid=$BG_PID
+    sleep 0.15
+    printf '%s\n' "BEGIN IMMEDIATE;" "INSERT INTO inbox(queue, key) VALUES ('elsewhere', 'x');" \
+        ".shell sleep 1.5" "COMMIT;" | sql "$DB"
+    bg_wait busy "$busy_pid" 20
+    expect_rc 0 "locked file ($mode): exit 0"
+    expect_eq "$(sql "$DB" "SELECT group_concat(key, ' ') FROM (SELECT key FROM items WHERE queue = 'busy' ORDER BY key)")" \
+        "b1 b2 b3" "locked file ($mode): every add reached the file"
+    expect_in "$ERR" "locked" "locked file ($mode): the wait is logged"
+    if [ "$mode" = run ]; then
+        ticks=$(printf '%s\n' "$OUT" | awk '$1 == "ticks" { print $2 }')
+        check "locked file: timers kept running while commits waited (ticks ${ticks:-?} of 10 by 0.6 s)" \
+            test "${ticks:-0}" -ge 8
+        expect_in "$ERR" "writable again" "locked file: the end of the wait is logged"
+    fi
+done
 
 finish
