@@ -223,7 +223,8 @@ static void schedule_flush(wq_host *h)
             return;
         wait = h->flush_backoff; /* locked: try again later, even if nothing else happens */
     }
-    struct timeval tv = {(time_t)(wait / WQ_NS_PER_S), (suseconds_t)(wait % WQ_NS_PER_S / 1000 + 1)};
+    struct timeval tv = {(time_t)(wait / WQ_NS_PER_S),
+                         (suseconds_t)(wait % WQ_NS_PER_S / 1000 + 1)};
     evtimer_add(h->flush_ev, &tv);
 }
 

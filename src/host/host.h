@@ -87,8 +87,8 @@ struct wq_host {
     struct event *tick_ev;             /* periodic: inbox poll, progress */
     struct event *flush_ev;            /* ends a group-commit window */
     int64_t last_flush;                /* real ns of the last commit */
-    int64_t busy_since;    /* real ns the state file became locked, 0 when not */
-    int64_t flush_backoff; /* wait before the next attempt while locked */
+    int64_t busy_since;                /* real ns the state file became locked, 0 when not */
+    int64_t flush_backoff;             /* wait before the next attempt while locked */
     int ntasks;
     int next_task_id;
 

@@ -15,23 +15,34 @@ struct poll_ctx {
     wq_host *h;
 };
 
+/* Says once per queue name and reason (for the first 16 names) why its rows stay. */
+static void report_once(wq_host *h, char warned[16][65], const char *queue, const char *why)
+{
+    for (int i = 0; i < 16; i++) {
+        if (strcmp(warned[i], queue) == 0)
+            return;
+        if (!warned[i][0]) {
+            snprintf(warned[i], sizeof warned[i], "%s", queue);
+            wq_host_log(h, "wqrun: inbox rows for %s queue '%s' stay in the inbox", why, queue);
+            return;
+        }
+    }
+}
+
 static int take(void *ud, const char *queue, const char *key, size_t keylen, const char *payload,
                 size_t paylen, double after)
 {
     struct poll_ctx *c = ud;
     lqueue *lq = lqueue_find(c->h, queue);
+    static char unknown[16][65], memory[16][65];
     if (!lq) {
-        static char warned[16][65];
-        for (int i = 0; i < 16; i++) {
-            if (strcmp(warned[i], queue) == 0)
-                return 0;
-            if (!warned[i][0]) {
-                snprintf(warned[i], sizeof warned[i], "%s", queue);
-                wq_host_log(c->h, "wqrun: inbox rows for unknown queue '%s' stay in the inbox",
-                            queue);
-                return 0;
-            }
-        }
+        report_once(c->h, unknown, queue, "unknown");
+        return 0;
+    }
+    if (!lq->sq) {
+        /* A row that reached the inbox is never lost: an in-memory queue
+         * could not keep that promise, so the row waits for one that can. */
+        report_once(c->h, memory, queue, "the persist = false");
         return 0;
     }
     if (wq_queue_shutting_down(lq->q))

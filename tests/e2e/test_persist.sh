@@ -372,6 +372,14 @@ expect_in "$OUT" "ran 3 mem 5 disk 1" "persist=false: the queues work"
 expect_eq "$(sql "$DB" "SELECT queue, key FROM items UNION ALL SELECT queue, key FROM failures
                         UNION ALL SELECT queue, key FROM dead")" "disk d1" \
     "persist=false: only the persisted queue has rows"
+run add --db "$DB" memh from-inbox
+run add --db "$DB" disk d2
+run --quiet --db "$DB" "$LUA/persist_optout.lua"
+expect_rc 0 "persist=false, inbox: run"
+expect_in "$OUT" "ran 3 mem 5 disk 2" "persist=false, inbox: the persisted queue took its row"
+expect_eq "$(sql "$DB" "SELECT queue, key FROM inbox")" "memh from-inbox" \
+    "persist=false, inbox: the row for the in-memory queue stays in the inbox"
+expect_in "$ERR" "persist = false queue 'memh'" "persist=false, inbox: the log says why"
 EMPTY=$TMP/empty
 mkdir -p "$EMPTY"
 cd "$EMPTY" || exit 1
