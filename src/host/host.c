@@ -228,6 +228,22 @@ static void schedule_flush(wq_host *h)
     evtimer_add(h->flush_ev, &tv);
 }
 
+/* Arms the timer event d ns from now (real time). */
+static void arm_real(wq_host *h, int64_t d)
+{
+    if (d < 0)
+        d = 0;
+    struct timeval tv = {(time_t)(d / WQ_NS_PER_S), (suseconds_t)(d % WQ_NS_PER_S / 1000)};
+    /* libevent rounds down to microseconds: never fire early. */
+    if (d % 1000)
+        tv.tv_usec++;
+    if (tv.tv_usec >= 1000000) {
+        tv.tv_sec++;
+        tv.tv_usec -= 1000000;
+    }
+    evtimer_add(h->timer_ev, &tv);
+}
+
 void wq_host_settle(wq_host *h)
 {
     if (h->exiting)
@@ -246,28 +262,27 @@ void wq_host_settle(wq_host *h)
     int64_t next = wq_timer_next(h);
     if (h->opts.virtual_time) {
         if (next != WQ_NEVER && (busy ? next <= h->vnow : h->children == 0)) {
+            if (h->armed != WQ_NEVER) {
+                evtimer_del(h->timer_ev);
+                h->armed = WQ_NEVER;
+            }
             if (next > h->vnow)
                 h->vnow = next;
             event_active(h->timer_ev, EV_TIMEOUT, 0);
             return;
         }
-    } else if (next != h->armed) {
-        if (next == WQ_NEVER) {
-            evtimer_del(h->timer_ev);
-        } else {
-            int64_t d = next - mono_ns();
-            if (d < 0)
-                d = 0;
-            struct timeval tv = {(time_t)(d / WQ_NS_PER_S), (suseconds_t)(d % WQ_NS_PER_S / 1000)};
-            /* libevent rounds down to microseconds: never fire early. */
-            if (d % 1000)
-                tv.tv_usec++;
-            if (tv.tv_usec >= 1000000) {
-                tv.tv_sec++;
-                tv.tv_usec -= 1000000;
-            }
-            evtimer_add(h->timer_ev, &tv);
+        /* A child process runs in real time: while only children can make
+         * progress, the clock follows the real one to the next deadline (so
+         * exec and handler timeouts still fire). */
+        if (!busy && h->children && next != WQ_NEVER && next != h->armed) {
+            arm_real(h, next - h->vnow);
+            h->armed = next;
         }
+    } else if (next != h->armed) {
+        if (next == WQ_NEVER)
+            evtimer_del(h->timer_ev);
+        else
+            arm_real(h, next - mono_ns());
         h->armed = next;
     }
     if (!busy && next == WQ_NEVER && idle(h)) {
@@ -286,6 +301,9 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     wq_host *h = arg;
+    /* Virtual time armed on the real clock (children running): jump to it. */
+    if (h->opts.virtual_time && h->armed != WQ_NEVER && h->armed > h->vnow)
+        h->vnow = h->armed;
     h->armed = WQ_NEVER;
     wq_timer_run_due(h);
     wq_host_settle(h);
@@ -319,8 +337,20 @@ static void preempt_hook(lua_State *L, lua_Debug *ar)
         lua_yield(L, 0);
 }
 
+static volatile sig_atomic_t stop_signals, force_exit_sig;
+
 static void on_signal_raw(int sig)
 {
+    /* The second stop signal normally ends the process through the loop at
+     * once; if the loop does not get control within a second (Lua code
+     * the preempting hook cannot reach, such as a loop in a coroutine of
+     * the script's own), the alarm ends it here. */
+    if (sig == SIGALRM && force_exit_sig)
+        _exit(128 + force_exit_sig);
+    if (sig != SIGALRM && ++stop_signals >= 2 && !force_exit_sig) {
+        force_exit_sig = sig;
+        alarm(1);
+    }
     int saved_errno = errno;
     unsigned char b = (unsigned char)sig;
     if (write(sig_pipe[1], &b, 1) < 0) {

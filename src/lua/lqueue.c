@@ -213,7 +213,11 @@ static int msgh(lua_State *L)
 static void timeout_hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
+    /* L may be a coroutine the handler created (it inherited this hook):
+     * the task is then the one being resumed. */
     wq_task *t = wq_task_of(L);
+    if (!t && wq_running)
+        t = wq_task_of(wq_running);
     /* The virtual clock stands still while a handler computes: use real time too. */
     if (t && t->deadline != WQ_NEVER &&
         (wq_host_now(t->host) >= t->deadline || wq_real_now() >= t->real_deadline)) {
@@ -224,6 +228,8 @@ static void timeout_hook(lua_State *L, lua_Debug *ar)
         /* From now on every instruction raises again, so a handler cannot
          * swallow the timeout with pcall and go on (finish_job removes it). */
         lua_sethook(L, timeout_hook, LUA_MASKCOUNT, 1);
+        if (L != t->co)
+            lua_sethook(t->co, timeout_hook, LUA_MASKCOUNT, 1);
         lua_pushstring(L, "timeout");
         lua_error(L);
     }

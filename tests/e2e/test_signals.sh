@@ -247,4 +247,27 @@ expect_rc 0 "get/done workers, SIGTERM: exit 0"
 expect_count "$OUT" "got " 2 "get/done workers: nothing new handed out after the signal"
 expect_count "$OUT" "finished " 2 "get/done workers: the items in hand were finished"
 
+# ---- a loop in a coroutine of the script's own: the second signal still ends it ---------
+co_lua=$(script co_spin.lua <<'EOF'
+wq.spawn(function()
+    coroutine.wrap(function()
+        print("spinning")
+        io.stdout:flush()
+        while true do end
+    end)()
+end)
+EOF
+)
+start --quiet "$co_lua"
+check "nested coroutine spinning" wait_for "$TMP/bg.out" "spinning" 1 20
+kill -TERM "$PID"
+sleep 0.3
+t_sig=$(now)
+kill -TERM "$PID"
+stop_wait 10
+took=$(since "$t_sig")
+ELAPSED=$took
+expect_rc 143 "nested spin, second SIGTERM: status 128 + 15"
+expect_between "$took" 0 3 "nested spin, second SIGTERM: within about a second"
+
 finish

@@ -244,4 +244,34 @@ do -- a timeout is a failure like any other: it retries through the limiter
     t.eq(q:dead()[1] and q:dead()[1].attempts, 3)
 end
 
+do -- a CPU loop inside a coroutine the handler created is stopped too
+    local after = {}
+    local q = newq({
+        timeout = 0.05,
+        max_retries = 0,
+        handler = function(key)
+            if key == "wrap" then
+                coroutine.wrap(function()
+                    while true do end
+                end)()
+            else -- resume catches the error; the handler still cannot go on
+                local co = coroutine.create(function()
+                    while true do end
+                end)
+                coroutine.resume(co)
+                after[#after + 1] = key
+                while true do end
+            end
+        end,
+    })
+    q:add("wrap")
+    q:add("resume")
+    t.ok(t.wait_until(idle(q)), "processed")
+    local errs = dead_errors(q)
+    t.ok(errs.wrap and errs.wrap:find("timeout", 1, true), "wrap: dead with a timeout (" .. tostring(errs.wrap) .. ")")
+    t.eq(errs.resume, "timeout", "resume: dead with a timeout")
+    t.eq(after, {}, "the handler did not go on after the timeout")
+    t.eq(q:stats().timeouts, 2)
+end
+
 t.done()
