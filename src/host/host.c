@@ -105,11 +105,15 @@ void wq_host_fail(wq_host *h, lua_State *co, const char *what)
 {
     if (h->exiting)
         return;
-    const char *msg = luaL_tolstring(co, -1, NULL);
-    luaL_traceback(co, co, msg, 0);
+    /* co is dead: run the error object's __tostring (which may fail) on
+     * the main thread, and only read co's stack for the traceback. */
+    lua_State *L = h->L;
+    lua_xmove(co, L, 1);
+    const char *msg = wq_safe_tostring(L, -1);
+    luaL_traceback(L, co, msg, 0);
     wq_progress_clear(h);
-    fprintf(stderr, "wqrun: error in %s: %s\n", what, lua_tostring(co, -1));
-    lua_pop(co, 2);
+    fprintf(stderr, "wqrun: error in %s: %s\n", what, lua_tostring(L, -1));
+    lua_pop(L, 3);
     wq_host_exit(h, 1);
 }
 

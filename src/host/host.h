@@ -135,6 +135,10 @@ double wq_host_unix(wq_host *h, int64_t mono);
 void wq_host_exit(wq_host *h, int code);
 /* Reports a fatal Lua error (message + traceback of co) and exits 1. */
 void wq_host_fail(wq_host *h, lua_State *co, const char *what);
+
+/* Pushes tostring(value at idx) and returns it; never raises (a failing
+ * __tostring gives "(error object is a T value)"). */
+const char *wq_safe_tostring(lua_State *L, int idx);
 /* Re-arms the timer and checks for idle/virtual-time jumps; call after state changes. */
 void wq_host_settle(wq_host *h);
 /* Registers a queue with the host (for timers, idle checks, signals). 0 or -1. */

@@ -16,6 +16,24 @@ wq_task *wq_task_of(lua_State *L)
     return t && t->kind != TASK_ROOT && t->co == L ? t : NULL;
 }
 
+static int tostring_k(lua_State *L)
+{
+    luaL_tolstring(L, 1, NULL);
+    return 1;
+}
+
+const char *wq_safe_tostring(lua_State *L, int idx)
+{
+    idx = lua_absindex(L, idx);
+    lua_pushcfunction(L, tostring_k);
+    lua_pushvalue(L, idx);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK || lua_type(L, -1) != LUA_TSTRING) {
+        lua_pop(L, 1);
+        lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, idx));
+    }
+    return lua_tostring(L, -1);
+}
+
 wq_task *wq_task_require(lua_State *L, const char *fn)
 {
     wq_task *t = wq_task_of(L);

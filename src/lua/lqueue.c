@@ -299,7 +299,7 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
             raise_engine(L, "requeue", r);
     } else if (nres >= 1 && !lua_toboolean(L, W_RES) &&
                (lua_isboolean(L, W_RES) || (nres >= 2 && !lua_isnil(L, W_RES + 1)))) {
-        const char *err = nres >= 2 ? luaL_tolstring(L, W_RES + 1, NULL) : "handler returned false";
+        const char *err = nres >= 2 ? wq_safe_tostring(L, W_RES + 1) : "handler returned false";
         outcome_failure(L, lq, err);
     } else {
         lq->nsuccess++;

@@ -114,6 +114,16 @@ run --quiet "$rte3"
 expect_rc 1 "a table error object"
 check "a table error object: some message" test -n "$ERR"
 
+# an error object whose __tostring fails: still status 1 and a message, no Lua panic
+rte4=$(script runtime4.lua <<'EOF'
+error(setmetatable({}, {__tostring = function() error("broken too") end}))
+EOF
+)
+run --quiet "$rte4"
+expect_rc 1 "an error object with a failing __tostring"
+expect_in "$ERR" "error object is a table value" "a failing __tostring: the error is named by its type"
+expect_in "$ERR" "runtime4.lua:1" "a failing __tostring: the traceback has file:line"
+
 # ---- errors in spawned tasks and timer callbacks end the process with 1 -------------
 task=$(script task.lua <<'EOF'
 wq.spawn(function()

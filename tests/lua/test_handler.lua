@@ -139,6 +139,10 @@ do -- other failure forms: nil + error, false + error, bare false, error objects
         end,
         err_noloc = function() error("no location", 0) end,
         err_number = function() error(17) end,
+        -- a __tostring that fails itself: still a failure, the process goes on
+        nil_badtostring = function()
+            return nil, setmetatable({}, {__tostring = function() error("broken") end})
+        end,
     }
     local q = newq({
         max_retries = 0,
@@ -154,7 +158,7 @@ do -- other failure forms: nil + error, false + error, bare false, error objects
     for _, d in ipairs(q:dead()) do
         errs[d.key] = d.error
     end
-    t.eq(q:stats().dead, 7, "each form is a failure")
+    t.eq(q:stats().dead, 8, "each form is a failure")
     t.eq(errs.nil_err, "went wrong", "return nil, err")
     t.eq(errs.false_err, "bad input", "return false, err")
     t.eq(type(errs.bare_false), "string", "return false has an error text")
@@ -162,6 +166,7 @@ do -- other failure forms: nil + error, false + error, bare false, error objects
     t.eq(errs.err_tostring, "custom error", "__tostring of an error object is used")
     t.eq(errs.err_noloc, "no location")
     t.eq(errs.err_number, "17")
+    t.matches(errs.nil_badtostring or "", "table", "a failing __tostring: named by type")
 end
 
 do -- success forgets earlier failures
