@@ -18,11 +18,15 @@
 
 #define WORKER_BUDGET 64 /* jobs a worker runs before letting other tasks in */
 
-static lqueue *check_queue(lua_State *L)
+/* self of method fn: a wq.Queue (a q.fn(...) call instead of q:fn(...) is the usual slip). */
+static lqueue *check_queue(lua_State *L, const char *fn)
 {
-    lqueue *lq = luaL_checkudata(L, 1, "wq.Queue");
+    lqueue *lq = luaL_testudata(L, 1, "wq.Queue");
+    if (!lq)
+        luaL_error(L, "q:%s: bad argument 'self' (queue expected, got %s; call it as q:%s(...))",
+                   fn, luaL_typename(L, 1), fn);
     if (!lq->q)
-        luaL_error(L, "queue is closed");
+        luaL_error(L, "q:%s: queue is closed", fn);
     return lq;
 }
 
@@ -562,7 +566,7 @@ static void read_add_args(lua_State *L, int idx, const char *fn, wq_add_opts *o)
 
 static int queue_add(lua_State *L)
 {
-    lqueue *lq = check_queue(L);
+    lqueue *lq = check_queue(L, "add");
     size_t len;
     const char *key = wq_checkkey(L, 2, "add", &len);
     wq_add_opts o;
@@ -576,7 +580,7 @@ static int queue_add(lua_State *L)
 
 static int queue_add_after(lua_State *L)
 {
-    lqueue *lq = check_queue(L);
+    lqueue *lq = check_queue(L, "add_after");
     size_t len;
     const char *key = wq_checkkey(L, 2, "add_after", &len);
     double s = wq_checkduration(L, 3, "add_after", "seconds", 0);
@@ -591,7 +595,7 @@ static int queue_add_after(lua_State *L)
 
 static int queue_add_rate_limited(lua_State *L)
 {
-    lqueue *lq = check_queue(L);
+    lqueue *lq = check_queue(L, "add_rate_limited");
     size_t len;
     const char *key = wq_checkkey(L, 2, "add_rate_limited", &len);
     wq_add_opts o;
@@ -608,7 +612,7 @@ static int queue_add_rate_limited(lua_State *L)
 
 static int queue_cancel_after(lua_State *L)
 {
-    lqueue *lq = check_queue(L);
+    lqueue *lq = check_queue(L, "cancel_after");
     size_t len;
     const char *key = wq_checkkey(L, 2, "cancel_after", &len);
     lua_pushboolean(L, wq_queue_cancel_after(lq->q, key, len));
@@ -617,7 +621,7 @@ static int queue_cancel_after(lua_State *L)
 
 static int queue_len(lua_State *L)
 {
-    lua_pushinteger(L, (lua_Integer)wq_queue_len(check_queue(L)->q));
+    lua_pushinteger(L, (lua_Integer)wq_queue_len(check_queue(L, "len")->q));
     return 1;
 }
 
@@ -649,7 +653,7 @@ static int get_k(lua_State *L, int status, lua_KContext ctx)
 
 static int queue_get(lua_State *L)
 {
-    lqueue *lq = check_queue(L);
+    lqueue *lq = check_queue(L, "get");
     wq_item_info info;
     /* A graceful stop (SIGINT/SIGTERM) hands out nothing more: what is
      * queued stays queued (and in the state file) for the next run. */
@@ -676,7 +680,7 @@ static int queue_get(lua_State *L)
 
 static int queue_done(lua_State *L)
 {
-    lqueue *lq = check_queue(L);
+    lqueue *lq = check_queue(L, "done");
     size_t len;
     const char *key = wq_checkkey(L, 2, "done", &len);
     int r = wq_queue_done(lq->q, key, len);
@@ -690,7 +694,7 @@ static int queue_done(lua_State *L)
 
 static int queue_shutdown(lua_State *L)
 {
-    wq_queue_shutdown(check_queue(L)->q);
+    wq_queue_shutdown(check_queue(L, "shutdown")->q);
     return 0;
 }
 
@@ -715,23 +719,25 @@ static int drain_k(lua_State *L, int status, lua_KContext ctx)
 
 static int queue_shutdown_with_drain(lua_State *L)
 {
-    lqueue *lq = check_queue(L);
+    lqueue *lq = check_queue(L, "shutdown_with_drain");
+    /* If it will have to wait, check that it can before changing anything. */
+    if (wq_queue_processing(lq->q) > 0)
+        wq_task_require(L, "shutdown_with_drain");
     wq_queue_shutdown_drain(lq->q);
     if (!wq_queue_draining(lq->q))
         return 0;
-    wq_task_require(L, "shutdown_with_drain");
     return drain_k(L, LUA_OK, (lua_KContext)lq);
 }
 
 static int queue_shutting_down(lua_State *L)
 {
-    lua_pushboolean(L, wq_queue_shutting_down(check_queue(L)->q));
+    lua_pushboolean(L, wq_queue_shutting_down(check_queue(L, "shutting_down")->q));
     return 1;
 }
 
 static int queue_forget(lua_State *L)
 {
-    lqueue *lq = check_queue(L);
+    lqueue *lq = check_queue(L, "forget");
     size_t len;
     const char *key = wq_checkkey(L, 2, "forget", &len);
     forget(lq, key, len);
@@ -740,7 +746,7 @@ static int queue_forget(lua_State *L)
 
 static int queue_num_requeues(lua_State *L)
 {
-    lqueue *lq = check_queue(L);
+    lqueue *lq = check_queue(L, "num_requeues");
     size_t len;
     const char *key = wq_checkkey(L, 2, "num_requeues", &len);
     lua_pushinteger(L, wq_limiter_num_requeues(lq->limiter, key, len));
@@ -778,7 +784,7 @@ void lqueue_push_stats(lua_State *L, lqueue *lq)
 
 static int queue_stats(lua_State *L)
 {
-    lqueue_push_stats(L, check_queue(L));
+    lqueue_push_stats(L, check_queue(L, "stats"));
     return 1;
 }
 
@@ -797,7 +803,7 @@ static int dead_less(lua_State *L)
 
 static int queue_dead(lua_State *L)
 {
-    lqueue *lq = check_queue(L);
+    lqueue *lq = check_queue(L, "dead");
     push_dead(L, lq);
     int dead = lua_gettop(L);
     /* Oldest first, so the listing is stable. */
@@ -833,7 +839,7 @@ static int queue_dead(lua_State *L)
 
 static int queue_retry_dead(lua_State *L)
 {
-    lqueue *lq = check_queue(L);
+    lqueue *lq = check_queue(L, "retry_dead");
     size_t len;
     const char *key = wq_checkkey(L, 2, "retry_dead", &len);
     push_dead(L, lq);
@@ -866,7 +872,7 @@ static int queue_retry_dead(lua_State *L)
 
 static int queue_name(lua_State *L)
 {
-    lua_pushstring(L, check_queue(L)->name);
+    lua_pushstring(L, check_queue(L, "name")->name);
     return 1;
 }
 

@@ -38,6 +38,12 @@ do -- wq.queue
     local q = t.no_error(function() return wq.queue("ok", {max_retries = 0}) end, "the name is still free")
     t.eq(tostring(q), "wq.Queue(ok)")
     bad(function() wq.queue("ok") end, "queue: bad argument 'name'", "a duplicate queue name raises")
+    -- q.add(...) instead of q:add(...): the method and 'self' are named, also through pcall
+    bad(function() q.add("k") end, "q:add: bad argument 'self'")
+    bad(function() q.len() end, "q:len: bad argument 'self'")
+    local ok, err = pcall(q.get, "k")
+    t.eq(ok, false)
+    t.matches(err, "q:get: bad argument 'self'", "named when called through pcall too")
     t.matches(t.raises(function() wq.queue("ok") end), "already exists", "and says why")
     t.no_error(function() wq.queue(string.rep("z", 64)) end, "64 characters are fine")
     t.no_error(function() wq.queue("A-z_0.9") end, "all the allowed characters")
@@ -179,6 +185,7 @@ do -- waiting functions where they cannot yield: inside a coroutine of one's own
     t.eq(select(2, pcall(in_wrap(function() return e:get() end))), nil, "get without waiting works anywhere")
     t.eq(e:stats().processing, 1)
     t.raises(in_wrap(function() e:shutdown_with_drain() end), "shutdown_with_drain: cannot wait here")
+    t.eq(e:shutting_down(), false, "the failed shutdown_with_drain changed nothing")
     e:done("x")
     -- inside a plain coroutine.resume: the error comes back from resume
     local co = coroutine.create(function() wq.sleep(1) end)
