@@ -409,11 +409,15 @@ run1=$(printf '%s\n' "$OUT" | awk '$1 == "started" { print $2 }' | sort)
 rest=$(printf 'k%02d\n' $(seq 10) | grep -vxF "$run1")
 expect_eq "$(sql "$DB" "SELECT key FROM items WHERE state = 'queued' ORDER BY key")" "$rest" \
     "sigterm: the other 8 items stay in the file as queued"
-expect_eq "$(sql "$DB" "SELECT count(*) FROM items WHERE state <> 'queued'")" "0" "sigterm: nothing left processing"
+expect_eq "$(sql "$DB" "SELECT key, state FROM items WHERE state <> 'queued'")" "later waiting" \
+    "sigterm: nothing left processing; the delayed item stays waiting"
+expect_eq "$(sql "$DB" "SELECT abs(ready_at - added_at - 1.5) < 0.3 FROM items WHERE key = 'later'")" "1" \
+    "sigterm: the delayed item keeps its ready time"
 run --quiet --db "$DB" "$LUA/persist_sigterm.lua" 0.01
 expect_rc 0 "sigterm: run 2"
-expect_eq "$(printf '%s\n' "$OUT" | awk '$1 == "started" { print $2 }' | sort)" "$rest" \
-    "sigterm: run 2 processes exactly the rest, each once"
+expect_eq "$(printf '%s\n' "$OUT" | awk '$1 == "started" { print $2 }' | sort)" "$rest
+later" \
+    "sigterm: run 2 processes exactly the rest and the delayed item, each once"
 expect_eq "$(sql "$DB" "SELECT count(*) FROM items")" "0" "sigterm: nothing left after run 2"
 
 # ====================================================== wqrun status
