@@ -99,6 +99,22 @@ Test(backoff, no_steps_returns_the_duration_forever)
     cr_assert(eq(i64, b.steps, -4));
 }
 
+Test(backoff, no_steps_with_jitter_returns_the_jittered_duration_forever)
+{
+    double quarter = 0.25;
+    wq_backoff b = {.duration_ns = 1 * S,
+                    .factor = 2,
+                    .jitter = 0.5,
+                    .steps = 0,
+                    .rand = fixed,
+                    .rand_ud = &quarter};
+    /* 1 s + 0.25 * 0.5 * 1 s, every time; the duration itself never moves. */
+    for (int i = 0; i < 4; i++)
+        cr_assert(eq(i64, wq_backoff_step(&b), 1125000000), "step %d", i + 1);
+    cr_assert(eq(i64, b.duration_ns, 1 * S));
+    cr_assert(eq(i64, b.steps, 0));
+}
+
 Test(backoff, fractional_factor_truncates_each_next_value)
 {
     wq_backoff b = {.duration_ns = 1000, .factor = 1.5, .steps = 10};
