@@ -5,9 +5,9 @@ local log = assert(io.open(arg[1], "a"))
 log:setvbuf("line")
 math.randomseed(os.time() + math.floor(wq.now() * 1000))
 wq.queue("crash", {
-    workers = 4,
+    workers = 8,
     handler = function(key)
-        wq.sleep(math.random() * 0.004)
+        wq.sleep(math.random() * 0.03)
         log:write(key, "\n")
     end,
 })
