@@ -10,6 +10,7 @@ packages=(
   liblua5.4-dev lua5.4
   libevent-dev
   libsqlite3-dev sqlite3
+  libjson-c-dev # payload and HTTP JSON (src/lua/ljson.c)
   libcriterion-dev
   lua-cjson lua-cjson-dev # lua-cjson-dev ships the lua5.4-cjson pkg-config file
   curl procps clang-format wrk prometheus # wrk: bench/bench_http.sh; prometheus: promtool for tests/e2e/test_http.sh

@@ -65,11 +65,16 @@ static void enqueue(wq_host *h, wq_task *t)
 
 wq_task *wq_task_spawn(wq_host *h, lua_State *L, int nargs, wq_task_kind kind)
 {
-    wq_task *t = calloc(1, sizeof *t);
-    if (!t)
-        return NULL;
+    /* The Lua allocations first: they raise on out-of-memory, and nothing
+     * of ours exists yet to leak. */
     lua_State *co = lua_newthread(L);
-    t->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    int ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    wq_task *t = calloc(1, sizeof *t);
+    if (!t) {
+        luaL_unref(L, LUA_REGISTRYINDEX, ref);
+        return NULL;
+    }
+    t->ref = ref;
     t->host = h;
     t->co = co;
     t->kind = kind;

@@ -2,10 +2,11 @@
  * The `wq` module table and its runtime functions: spawn, sleep, now,
  * time, after, every, requeue, log, exit (exec lives in host/exec.c,
  * queues in lqueue.c, limiters in llimiter.c). Also the argument checks
- * and JSON payload helpers every binding shares.
+ * and JSON payload helpers every binding shares (the codec is ljson.c).
  */
 #include "lua/lwq.h"
 
+#include "lua/ljson.h"
 #include "lua/lqueue.h"
 #include "store/store.h"
 
@@ -16,8 +17,6 @@
 #include <string.h>
 
 int luaopen_cjson(lua_State *L); /* from liblua5.4-cjson */
-
-static char encode_key, decode_key, null_key;
 
 /* ---- shared helpers ---- */
 
@@ -70,42 +69,11 @@ void wq_encode_payload(lua_State *L, int idx, const char *fn)
     }
     if (t != LUA_TSTRING && t != LUA_TTABLE)
         wq_argerror(L, fn, "payload", lua_pushfstring(L, "%s not allowed", luaL_typename(L, idx)));
-    lua_rawgetp(L, LUA_REGISTRYINDEX, &encode_key);
-    lua_pushvalue(L, idx);
-    if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
-        const char *msg = lua_tostring(L, -1);
-        /* cjson says "Cannot serialise function: type not supported" and the like. */
-        if (msg && strncmp(msg, "Cannot serialise ", 17) == 0) {
-            const char *colon = strchr(msg + 17, ':');
-            if (colon) {
-                lua_pushlstring(L, msg + 17, (size_t)(colon - msg - 17));
-                wq_argerror(L, fn, "payload",
-                            lua_pushfstring(L, "%s not allowed", lua_tostring(L, -1)));
-            }
-        }
-        wq_argerror(L, fn, "payload", msg ? msg : "cannot encode as JSON");
-    }
-}
-
-/* cjson decodes every number as a float; give integral ones back as integers. */
-static void integerize(lua_State *L, int idx, int depth)
-{
-    if (depth > 64)
-        return;
-    lua_pushnil(L);
-    while (lua_next(L, idx)) {
-        if (lua_type(L, -1) == LUA_TNUMBER && !lua_isinteger(L, -1)) {
-            double d = lua_tonumber(L, -1);
-            if (d == floor(d) && d >= -9007199254740992.0 && d <= 9007199254740992.0) {
-                lua_pushvalue(L, -2);
-                lua_pushinteger(L, (lua_Integer)d);
-                lua_rawset(L, idx);
-            }
-        } else if (lua_type(L, -1) == LUA_TTABLE) {
-            integerize(L, lua_gettop(L), depth + 1);
-        }
-        lua_pop(L, 1);
-    }
+    int status = wq_ljson_encode(L, idx);
+    if (status == LUA_ERRMEM)
+        lua_error(L);
+    if (status != LUA_OK) /* "function not allowed", "tables nested too deeply ..." */
+        wq_argerror(L, fn, "payload", lua_tostring(L, -1));
 }
 
 void wq_push_payload(lua_State *L, const char *json, size_t len)
@@ -114,45 +82,24 @@ void wq_push_payload(lua_State *L, const char *json, size_t len)
         lua_pushnil(L);
         return;
     }
-    lua_rawgetp(L, LUA_REGISTRYINDEX, &decode_key);
-    lua_pushlstring(L, json, len);
-    if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+    int status = wq_ljson_decode(L, json, len);
+    if (status == LUA_ERRMEM)
+        lua_error(L);
+    if (status != LUA_OK) {
         /* Not JSON (e.g. fed by hand into the state file): hand over the text. */
         lua_pop(L, 1);
         lua_pushlstring(L, json, len);
-    } else if (lua_type(L, -1) == LUA_TTABLE) {
-        integerize(L, lua_gettop(L), 0);
-    } else if (lua_type(L, -1) == LUA_TNUMBER) {
-        double d = lua_tonumber(L, -1);
-        if (d == floor(d) && fabs(d) <= 9007199254740992.0) {
-            lua_pop(L, 1);
-            lua_pushinteger(L, (lua_Integer)d);
-        }
     }
 }
 
 int wq_json_encode(lua_State *L, int idx)
 {
-    idx = lua_absindex(L, idx);
-    lua_rawgetp(L, LUA_REGISTRYINDEX, &encode_key);
-    lua_pushvalue(L, idx);
-    return lua_pcall(L, 1, 1, 0) == LUA_OK ? 0 : -1;
+    return wq_ljson_encode(L, idx) == LUA_OK ? 0 : -1;
 }
 
 int wq_json_decode(lua_State *L, const char *json, size_t len)
 {
-    lua_rawgetp(L, LUA_REGISTRYINDEX, &decode_key);
-    lua_pushlstring(L, json, len);
-    if (lua_pcall(L, 1, 1, 0) != LUA_OK)
-        return -1;
-    lua_rawgetp(L, LUA_REGISTRYINDEX, &null_key);
-    if (lua_rawequal(L, -1, -2)) {
-        lua_pop(L, 2);
-        lua_pushnil(L);
-    } else {
-        lua_pop(L, 1);
-    }
-    return 0;
+    return wq_ljson_decode(L, json, len) == LUA_OK ? 0 : -1;
 }
 
 /* ---- runtime functions ---- */
@@ -392,20 +339,10 @@ static int open_wq(lua_State *L)
 
 void wq_lua_open(lua_State *L)
 {
-    /* A private cjson instance: a script's cjson settings do not change payloads. */
+    /* Scripts may `require "cjson"`; its null (the light userdata NULL) is the
+     * JSON null of payloads. Payloads themselves go through ljson.c. */
     luaL_requiref(L, "cjson", luaopen_cjson, 0);
-    lua_getfield(L, -1, "new");
-    lua_call(L, 0, 1);
-    lua_getfield(L, -1, "encode_sparse_array");
-    lua_pushboolean(L, 1);
-    lua_call(L, 1, 0);
-    lua_getfield(L, -1, "encode");
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &encode_key);
-    lua_getfield(L, -1, "decode");
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &decode_key);
-    lua_getfield(L, -1, "null");
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &null_key);
-    lua_pop(L, 2);
+    lua_pop(L, 1);
 
     luaL_newmetatable(L, "wq.Timer");
     luaL_newlib(L, timer_methods);

@@ -24,10 +24,13 @@ const char *wq_checkkey(lua_State *L, int idx, const char *fn, size_t *len);
  * JSON text pushed on the stack; raises a named argument error otherwise.
  */
 void wq_encode_payload(lua_State *L, int idx, const char *fn);
-/* Pushes the decoded payload of JSON text (nil for NULL). */
+/* Pushes the decoded payload of JSON text (nil for NULL or null; text that is not JSON as is). */
 void wq_push_payload(lua_State *L, const char *json, size_t len);
 
-/* JSON text of the value at idx pushed on the stack; 0, or -1 with a message pushed. */
+/*
+ * JSON text of the value at idx pushed on the stack; 0, or -1 with a message
+ * pushed. Numbers are exact (see ljson.h); cjson.null is null.
+ */
 int wq_json_encode(lua_State *L, int idx);
 /* Decoded value of JSON text pushed (JSON null as nil); 0, or -1 with a message pushed. */
 int wq_json_decode(lua_State *L, const char *json, size_t len);

@@ -1,7 +1,9 @@
 -- Payloads: nil, strings and JSON-representable tables; one payload per
 -- pending key, replaced by the last add/add_after/add_rate_limited that
 -- gives one, kept by calls without one, dropped when nothing is pending.
+-- They travel as JSON text, exactly: 64-bit integers, doubles, any bytes.
 local t = require "wqtest"
+local cjson = require "cjson"
 
 local q = wq.queue("payloads")
 
@@ -58,6 +60,186 @@ do -- tables: nested objects and arrays, integers stay integers
     t.eq(arr, {{1, 2}, {3, {4, 5}}, {}, {"x"}}, "array of arrays")
     t.eq(roundtrip({}), {}, "empty table payload")
     t.eq(roundtrip({-3, 0, 7}), {-3, 0, 7})
+end
+
+do -- numbers are exact: 64-bit integers stay integers, doubles round-trip
+    local ints = {
+        math.maxinteger, math.mininteger, (1 << 53) + 1, -(1 << 53) - 1, 123456789012345678,
+        -123456789012345678, 1 << 62, 0, -1, 99999999999999999,
+    }
+    for _, v in ipairs(ints) do
+        local p = roundtrip({v = v, list = {v, {v}}})
+        t.eq(p, {v = v, list = {v, {v}}}, "integer " .. v .. " round-trips exactly")
+        t.eq(math.type(p.v), "integer", "integer " .. v .. " stays an integer")
+    end
+    local floats = {
+        1700000000.123456, 1700000000.000001, 0.1, 0.2, 0.3, 1 / 3, 2 / 3, -2.5, 123456.789,
+        1e-300, 5e-324, 2.2250738585072014e-308, 1.7976931348623157e308,
+        -1.7976931348623157e308, 1.0, -1.0, 0.0, 1e15, 1e16, 1e17, 2 ^ 53, 2 ^ 53 + 2, 2 ^ 63,
+        2 ^ 64, 1e300, 3.14159265358979, 4.35, 0.1 + 0.2, 9007199254740993.0,
+    }
+    for _, v in ipairs(floats) do
+        local p = roundtrip({v = v, list = {v}})
+        local s = string.format("%.17g", v)
+        t.eq(p, {v = v, list = {v}}, "float " .. s .. " round-trips exactly")
+        t.eq(math.type(p.v), "float", "float " .. s .. " stays a float")
+    end
+    local nz = roundtrip({-0.0})[1]
+    t.eq(math.type(nz), "float", "-0.0 stays a float")
+    t.eq(1 / nz, -math.huge, "-0.0 keeps its sign")
+
+    -- the case that was corrupted: a 64-bit id and a microsecond time stamp
+    local p = roundtrip({id = 123456789012345678, t = 1700000000.123456})
+    t.eq(p.id, 123456789012345678, "64-bit id is exact")
+    t.eq(p.t, 1700000000.123456, "microsecond time stamp is exact")
+
+    -- number keys become their string form; integers exactly
+    p = roundtrip({[123456789012345678] = "id", [1.5] = "half", [-3] = "neg", x = 1})
+    t.eq(p, {["123456789012345678"] = "id", ["1.5"] = "half", ["-3"] = "neg", x = 1},
+        "number keys of an object become strings")
+    p = roundtrip({[1] = "a", [3] = "c"})
+    t.eq(p, {["1"] = "a", ["3"] = "c"}, "a table with a hole is an object")
+    p = roundtrip({[0] = "z", "a"})
+    t.eq(p, {["0"] = "z", ["1"] = "a"}, "a table with key 0 is an object")
+    p = roundtrip({"a", "b", n = 2})
+    t.eq(p, {["1"] = "a", ["2"] = "b", n = 2}, "a mixed table is an object")
+
+    for _, bad in ipairs({0 / 0, math.huge, -math.huge}) do
+        t.raises(function()
+            q:add("nan", {x = {bad}})
+        end, "add: bad argument 'payload' (inf and nan not allowed)", "no JSON for " .. tostring(bad))
+    end
+    t.eq(q:len(), 0, "refused payloads added nothing")
+end
+
+do -- strings: every byte, inside tables too
+    local bytes = {}
+    for i = 0, 255 do
+        bytes[#bytes + 1] = string.char(i)
+    end
+    local all = table.concat(bytes)
+    t.eq(roundtrip(all), all, "a string payload with all 256 bytes")
+    local v = {
+        all = all,
+        nul = "a\0b\0",
+        ctl = "\1\2\3\4\5\6\7\8\t\n\11\12\r\14\27\31\127",
+        high = "\128\129\191\192\254\255",
+        invalid_utf8 = "\xc3\x28 \xa0\xa1 \xe2\x28\xa1 \xf0\x28\x8c\x28 \xed\xa0\x80 \xc0\xaf \xff",
+        utf8 = "h\u{e9}llo \u{2603} \u{1F600}",
+        quotes = "\"\\/\\u0041 \\n",
+        list = {all, "\0", "\xff\xfe", ""},
+        [all:sub(2)] = "a key with every byte but NUL",
+        ["\xff\x80 key"] = {["\1\n"] = "\255"},
+    }
+    local p = roundtrip(v)
+    t.eq(p, v, "strings with NUL, control characters, bytes >= 0x80 and invalid UTF-8")
+    t.eq(#p.all, 256, "no byte lost")
+    t.eq(p.quotes, "\"\\/\\u0041 \\n", "escape-like text stays text")
+    t.raises(function()
+        q:add("nulkey", {["a\0b"] = 1})
+    end, "add: bad argument 'payload' (table key with a NUL byte not allowed)")
+end
+
+do -- nesting, empty tables, cjson.null
+    local deep = {}
+    local c = deep
+    for i = 2, 100 do
+        c[1] = {i}
+        c = c[1]
+    end
+    local p = roundtrip(deep)
+    t.eq(p, deep, "tables nested 100 deep")
+    c[1] = {{}} -- now 102 levels
+    t.raises(function()
+        q:add("deep", deep)
+    end, "add: bad argument 'payload' (tables nested too deeply")
+    local cyc = {a = {}}
+    cyc.a.back = cyc
+    t.raises(function()
+        q:add("cycle", cyc)
+    end, "add: bad argument 'payload' (tables nested too deeply")
+
+    p = roundtrip({a = {}, b = {{}, {{}}}, c = {x = {}}})
+    t.eq(p, {a = {}, b = {{}, {{}}}, c = {x = {}}}, "empty tables inside tables")
+    t.eq(roundtrip({}), {}, "an empty table payload")
+
+    t.eq(type(cjson.null), "userdata", "cjson is preloaded")
+    p = roundtrip({a = cjson.null, list = {1, cjson.null, 3}, o = {n = cjson.null}})
+    t.eq(p.a, cjson.null, "cjson.null in an object")
+    t.eq(p.list[2], cjson.null, "cjson.null in an array")
+    t.eq(#p.list, 3, "an array with a null keeps its length")
+    t.eq(p.list[3], 3)
+    t.eq(p.o.n, cjson.null, "nested cjson.null")
+    t.eq(roundtrip({cjson.null}), {cjson.null}, "an array of one null")
+end
+
+do -- values without a JSON form: argument errors naming the function and 'payload'
+    t.raises(function()
+        q:add("bad", {a = {b = {print}}})
+    end, "add: bad argument 'payload' (function not allowed)", "a nested function")
+    t.raises(function()
+        q:add_after("bad", 1, {f = function() end})
+    end, "add_after: bad argument 'payload' (function not allowed)")
+    t.raises(function()
+        q:add_rate_limited("bad", {1, 2, print})
+    end, "add_rate_limited: bad argument 'payload' (function not allowed)")
+    t.raises(function()
+        q:add("bad", {io.stdout})
+    end, "add: bad argument 'payload' (userdata not allowed)")
+    t.raises(function()
+        q:add("bad", {co = coroutine.create(print)})
+    end, "add: bad argument 'payload' (thread not allowed)")
+    t.raises(function()
+        q:add("bad", {[true] = 1})
+    end, "add: bad argument 'payload' (table key of type boolean not allowed)")
+    t.raises(function()
+        q:add("bad", {[{}] = 1})
+    end, "add: bad argument 'payload' (table key of type table not allowed)")
+    t.raises(function()
+        q:add("bad", 42)
+    end, "add: bad argument 'payload' (number not allowed)", "a number is not a payload")
+    t.raises(function()
+        q:add("bad", true)
+    end, "add: bad argument 'payload' (boolean not allowed)")
+    t.eq(q:len(), 0, "nothing was added")
+    t.eq(q:stats().waiting, 0, "nothing was delayed")
+end
+
+do -- the state file keeps payloads exact across a restart (--db)
+    local wqrun = os.getenv("WQRUN")
+    if wqrun then
+        local base = os.tmpname()
+        local db, script = base .. ".db", base .. ".lua"
+        local f = assert(io.open(script, "w"))
+        f:write([=[
+local t = require "wqtest"
+local cjson = require "cjson"
+local q = wq.queue("exact")
+local v = {
+    id = 123456789012345678, t = 1700000000.123456, max = math.maxinteger,
+    min = math.mininteger, f = 0.1, tiny = 1e-300, huge = 1.7976931348623157e308,
+    one = 1.0, bytes = "\0\1\31\127\128\255\xc3\x28", list = {1, cjson.null, 2.5},
+}
+if arg[1] == "add" then
+    t.eq(q:add("k", v), true)
+else
+    local k, p = q:get()
+    t.eq(k, "k")
+    t.eq(p, v, "payload read back from the state file")
+    t.eq(math.type(p.one), "float")
+    q:done(k)
+end
+t.done()
+]=])
+        f:close()
+        local r1 = wq.exec({wqrun, "--quiet", "--db", db, script, "add"})
+        t.eq(r1.status, 0, "run 1 stores the payload: " .. r1.stderr)
+        local r2 = wq.exec({wqrun, "--quiet", "--db", db, script, "get"})
+        t.eq(r2.status, 0, "run 2 reads it back exactly: " .. r2.stderr)
+        for _, name in ipairs({base, db, db .. "-wal", db .. "-shm", script}) do
+            os.remove(name)
+        end
+    end
 end
 
 do -- a table given is copied: changing it afterwards changes nothing
@@ -203,12 +385,13 @@ do -- payloads reach handlers, retries keep them
             end
         end,
     })
-    h:add("k", {list = {1, 2}, s = "x"})
+    local v = {list = {1, 2}, s = "x", id = 123456789012345678, t = 1700000000.123456}
+    h:add("k", v)
     t.ok(t.wait_until(function()
         return #seen == 2
     end), "handler ran twice")
-    t.eq(seen[1], {list = {1, 2}, s = "x"}, "handler gets the payload")
-    t.eq(seen[2], {list = {1, 2}, s = "x"}, "the retry keeps the payload")
+    t.eq(seen[1], v, "handler gets the payload, numbers exact")
+    t.eq(seen[2], v, "the retry keeps the payload")
     t.eq(math.type(seen[2].list[1]), "integer")
 end
 

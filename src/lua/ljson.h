@@ -1,0 +1,31 @@
+/*
+ * Lua values <-> JSON text, through json-c. Numbers are exact: integers are
+ * 64-bit both ways, and a float is written with the shortest text that reads
+ * back as the same double (an integral one keeps a ".0"). Strings may hold
+ * any bytes. JSON null is cjson.null (the light userdata NULL).
+ */
+#ifndef WQ_LJSON_H
+#define WQ_LJSON_H
+
+#include <lua.h>
+#include <stddef.h>
+
+/* Tables nested deeper than this are refused (and not decoded). */
+#define WQ_JSON_MAX_DEPTH 100
+
+/*
+ * Pushes the JSON text of the value at idx and returns LUA_OK. A value that
+ * has no JSON form pushes a message ("function not allowed", ...) and returns
+ * LUA_ERRRUN; LUA_ERRMEM when out of memory. Never raises.
+ */
+int wq_ljson_encode(lua_State *L, int idx);
+
+/*
+ * Pushes the value of JSON text (a top-level null as nil, null inside a
+ * table as cjson.null) and returns LUA_OK. Text that is not JSON pushes a
+ * message and returns LUA_ERRSYNTAX; LUA_ERRMEM when out of memory. Never
+ * raises.
+ */
+int wq_ljson_decode(lua_State *L, const char *json, size_t len);
+
+#endif
