@@ -9,9 +9,16 @@
  * FIFO order is kept in items.seq: a key gets a new sequence number when it
  * enters the ready store (WQ_EV_QUEUED) or moves to the back of a raised
  * priority level, and keeps its old one otherwise.
+ *
+ * A flush of many keys is mostly cache misses and SQLite statement
+ * overhead, so it avoids both where it can: a key whose last event was
+ * WQ_EV_GONE is known to have no record (the engine tells every drop), so
+ * it is not looked up; rows the Bloom filter proves new go in as plain
+ * multi-row INSERTs, and deletions as multi-key DELETEs.
  */
 #include "store/store_int.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #define SHRINK_ABOVE 65536 /* pending arrays larger than this are freed after a flush */
@@ -57,27 +64,36 @@ void wq_store_clear_pending(wq_store *s)
 
 /* ---- the pending set ---- */
 
-static uint32_t key_hash(const wq_store_queue *sq, const char *key, size_t len)
-{
-    uint64_t h = wq_hash(key, len) + (uint64_t)sq->idx * 0x9e3779b97f4a7c15ULL;
-    return (uint32_t)(h ^ (h >> 32));
-}
-
-/* The index slot holding (sq, key), or the empty slot where it would go. */
+/*
+ * The index slot holding (sq, key), or the empty slot where it would go.
+ * Slots carry the hash, so only a slot whose hash matches costs a look at
+ * its entry (a cache miss in a big window).
+ */
 static size_t find_slot(const wq_store *s, const wq_store_queue *sq, const char *key, size_t len,
                         uint32_t h)
 {
     size_t i = h & s->index_mask;
     for (;;) {
-        uint32_t v = s->index[i];
+        uint64_t v = s->index[i];
         if (!v)
             return i;
-        const struct pend *p = &s->ents[v - 1];
-        if (p->hash == h && p->qidx == sq->idx && p->keylen == len &&
-            (len == 0 || memcmp(s->arena + p->key_off, key, len) == 0))
-            return i;
+        if ((uint32_t)(v >> 32) == h) {
+            const struct pend *p = &s->ents[(uint32_t)v - 1];
+            if (p->qidx == sq->idx && p->keylen == len &&
+                (len == 0 || memcmp(s->arena + p->key_off, key, len) == 0))
+                return i;
+        }
         i = (i + 1) & s->index_mask;
     }
+}
+
+/* The first empty slot from h's home: where a key known to be absent goes. */
+static size_t empty_slot(const uint64_t *index, size_t mask, uint32_t h)
+{
+    size_t i = h & mask;
+    while (index[i])
+        i = (i + 1) & mask;
+    return i;
 }
 
 /* Keeps the index at most half full. 0 or -1 (out of memory, index unchanged). */
@@ -89,15 +105,14 @@ static int index_reserve(wq_store *s, size_t n)
     size_t ncap = cap ? cap : INDEX_MIN;
     while (2 * n > ncap)
         ncap *= 2;
-    uint32_t *idx = wq_malloc(ncap * sizeof *idx);
+    uint64_t *idx = wq_malloc(ncap * sizeof *idx);
     if (!idx)
         return -1;
     memset(idx, 0, ncap * sizeof *idx);
-    for (size_t e = 0; e < s->nents; e++) {
-        size_t i = s->ents[e].hash & (ncap - 1);
-        while (idx[i])
-            i = (i + 1) & (ncap - 1);
-        idx[i] = (uint32_t)e + 1;
+    for (size_t i = 0; i < cap; i++) {
+        uint64_t v = s->index[i];
+        if (v)
+            idx[empty_slot(idx, ncap - 1, (uint32_t)(v >> 32))] = v;
     }
     wq_free(s->index);
     s->index = idx;
@@ -111,24 +126,29 @@ static struct pend *lookup(wq_store_queue *sq, const char *key, size_t len)
     wq_store *s = sq->s;
     if (!s->nents)
         return NULL;
-    uint32_t v = s->index[find_slot(s, sq, key, len, key_hash(sq, key, len))];
-    return v ? &s->ents[v - 1] : NULL;
+    uint64_t v = s->index[find_slot(s, sq, key, len, wq_store_key_hash(sq, key, len))];
+    return v ? &s->ents[(uint32_t)v - 1] : NULL;
 }
 
 /* The pending entry of key, created if absent; NULL when out of memory. */
 static struct pend *entry(wq_store_queue *sq, const char *key, size_t len)
 {
     wq_store *s = sq->s;
-    uint32_t h = key_hash(sq, key, len);
+    uint32_t h = wq_store_key_hash(sq, key, len);
+    size_t slot = SIZE_MAX;
     if (s->nents) {
-        uint32_t v = s->index[find_slot(s, sq, key, len, h)];
+        slot = find_slot(s, sq, key, len, h);
+        uint64_t v = s->index[slot];
         if (v)
-            return &s->ents[v - 1];
+            return &s->ents[(uint32_t)v - 1];
     }
+    const uint64_t *before = s->index;
     if (s->nents >= UINT32_MAX - 1 || index_reserve(s, s->nents + 1) < 0 ||
         wq_store_grow((void **)&s->ents, &s->capents, s->nents + 1, sizeof *s->ents) < 0 ||
         wq_store_grow((void **)&s->arena, &s->arena_cap, s->arena_len + len + 1, 1) < 0)
         return NULL;
+    if (slot == SIZE_MAX || s->index != before)
+        slot = empty_slot(s->index, s->index_mask, h);
     struct pend *p = &s->ents[s->nents];
     memset(p, 0, sizeof *p);
     if (len)
@@ -140,10 +160,16 @@ static struct pend *entry(wq_store_queue *sq, const char *key, size_t len)
     p->qidx = sq->idx;
     p->seq = s->next_seq++;
     p->seq_mode = SEQ_INSERT;
-    if (!sq->complete || wq_store_bloom_test(sq, key, len))
-        p->flags |= PE_MIGHT_EXIST;
-    s->index[find_slot(s, sq, key, len, h)] = (uint32_t)++s->nents;
+    s->index[slot] = (uint64_t)h << 32 | (uint32_t)++s->nents;
     return p;
+}
+
+void wq_store_forget_gone(wq_store_queue *sq)
+{
+    wq_store *s = sq->s;
+    for (size_t i = 0; i < s->nents; i++)
+        if (s->ents[i].qidx == sq->idx)
+            s->ents[i].flags &= (uint8_t)~PE_GONE;
 }
 
 void wq_store_touch(wq_store_queue *sq, wq_event ev, const char *key, size_t len)
@@ -156,7 +182,7 @@ void wq_store_touch(wq_store_queue *sq, wq_event ev, const char *key, size_t len
         sq->resync = 1; /* rewrite the whole queue from the engine at the next flush */
         return;
     }
-    p->flags |= PE_ITEM;
+    p->flags = (uint8_t)((p->flags & ~PE_GONE) | PE_ITEM | (ev == WQ_EV_GONE ? PE_GONE : 0));
     wq_item_info info;
     switch (ev) {
     case WQ_EV_QUEUED:
@@ -191,7 +217,7 @@ void wq_store_touch_requeued(wq_store_queue *sq, const char *key, size_t len)
         sq->resync = 1;
         return;
     }
-    p->flags |= PE_ITEM | PE_READDED;
+    p->flags = (uint8_t)((p->flags & ~PE_GONE) | PE_ITEM | PE_READDED);
     p->seq = sq->s->next_seq++;
     p->seq_mode = SEQ_FORCE;
 }
@@ -290,6 +316,56 @@ int wq_store_dirty(const wq_store *s)
 
 /* ---- flush ---- */
 
+int wq_store_prepare_batches(wq_store *s)
+{
+    /* A row is "(?n, ... ?n+8)" with numbers of at most 4 digits: under 72 bytes. */
+    _Static_assert(9 * WQ_STORE_INSERT_BATCH < 10000 && WQ_STORE_DELETE_BATCH < 500,
+                   "the buffer below holds the statements");
+    char sql[128 + WQ_STORE_INSERT_BATCH * 72];
+    size_t n =
+        (size_t)snprintf(sql, sizeof sql,
+                         "INSERT OR FAIL INTO items(queue, key, payload, state, ready_at, priority,"
+                         " seq, added_at, updated_at) VALUES ");
+    for (int r = 0; r < WQ_STORE_INSERT_BATCH; r++) {
+        n += (size_t)snprintf(sql + n, sizeof sql - n, "%s(", r ? ", " : "");
+        for (int c = 1; c <= 9; c++)
+            n += (size_t)snprintf(sql + n, sizeof sql - n, "?%d%s", 9 * r + c, c < 9 ? ", " : ")");
+    }
+    if (wq_store_prepare(s, &s->st[ST_INSERT_ITEMS], sql) < 0)
+        return -1;
+    n = (size_t)snprintf(sql, sizeof sql, "DELETE FROM items WHERE queue = ?1 AND key IN (");
+    for (int k = 0; k < WQ_STORE_DELETE_BATCH; k++)
+        n += (size_t)snprintf(sql + n, sizeof sql - n, "?%d%s", k + 2,
+                              k + 1 < WQ_STORE_DELETE_BATCH ? ", " : ")");
+    return wq_store_prepare(s, &s->st[ST_DELETE_ITEMS], sql);
+}
+
+/*
+ * One flush's batches. Rows the filter proves new wait in ins for a
+ * multi-row INSERT; keys to delete wait in their queue's del (the DELETE
+ * names one queue). Keys and payloads are bound with SQLITE_STATIC: they
+ * point into the engine's records and the pending set's arena, which stay
+ * put while the flush runs (it changes neither), and every statement's
+ * parameters are all bound again before its next step and cleared when the
+ * flush ends.
+ */
+struct flush {
+    wq_store *s;
+    double now;
+    uint64_t rows;
+    struct newrow {
+        wq_store_queue *sq;
+        wq_item_info info;
+        int64_t seq;
+        uint32_t hash;
+        uint8_t mode, readded;
+    } ins[WQ_STORE_INSERT_BATCH];
+    int nins;
+};
+
+/* Fewer keys than this to delete from a queue go one statement each. */
+#define DELETE_BATCH_MIN 8
+
 static const char *state_name(unsigned st)
 {
     if (st & WQ_ST_DIRTY)
@@ -299,88 +375,163 @@ static const char *state_name(unsigned st)
     return "waiting";
 }
 
-/* Writes the engine's current record of key (info) as its items row. SQLite result code. */
-static int upsert_item(wq_store *s, wq_store_queue *sq, const wq_item_info *info, int64_t seq,
-                       int mode, int readded, double now)
+/* Binds the nine columns of an items row at parameters base + 1 .. base + 9. */
+static void bind_row(sqlite3_stmt *st, int base, const wq_store *s, const wq_store_queue *sq,
+                     const wq_item_info *info, int64_t seq, double now)
 {
-    sqlite3_stmt *st = s->st[ST_UPSERT_ITEM];
-    sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, info->key, (int)info->keylen, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, base + 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
+    sqlite3_bind_text(st, base + 2, info->key, (int)info->keylen, SQLITE_STATIC);
     if (info->payload)
-        sqlite3_bind_text64(st, 3, info->payload, info->paylen, SQLITE_TRANSIENT, SQLITE_UTF8);
+        sqlite3_bind_text64(st, base + 3, info->payload, info->paylen, SQLITE_STATIC, SQLITE_UTF8);
     else
-        sqlite3_bind_null(st, 3);
-    sqlite3_bind_text(st, 4, state_name(info->state), -1, SQLITE_STATIC);
+        sqlite3_bind_null(st, base + 3);
+    sqlite3_bind_text(st, base + 4, state_name(info->state), -1, SQLITE_STATIC);
     if (info->state & WQ_ST_WAITING)
-        sqlite3_bind_double(st, 5, s->tb.to_unix(s->tb.ud, info->ready_at));
+        sqlite3_bind_double(st, base + 5, s->tb.to_unix(s->tb.ud, info->ready_at));
     else
-        sqlite3_bind_null(st, 5);
-    sqlite3_bind_int(st, 6, info->priority);
-    sqlite3_bind_int64(st, 7, seq);
-    sqlite3_bind_double(st, 8,
+        sqlite3_bind_null(st, base + 5);
+    sqlite3_bind_int(st, base + 6, info->priority);
+    sqlite3_bind_int64(st, base + 7, seq);
+    sqlite3_bind_double(st, base + 8,
                         info->state & WQ_ST_DIRTY ? s->tb.to_unix(s->tb.ud, info->added_at) : now);
-    sqlite3_bind_double(st, 9, now);
+    sqlite3_bind_double(st, base + 9, now);
+}
+
+/* Writes the engine's current record of key (info) as its items row. SQLite result code. */
+static int upsert_item(struct flush *f, wq_store_queue *sq, const wq_item_info *info, uint32_t h,
+                       int64_t seq, int mode, int readded)
+{
+    wq_store *s = f->s;
+    sqlite3_stmt *st = s->st[ST_UPSERT_ITEM];
+    bind_row(st, 0, s, sq, info, seq, f->now);
     sqlite3_bind_int(st, 10, mode);
     sqlite3_bind_int(st, 11, readded);
     int rc = wq_store_run(st);
     if (rc == SQLITE_OK)
-        wq_store_bloom_add(sq, info->key, info->keylen);
+        wq_store_bloom_add(s, h);
+    return rc;
+}
+
+/*
+ * Inserts the rows waiting in f->ins: a full batch in one statement, the
+ * rest (the end of a flush) one by one. The batch is INSERT OR FAIL: a
+ * failing row keeps the rows before it, so SQLite needs no statement
+ * journal (a temporary file once a statement changes more than 64 KiB of
+ * pages). A row that exists after all (someone wrote items while we own
+ * the file) stops the batch, which is then written row by row with the
+ * upsert (rewriting the rows already in unchanged).
+ */
+static int insert_rows(struct flush *f)
+{
+    wq_store *s = f->s;
+    int rc = SQLITE_OK;
+    if (f->nins == WQ_STORE_INSERT_BATCH) {
+        sqlite3_stmt *st = s->st[ST_INSERT_ITEMS];
+        for (int i = 0; i < f->nins; i++) {
+            const struct newrow *r = &f->ins[i];
+            bind_row(st, 9 * i, s, r->sq, &r->info, r->seq, f->now);
+        }
+        rc = wq_store_run(st);
+        if ((rc & 0xff) != SQLITE_CONSTRAINT) {
+            f->nins = 0;
+            return rc;
+        }
+        rc = SQLITE_OK;
+    }
+    for (int i = 0; i < f->nins && rc == SQLITE_OK; i++) {
+        const struct newrow *r = &f->ins[i];
+        rc = upsert_item(f, r->sq, &r->info, r->hash, r->seq, r->mode, r->readded);
+    }
+    f->nins = 0;
     return rc;
 }
 
 static int delete_key(sqlite3_stmt *st, wq_store_queue *sq, const char *key, size_t len)
 {
     sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, key, (int)len, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, key, (int)len, SQLITE_STATIC);
     return wq_store_run(st);
 }
 
-static int write_item(wq_store *s, wq_store_queue *sq, const struct pend *p, const char *key,
-                      double now, uint64_t *rows)
+/* Deletes the items rows of the keys waiting in sq->del. */
+static int delete_rows(wq_store *s, wq_store_queue *sq)
 {
+    int n = (int)sq->ndel, rc = SQLITE_OK;
+    sq->ndel = 0;
+    if (n < DELETE_BATCH_MIN) {
+        for (int i = 0; i < n && rc == SQLITE_OK; i++) {
+            const struct pend *p = &s->ents[sq->del[i]];
+            rc = delete_key(s->st[ST_DELETE_ITEM], sq, s->arena + p->key_off, p->keylen);
+        }
+        return rc;
+    }
+    sqlite3_stmt *st = s->st[ST_DELETE_ITEMS];
+    sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
+    for (int i = 0; i < WQ_STORE_DELETE_BATCH; i++) {
+        if (i < n) {
+            const struct pend *p = &s->ents[sq->del[i]];
+            sqlite3_bind_text(st, i + 2, s->arena + p->key_off, (int)p->keylen, SQLITE_STATIC);
+        } else {
+            sqlite3_bind_null(st, i + 2); /* matches no key */
+        }
+    }
+    return wq_store_run(st);
+}
+
+static int write_item(struct flush *f, wq_store_queue *sq, const struct pend *p, const char *key)
+{
+    wq_store *s = f->s;
     wq_item_info info;
     if (!sq->q)
         return SQLITE_OK; /* detached: its engine queue is gone, the file keeps its rows */
-    if (!wq_queue_lookup(sq->q, key, p->keylen, &info)) {
-        if (!(p->flags & PE_MIGHT_EXIST)) {
+    /* The engine tells every record it drops (WQ_EV_GONE) and every one it makes. */
+    if ((p->flags & PE_GONE) || !wq_queue_lookup(sq->q, key, p->keylen, &info)) {
+        if (sq->complete && !wq_store_bloom_test(s, p->hash)) {
             s->stats.deletes_skipped++; /* came and went within the window */
             return SQLITE_OK;
         }
-        ++*rows;
-        return delete_key(s->st[ST_DELETE_ITEM], sq, key, p->keylen);
+        f->rows++;
+        sq->del[sq->ndel++] = (uint32_t)(p - s->ents);
+        return sq->ndel == WQ_STORE_DELETE_BATCH ? delete_rows(s, sq) : SQLITE_OK;
     }
-    ++*rows;
-    return upsert_item(s, sq, &info, p->seq, p->seq_mode, (p->flags & PE_READDED) != 0, now);
+    f->rows++;
+    int mode = p->seq_mode, readded = (p->flags & PE_READDED) != 0;
+    if (!sq->complete || wq_store_bloom_test(s, p->hash))
+        return upsert_item(f, sq, &info, p->hash, p->seq, mode, readded);
+    /* No row in the file: a plain insert, batched. */
+    wq_store_bloom_add(s, p->hash);
+    f->ins[f->nins++] = (struct newrow){sq, info, p->seq, p->hash, (uint8_t)mode, (uint8_t)readded};
+    return f->nins == WQ_STORE_INSERT_BATCH ? insert_rows(f) : SQLITE_OK;
 }
 
 struct resync_ctx {
-    wq_store *s;
+    struct flush *f;
     wq_store_queue *sq;
-    double now;
-    uint64_t rows;
     int rc;
 };
 
 static int resync_visit(void *ud, const wq_item_info *info)
 {
     struct resync_ctx *c = ud;
-    c->rc = upsert_item(c->s, c->sq, info, c->s->next_seq++, SEQ_FORCE, 1, c->now);
-    c->rows++;
+    wq_store *s = c->f->s;
+    c->rc = upsert_item(c->f, c->sq, info, wq_store_key_hash(c->sq, info->key, info->keylen),
+                        s->next_seq++, SEQ_FORCE, 1);
+    c->f->rows++;
     return c->rc != SQLITE_OK;
 }
 
 /* Rewrites all of a queue's rows after a touch was lost (order within a priority may change). */
-static int resync_queue(wq_store *s, wq_store_queue *sq, double now, uint64_t *rows)
+static int resync_queue(struct flush *f, wq_store_queue *sq)
 {
+    wq_store *s = f->s;
     if (!sq->q)
         return SQLITE_OK;
     sqlite3_bind_text(s->st[ST_DELETE_QUEUE_ITEMS], 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
     int rc = wq_store_run(s->st[ST_DELETE_QUEUE_ITEMS]);
     if (rc != SQLITE_OK)
         return rc;
-    struct resync_ctx c = {s, sq, now, 0, SQLITE_OK};
+    struct resync_ctx c = {f, sq, SQLITE_OK};
     wq_queue_foreach(sq->q, resync_visit, &c);
-    *rows += c.rows;
     return c.rc;
 }
 
@@ -449,42 +600,72 @@ static void note_committed(wq_store *s)
     }
 }
 
-int wq_store_flush(wq_store *s)
+/* Ends the flush's use of bound memory: no statement keeps a pointer past it. */
+static void unbind(wq_store *s)
 {
-    if (!s || !wq_store_dirty(s))
-        return 0;
-    int64_t t0 = wq_store_mono_ns();
-    double now = wq_store_wall();
-    uint64_t rows = 0;
-    int rc = wq_store_run(s->st[ST_BEGIN]);
-    if (rc != SQLITE_OK)
-        goto failed;
+    static const int bound[] = {ST_UPSERT_ITEM,  ST_INSERT_ITEMS, ST_DELETE_ITEM,
+                                ST_DELETE_ITEMS, ST_DELETE_FAIL,  ST_DELETE_DEAD};
+    for (size_t i = 0; i < sizeof bound / sizeof *bound; i++)
+        sqlite3_clear_bindings(s->st[bound[i]]);
+    for (uint32_t i = 0; i < s->nqueues; i++)
+        s->queues[i]->ndel = 0;
+}
+
+/* Writes the items rows of the pending set and the other changes of the window. */
+static int write_all(struct flush *f)
+{
+    wq_store *s = f->s;
+    int rc = SQLITE_OK;
     for (uint32_t i = 0; i < s->nqueues && rc == SQLITE_OK; i++)
         if (s->queues[i]->resync)
-            rc = resync_queue(s, s->queues[i], now, &rows);
+            rc = resync_queue(f, s->queues[i]);
     for (size_t i = 0; i < s->nents && rc == SQLITE_OK; i++) {
         const struct pend *p = &s->ents[i];
         wq_store_queue *sq = s->queues[p->qidx];
         const char *key = s->arena + p->key_off;
         if ((p->flags & PE_ITEM) && !sq->resync)
-            rc = write_item(s, sq, p, key, now, &rows);
+            rc = write_item(f, sq, p, key);
         if (rc == SQLITE_OK && p->extra)
-            rc = write_extra(s, sq, key, p->keylen, &s->extras[p->extra - 1], now, &rows);
+            rc = write_extra(s, sq, key, p->keylen, &s->extras[p->extra - 1], f->now, &f->rows);
     }
+    if (rc == SQLITE_OK)
+        rc = insert_rows(f);
+    for (uint32_t i = 0; i < s->nqueues && rc == SQLITE_OK; i++)
+        if (s->queues[i]->ndel)
+            rc = delete_rows(s, s->queues[i]);
     for (size_t i = 0; i < s->nannounce && rc == SQLITE_OK; i++) {
         sqlite3_bind_text(s->st[ST_QUEUE_SEEN], 1, s->announce[i], -1, SQLITE_STATIC);
-        sqlite3_bind_double(s->st[ST_QUEUE_SEEN], 2, now);
+        sqlite3_bind_double(s->st[ST_QUEUE_SEEN], 2, f->now);
         rc = wq_store_run(s->st[ST_QUEUE_SEEN]);
     }
     for (size_t i = 0; i < s->ninbox_del && rc == SQLITE_OK; i++) {
         sqlite3_bind_int64(s->st[ST_DELETE_INBOX], 1, s->inbox_del[i]);
         rc = wq_store_run(s->st[ST_DELETE_INBOX]);
-        rows++;
+        f->rows++;
     }
+    return rc;
+}
+
+int wq_store_flush(wq_store *s)
+{
+    if (!s || !wq_store_dirty(s))
+        return 0;
+    int64_t t0 = wq_store_mono_ns();
+    struct flush f;
+    f.s = s;
+    f.now = wq_store_wall();
+    f.rows = 0;
+    f.nins = 0;
+    double now = f.now;
+    int rc = wq_store_run(s->st[ST_BEGIN]);
+    if (rc == SQLITE_OK)
+        rc = write_all(&f);
+    unbind(s);
     if (rc == SQLITE_OK)
         rc = wq_store_run(s->st[ST_COMMIT]);
     if (rc != SQLITE_OK)
         goto failed;
+    uint64_t rows = f.rows;
 
     note_committed(s);
     s->stats.inbox_consumed += s->ninbox_del;

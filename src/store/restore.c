@@ -57,7 +57,7 @@ static int restore_items(wq_store_queue *sq, void (*item_fn)(void *ud, const wq_
         r.waiting = timed;
         if (timed)
             r.ready_at_mono = s->tb.to_mono(s->tb.ud, sane_time(sqlite3_column_double(st, 4)));
-        wq_store_bloom_add(sq, r.key, r.keylen);
+        wq_store_bloom_add(s, wq_store_key_hash(sq, r.key, r.keylen));
         item_fn(ud, &r);
         n++;
         wq_item_info info;
@@ -140,6 +140,7 @@ int wq_store_restore(wq_store_queue *sq, void (*item_fn)(void *ud, const wq_rest
         return wq_store_fail(s, WQ_EIO, "cannot read state file %s: %s", s->path,
                              sqlite3_errmsg(s->db));
     int incomplete = 0;
+    wq_store_forget_gone(sq); /* keys it restores may have gone from another engine queue */
     sq->restoring = 1;
     int n = restore_items(sq, item_fn, ud, &incomplete);
     sq->restoring = 0;

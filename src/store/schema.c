@@ -280,7 +280,9 @@ int wq_schema_open_rw(const char *path, sqlite3 **out, char *err, size_t errlen)
     if (r < 0)
         return r;
     sqlite3 *db = NULL;
-    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    /* NOMUTEX: one thread uses the runner's connection, so every call skips SQLite's mutex. */
+    int rc = sqlite3_open_v2(
+        path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
         r = fmt(err, errlen, WQ_EIO, "cannot open state file %s: %s", path,
                 db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));

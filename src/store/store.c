@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -128,44 +129,61 @@ static int exec(wq_store *s, const char *sql)
 
 /* ---- the Bloom filter of keys that may have an items row ---- */
 
-static void bloom_pos(const wq_store_queue *sq, const char *key, size_t len, uint32_t pos[3])
+uint32_t wq_store_key_hash(const wq_store_queue *sq, const char *key, size_t len)
 {
-    uint64_t h = wq_hash(key, len) ^ ((uint64_t)(sq->idx + 1) * 0x9e3779b97f4a7c15ULL);
-    h ^= h >> 29;
-    h *= 0xbf58476d1ce4e5b9ULL;
-    h ^= h >> 32;
-    uint32_t a = (uint32_t)h, b = (uint32_t)(h >> 32) | 1;
-    for (uint32_t i = 0; i < 3; i++)
-        pos[i] = (a + i * b) & (WQ_STORE_BLOOM_BITS - 1);
+    uint64_t h = wq_hash(key, len) + (uint64_t)sq->idx * 0x9e3779b97f4a7c15ULL;
+    return (uint32_t)(h ^ (h >> 32));
 }
 
-void wq_store_bloom_add(wq_store_queue *sq, const char *key, size_t len)
+#define BLOOM_BLOCKS (WQ_STORE_BLOOM_BITS / WQ_STORE_BLOOM_BLOCK)
+_Static_assert(WQ_STORE_BLOOM_BLOCK == 512 && BLOOM_BLOCKS <= (1u << 24),
+               "bloom_pos takes 9 bits per position and the block from the top bits");
+
+/*
+ * A blocked Bloom filter: the key's block (one cache line) and its three
+ * bits in it, from a remix of its 32-bit hash (the index's slot comes from
+ * the hash's low bits; the filter must not correlate with it).
+ */
+static size_t bloom_pos(uint32_t h, uint32_t pos[3])
 {
-    wq_store *s = sq->s;
+    uint64_t x = h;
+    x ^= x >> 16;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 31;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 29;
+    for (int i = 0; i < 3; i++)
+        pos[i] = (uint32_t)(x >> (9 * i)) & (WQ_STORE_BLOOM_BLOCK - 1);
+    return (size_t)(x >> 40) % BLOOM_BLOCKS * (WQ_STORE_BLOOM_BLOCK / 64);
+}
+
+void wq_store_bloom_add(wq_store *s, uint32_t h)
+{
     uint32_t pos[3];
-    bloom_pos(sq, key, len, pos);
+    uint64_t *block = s->bloom + bloom_pos(h, pos);
     for (int i = 0; i < 3; i++) {
         uint64_t bit = 1ULL << (pos[i] & 63);
-        if (!(s->bloom[pos[i] >> 6] & bit)) {
-            s->bloom[pos[i] >> 6] |= bit;
+        if (!(block[pos[i] >> 6] & bit)) {
+            block[pos[i] >> 6] |= bit;
             s->bloom_set++;
         }
     }
 }
 
-int wq_store_bloom_test(const wq_store_queue *sq, const char *key, size_t len)
+int wq_store_bloom_test(const wq_store *s, uint32_t h)
 {
     uint32_t pos[3];
-    bloom_pos(sq, key, len, pos);
+    const uint64_t *block = s->bloom + bloom_pos(h, pos);
     for (int i = 0; i < 3; i++)
-        if (!(sq->s->bloom[pos[i] >> 6] & (1ULL << (pos[i] & 63))))
+        if (!(block[pos[i] >> 6] & (1ULL << (pos[i] & 63))))
             return 0;
     return 1;
 }
 
 static int bloom_visit(void *ud, const wq_item_info *info)
 {
-    wq_store_bloom_add(ud, info->key, info->keylen);
+    wq_store_queue *sq = ud;
+    wq_store_bloom_add(sq->s, wq_store_key_hash(sq, info->key, info->keylen));
     return 0;
 }
 
@@ -194,7 +212,7 @@ int wq_store_open_here(const char *path)
     return stat(path, &st) == 0 && registry_has(st.st_dev, st.st_ino);
 }
 
-static const char *const stmt_sql[ST_PREPARED_AT_OPEN] = {
+static const char *const stmt_sql[ST_INSERT_ITEMS] = {
     "BEGIN IMMEDIATE",
     "COMMIT",
     "ROLLBACK",
@@ -220,10 +238,10 @@ static const char *const stmt_sql[ST_PREPARED_AT_OPEN] = {
 
 static int prepare_all(wq_store *s)
 {
-    for (int i = 0; i < ST_PREPARED_AT_OPEN; i++)
+    for (int i = 0; i < ST_INSERT_ITEMS; i++)
         if (wq_store_prepare(s, &s->st[i], stmt_sql[i]) < 0)
             return -1;
-    return 0;
+    return wq_store_prepare_batches(s);
 }
 
 static void finalize_all(wq_store *s)
@@ -359,11 +377,12 @@ int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timeb
     else
         s->tb = (wq_timebase){tb_default_unix, tb_default_mono, s};
     s->path = wq_store_dup(path, strlen(path));
-    s->bloom = wq_malloc(WQ_STORE_BLOOM_BITS / 8);
-    if (!s->path || !s->bloom) {
+    s->bloom_mem = wq_malloc(WQ_STORE_BLOOM_BITS / 8 + 64);
+    if (!s->path || !s->bloom_mem) {
         r = fail_buf(err, errlen, WQ_ENOMEM, "out of memory opening %s", path);
         goto fail;
     }
+    s->bloom = (uint64_t *)(((uintptr_t)s->bloom_mem + 63) & ~(uintptr_t)63);
     memset(s->bloom, 0, WQ_STORE_BLOOM_BITS / 8);
 
     char pragmas[256];
@@ -386,7 +405,7 @@ fail:
     sqlite3_close(s->db);
     close(fd);
     wq_free(s->path);
-    wq_free(s->bloom);
+    wq_free(s->bloom_mem);
     wq_free(s);
     return r;
 }
@@ -436,7 +455,7 @@ void wq_store_close(wq_store *s)
     wq_free(s->index);
     wq_free(s->announce);
     wq_free(s->inbox_del);
-    wq_free(s->bloom);
+    wq_free(s->bloom_mem);
     wq_free(s->path);
     wq_free(s);
 }
@@ -469,6 +488,8 @@ wq_store_queue *wq_store_attach(wq_store *s, const char *name, wq_queue *q)
 {
     for (uint32_t i = 0; i < s->nqueues; i++) {
         if (strcmp(s->queues[i]->name, name) == 0) {
+            if (s->queues[i]->q != q)
+                wq_store_forget_gone(s->queues[i]);
             s->queues[i]->q = q;
             return s->queues[i];
         }

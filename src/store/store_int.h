@@ -41,17 +41,24 @@ enum {
     ST_DELETE_INBOX,
     ST_QUEUE_SEEN,
     ST_DELETE_QUEUE_ITEMS,
+    ST_INSERT_ITEMS,     /* WQ_STORE_INSERT_BATCH new rows */
+    ST_DELETE_ITEMS,     /* up to WQ_STORE_DELETE_BATCH keys of one queue */
     ST_PREPARED_AT_OPEN, /* the ones below are prepared on first use */
     ST_SELECT_INBOX = ST_PREPARED_AT_OPEN,
     ST_DATA_VERSION,
     ST_COUNT
 };
 
+/* Rows per multi-row INSERT and keys per multi-key DELETE of a flush: one statement step writes
+ * many rows, which costs SQLite far less per row than one step each. */
+#define WQ_STORE_INSERT_BATCH 32
+#define WQ_STORE_DELETE_BATCH 64
+
 /* Pending entry flags. */
 enum {
-    PE_ITEM = 1,        /* the key's items row must be rewritten from the engine */
-    PE_MIGHT_EXIST = 2, /* the items row may be in the file (else a DELETE is skipped) */
-    PE_READDED = 4      /* the key became dirty in this window: refresh added_at */
+    PE_ITEM = 1,   /* the key's items row must be rewritten from the engine */
+    PE_GONE = 2,   /* the key's last event was WQ_EV_GONE: the engine has no record of it */
+    PE_READDED = 4 /* the key became dirty in this window: refresh added_at */
 };
 
 /* One (queue, key) changed in the current window; 40 bytes, so a window of a million adds is cheap.
@@ -63,7 +70,7 @@ struct pend {
     int32_t prio_seen; /* priority when seq was assigned (detects raises) */
     uint32_t qidx;     /* the queue's index in the store */
     uint32_t extra;    /* 1 + index into the extras array, 0 when none */
-    uint32_t hash;     /* of (queue, key), for the index */
+    uint32_t hash;     /* wq_store_key_hash, for the index and the Bloom filter */
     uint8_t flags;     /* PE_* */
     uint8_t seq_mode;  /* SEQ_* */
 };
@@ -90,6 +97,8 @@ struct wq_store_queue {
     int complete;        /* every file row of this queue is known to the filter and fail_set */
     int restoring;       /* inside wq_store_restore: touches are ignored */
     int resync;          /* a touch was lost: rewrite all of the queue's rows at the next flush */
+    uint32_t del[WQ_STORE_DELETE_BATCH]; /* during a flush: entries whose rows to delete */
+    uint32_t ndel;
 };
 
 struct wq_store {
@@ -117,7 +126,7 @@ struct wq_store {
     size_t nextras, capextras;
     char *arena; /* key bytes of the pending entries */
     size_t arena_len, arena_cap;
-    uint32_t *index; /* open addressing over ents: 1 + entry index, 0 empty */
+    uint64_t *index; /* open addressing over ents: hash << 32 | (1 + entry index), 0 empty */
     size_t index_mask;
 
     char **announce; /* queue names to record in the queues table */
@@ -131,7 +140,8 @@ struct wq_store {
     int inbox_rescan; /* offer every row again at the next poll (a queue was added) */
 
     int64_t next_seq;
-    uint64_t *bloom; /* which items rows may exist in the file */
+    uint64_t *bloom; /* which items rows may exist in the file (64-byte aligned blocks) */
+    void *bloom_mem; /* the allocation bloom lies in */
     size_t bloom_set;
     uint64_t lost_updates; /* failures/dead changes dropped for lack of memory */
 
@@ -150,7 +160,8 @@ int wq_schema_check(const char *path, char *err, size_t errlen);
 /*
  * Opens path read-write (creating it), brings it to the current schema in
  * one transaction (re-checking it under the write lock) and switches it to
- * WAL. *out is NULL on failure. 0, WQ_EFORMAT or WQ_EIO.
+ * WAL. The connection skips SQLite's mutex: no two threads may use it at
+ * once. *out is NULL on failure. 0, WQ_EFORMAT or WQ_EIO.
  */
 int wq_schema_open_rw(const char *path, sqlite3 **out, char *err, size_t errlen);
 /* Opens a checked file for reading (read-write when permitted, so closing tidies the WAL). 0 or
@@ -176,10 +187,12 @@ char *wq_store_dup(const char *p, size_t len);
 int wq_store_grow(void **arr, size_t *cap, size_t need, size_t elem);
 /* Steps a statement that returns no rows and resets it. SQLite result code. */
 int wq_store_run(sqlite3_stmt *st);
-/* Notes that key may have an items row in the file. */
-void wq_store_bloom_add(wq_store_queue *sq, const char *key, size_t len);
-/* Whether key may have an items row in the file (no false negatives). */
-int wq_store_bloom_test(const wq_store_queue *sq, const char *key, size_t len);
+/* The hash of (queue, key) that the pending set's index and the Bloom filter use. */
+uint32_t wq_store_key_hash(const wq_store_queue *sq, const char *key, size_t len);
+/* Notes that the key of hash h (wq_store_key_hash) may have an items row in the file. */
+void wq_store_bloom_add(wq_store *s, uint32_t h);
+/* Whether the key of hash h may have an items row in the file (no false negatives). */
+int wq_store_bloom_test(const wq_store *s, uint32_t h);
 /*
  * After a successful flush every attached queue's engine records are
  * exactly its rows in the file, so a crowded filter is rebuilt from them.
@@ -187,6 +200,8 @@ int wq_store_bloom_test(const wq_store_queue *sq, const char *key, size_t len);
 void wq_store_bloom_rebuild(wq_store *s);
 /* Bits in the filter; it is rebuilt when half of them are set. */
 #define WQ_STORE_BLOOM_BITS (1u << 23)
+/* A key's bits all lie in one block of this many bits (one cache line): one miss per lookup. */
+#define WQ_STORE_BLOOM_BLOCK 512
 
 /* ---- commit.c ---- */
 
@@ -195,6 +210,10 @@ void wq_store_clear_pending(wq_store *s);
 
 /* Prepares a statement; 0 or WQ_EIO with the message set. */
 int wq_store_prepare(wq_store *s, sqlite3_stmt **st, const char *sql);
+/* Prepares the multi-row statements (ST_INSERT_ITEMS, ST_DELETE_ITEMS); 0 or WQ_EIO. */
+int wq_store_prepare_batches(wq_store *s);
+/* The queue reads another engine queue now: what its pending entries say about records is void. */
+void wq_store_forget_gone(wq_store_queue *sq);
 /* Records key as re-queued by the restore (state and seq rewritten at the next flush). */
 void wq_store_touch_requeued(wq_store_queue *sq, const char *key, size_t len);
 /* Whether the process already has path open as a store (same file). */

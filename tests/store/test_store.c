@@ -592,6 +592,200 @@ Test(store, a_detached_queue_keeps_its_rows)
     cr_assert_eq(qint("SELECT count(*) FROM items"), 1);
 }
 
+Test(store, a_big_window_writes_and_deletes_rows_in_batches_as_one_at_a_time_would)
+{
+    wq_store *s = open_ok();
+    struct pq a, b;
+    pq_attach(&a, s, "a");
+    pq_attach(&b, s, "b");
+    char key[64], payload[32];
+    fake_ns = 3 * WQ_NS_PER_S;
+    /* More keys than a batch holds, of two queues in turn, and a remainder. */
+    for (int i = 0; i < 3 * WQ_STORE_INSERT_BATCH + 5; i++) {
+        snprintf(key, sizeof key, "k%03d", i);
+        snprintf(payload, sizeof payload, "{\"i\":%d}", i);
+        add(&a, key, payload, i % 3);
+        add(&b, key, NULL, 0);
+    }
+    add_after(&a, "w", 10);
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    int n = 3 * WQ_STORE_INSERT_BATCH + 5;
+    wq_store_stats st;
+    wq_store_get_stats(s, &st);
+    cr_assert_eq(st.rows_written, (uint64_t)(2 * n + 1));
+    cr_assert_eq(qint("SELECT count(*) FROM items WHERE queue = 'a' AND state = 'queued'"), n);
+    cr_assert_eq(qint("SELECT count(*) FROM items WHERE queue = 'b' AND payload IS NULL"), n);
+    cr_assert_str_eq(qtext("SELECT payload FROM items WHERE queue = 'a' AND key = 'k077'"),
+                     "{\"i\":77}");
+    cr_assert_eq(qint("SELECT priority FROM items WHERE queue = 'a' AND key = 'k077'"), 2);
+    cr_assert_float_eq(qdouble("SELECT added_at FROM items WHERE queue = 'a' AND key = 'k077'"),
+                       UNIX0 + 3, 1e-6);
+    cr_assert_float_eq(qdouble("SELECT ready_at FROM items WHERE key = 'w'"), UNIX0 + 13, 1e-6);
+    cr_assert_eq(qint("SELECT count(*) FROM items x JOIN items y ON x.queue = y.queue"
+                      " AND x.key < y.key AND x.seq > y.seq WHERE x.key <> 'w' AND y.key <> 'w'"),
+                 0, "seq follows the order of the adds");
+
+    /* Finish most keys of both queues in turn, leaving a few processing: batched DELETEs per
+     * queue, and a queue with fewer than a batch. */
+    int finished_a = 0, finished_b = 0;
+    for (int i = 0; i < n - 3; i++) {
+        const char *k = get(&a);
+        cr_assert_not_null(k);
+        snprintf(key, sizeof key, "%s", k);
+        done(&a, key);
+        finished_a++;
+        if (i < 5) {
+            k = get(&b);
+            snprintf(key, sizeof key, "%s", k);
+            done(&b, key);
+            finished_b++;
+        }
+    }
+    cr_assert_not_null(get(&a));
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    cr_assert_eq(qint("SELECT count(*) FROM items WHERE queue = 'a'"), n - finished_a + 1);
+    cr_assert_eq(qint("SELECT count(*) FROM items WHERE queue = 'a' AND state = 'processing'"), 1);
+    cr_assert_eq(qint("SELECT count(*) FROM items WHERE queue = 'b'"), n - finished_b);
+    cr_assert_eq(qint("SELECT count(*) FROM items WHERE queue = 'b' AND key < 'k005'"), 0);
+    wq_store_close(s);
+    wq_queue_free(a.q);
+    wq_queue_free(b.q);
+}
+
+Test(store, a_row_written_behind_the_runners_back_does_not_fail_a_batch_of_new_rows)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    cr_assert_eq(wq_store_flush(s), 0);
+    /* Against the rules (a runner owns the file), but it must not stop the runner. */
+    sql("INSERT INTO items(queue, key, payload, state, seq) VALUES ('jobs', 'k5', '\"theirs\"',"
+        " 'queued', 0)");
+    char key[16];
+    for (int i = 0; i < 2 * WQ_STORE_INSERT_BATCH; i++) {
+        snprintf(key, sizeof key, "k%d", i);
+        add(&p, key, "\"ours\"", 0);
+    }
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    cr_assert_eq(qint("SELECT count(*) FROM items"), 2 * WQ_STORE_INSERT_BATCH);
+    cr_assert_eq(qint("SELECT count(*) FROM items WHERE payload = '\"ours\"'"),
+                 2 * WQ_STORE_INSERT_BATCH);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+/* Checks that info's row holds what the engine says. */
+static int row_matches(void *ud, const wq_item_info *info)
+{
+    sqlite3_stmt *st = ud;
+    sqlite3_bind_text(st, 2, info->key, (int)info->keylen, SQLITE_STATIC);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "no row for %.*s", (int)info->keylen, info->key);
+    const char *state = (const char *)sqlite3_column_text(st, 0);
+    const char *want = info->state & WQ_ST_DIRTY        ? "queued"
+                       : info->state & WQ_ST_PROCESSING ? "processing"
+                                                        : "waiting";
+    cr_assert_str_eq(state, want, "%.*s", (int)info->keylen, info->key);
+    const char *payload = (const char *)sqlite3_column_text(st, 1);
+    if (info->payload)
+        cr_assert(payload && strlen(payload) == info->paylen &&
+                  memcmp(payload, info->payload, info->paylen) == 0);
+    else
+        cr_assert_null(payload);
+    cr_assert_eq(sqlite3_column_int(st, 2), info->priority);
+    sqlite3_reset(st);
+    return 0;
+}
+
+Test(store, a_random_run_keeps_the_items_table_equal_to_the_engine_after_every_flush)
+{
+    wq_store *s = open_ok();
+    struct pq qs[2];
+    pq_attach(&qs[0], s, "a");
+    pq_attach(&qs[1], s, "b");
+    uint64_t rng = 42;
+    char key[64], payload[16];
+    for (int round = 0; round < 60; round++) {
+        int ops = (int)(rng % 3 == 0 ? 400 : 40);
+        for (int op = 0; op < ops; op++) {
+            rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+            uint32_t r = (uint32_t)(rng >> 33);
+            struct pq *p = &qs[r & 1];
+            snprintf(key, sizeof key, "k%u", (r >> 1) % 300);
+            snprintf(payload, sizeof payload, "%u", r % 1000);
+            switch ((r >> 12) % 8) {
+            case 0:
+            case 1: add(p, key, payload, (int)((r >> 16) % 3)); break;
+            case 2: add(p, key, NULL, 0); break;
+            case 3: add_after(p, key, (double)((r >> 16) % 5)); break;
+            case 4: wq_queue_cancel_after(p->q, key, strlen(key)); break;
+            case 5:
+                fake_ns += WQ_NS_PER_S;
+                wq_queue_fire_due(p->q);
+                break;
+            default: {
+                const char *k = get(p);
+                if (k && (r >> 16) % 4) {
+                    snprintf(key, sizeof key, "%s", k);
+                    done(p, key);
+                }
+            }
+            }
+        }
+        cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+        sqlite3 *db = peek();
+        sqlite3_stmt *st;
+        cr_assert_eq(sqlite3_prepare_v2(db,
+                                        "SELECT state, payload, priority FROM items"
+                                        " WHERE queue = ?1 AND key = ?2",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+        for (int i = 0; i < 2; i++) {
+            char q[64];
+            snprintf(q, sizeof q, "SELECT count(*) FROM items WHERE queue = '%s'", i ? "b" : "a");
+            cr_assert_eq(qint(q), (int64_t)wq_queue_records(qs[i].q), "round %d", round);
+            sqlite3_bind_text(st, 1, i ? "b" : "a", -1, SQLITE_STATIC);
+            wq_queue_foreach(qs[i].q, row_matches, st);
+        }
+        sqlite3_finalize(st);
+        sqlite3_close(db);
+    }
+    wq_store_close(s);
+    wq_queue_free(qs[0].q);
+    wq_queue_free(qs[1].q);
+}
+
+static void restore_into(void *ud, const wq_restored *r)
+{
+    struct pq *p = ud;
+    wq_add_opts o = {r->payload, r->paylen, r->payload != NULL, 1, r->priority};
+    cr_assert_geq(wq_queue_add(p->q, r->key, r->keylen, &o), 0);
+}
+
+Test(store, a_queue_attached_again_is_read_from_its_new_engine_queue)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    add(&p, "a", NULL, 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_str_eq(get(&p), "a");
+    done(&p, "a"); /* gone from this engine queue, not yet written */
+    wq_store_detach(p.sq);
+    wq_queue_free(p.q);
+
+    /* The same name again: the new engine queue restores "a" from the file, so it stays. */
+    struct pq p2;
+    p2.q = wq_queue_new(&clk);
+    p2.sq = wq_store_attach(s, "jobs", p2.q);
+    cr_assert_eq(p2.sq, p.sq);
+    wq_queue_set_observer(p2.q, observe, &p2);
+    cr_assert_eq(wq_store_restore(p2.sq, restore_into, NULL, NULL, &p2), 1);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_eq(qint("SELECT count(*) FROM items WHERE key = 'a'"), 1);
+    wq_store_close(s);
+    wq_queue_free(p2.q);
+}
+
 static int fail_alloc;
 static void *failing_realloc(void *ud, void *ptr, size_t size)
 {
