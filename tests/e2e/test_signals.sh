@@ -115,15 +115,21 @@ expect_rc 0 "--grace=0: exit 0"
 expect_between "$took" 0 3 "--grace=0: at once"
 
 # ---- children of handlers do not outlive the process ---------------------------------
-marker="7.$$"  # a sleep duration nobody else uses
+marker="7.${$}1" # a sleep duration nobody else uses; ends in 1 (Lua would print 7.9610 as 7.961)
 start --quiet --grace 0.3 "$jobs_lua" "$marker" exec
 check "three exec handlers started" wait_for "$TMP/bg.out" "start " 3 20
 children_running() {
     local i
-    for i in $(seq 1 250); do
+    for i in $(seq 1 500); do
         [ "$(pgrep -f "^sleep $marker\$" | wc -l)" -ge 3 ] && return 0
         sleep 0.02
     done
+    # say what was there instead (this check once failed on a loaded machine)
+    {
+        echo "     children seen: $(pgrep -af "sleep $marker" | tr '\n' ';')"
+        echo "     wqrun output: $(tr '\n' ';' <"$TMP/bg.out") / $(tr '\n' ';' <"$TMP/bg.err")"
+        echo "     wqrun running: $(kill -0 "$PID" 2>/dev/null && echo yes || echo no)"
+    } >&2
     return 1
 }
 check "the three children run" children_running
