@@ -27,96 +27,6 @@
 
 /* ---- numbers ---- */
 
-/* The powers of ten that doubles hold exactly, up to 1e22. */
-static const double pow10s[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
-                                1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-                                1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-
-/* The integer nearest to the exact a * 10^k (ties to even), or -1 from 2^53 on. */
-static int64_t scaled_round(double a, int k)
-{
-    double p = pow10s[k];
-    double s = a * p;
-    if (!(s < 9007199254740992.0))
-        return -1;
-    double r = fma(a, p, -s); /* a * p == s + r exactly */
-    double m = nearbyint(s);
-    double d0 = s - m; /* exact */
-    if (d0 == 0.5 && r > 0)
-        m += 1;
-    else if (d0 == -0.5 && r < 0)
-        m -= 1;
-    return (int64_t)m;
-}
-
-/* The sign of a - 10^e, exactly (a > 0, -22 <= e <= 22). */
-static int cmp_pow10(double a, int e)
-{
-    if (e >= 0)
-        return (a > pow10s[e]) - (a < pow10s[e]);
-    double p = pow10s[-e], s = a * p;
-    if (s != 1) /* a * p is within half an ulp of s */
-        return s > 1 ? 1 : -1;
-    double r = fma(a, p, -s);
-    return (r > 0) - (r < 0);
-}
-
-/*
- * What %.Pg writes for d (P = 15 or 16) if strtod reads it back as d, without
- * snprintf or strtod: m, the integer nearest to |d| * 10^k with P digits, is
- * the decimal %.Pg rounds to, and as m and 10^k are exact doubles and IEEE
- * division rounds correctly, m / 10^k == |d| says whether strtod reads the
- * text back as d. Only for 1e-4 <= |d| < 10^P, where %g writes no exponent.
- * Returns the length; 0 when the text does not read back as d; -1 when this
- * cannot tell (d out of range).
- */
-static int format_prec(char *buf, double d, int prec)
-{
-    double a = fabs(d);
-    if (!(a >= 1e-4 && a < pow10s[prec]))
-        return -1;
-    int e = (int)floor(log10(a));
-    while (cmp_pow10(a, e) < 0)
-        e--;
-    while (cmp_pow10(a, e + 1) >= 0)
-        e++;
-    /* Now 10^e <= a < 10^(e+1): m gets P digits, or is 10^P when a rounds up. */
-    int k = prec - 1 - e;
-    int64_t m = scaled_round(a, k);
-    if (m < 0)
-        return -1;
-    if ((double)m / pow10s[k] != a)
-        return 0;
-    while (k > 0 && m % 10 == 0) { /* %g drops trailing zeros */
-        m /= 10;
-        k--;
-    }
-    if (k == 0 && m == (int64_t)pow10s[prec])
-        return -1; /* rounds up to 10^P: %g writes 1e+P */
-    char digits[24];
-    int nd = 0;
-    do {
-        digits[nd++] = (char)('0' + m % 10);
-        m /= 10;
-    } while (m);
-    int n = 0;
-    if (d < 0)
-        buf[n++] = '-';
-    if (nd <= k) { /* 0.000ddd */
-        buf[n++] = '0';
-        buf[n++] = '.';
-        for (int z = nd; z < k; z++)
-            buf[n++] = '0';
-    }
-    for (int i = nd - 1; i >= 0; i--) {
-        buf[n++] = digits[i];
-        if (i == k && nd > k && k > 0)
-            buf[n++] = '.';
-    }
-    buf[n] = '\0';
-    return n;
-}
-
 /*
  * The shortest of %.15g, %.16g and %.17g that reads back as d (finite), with
  * '.' as the decimal point whatever the locale; returns its length.
@@ -132,13 +42,6 @@ static int format_double(char buf[40], double d)
         return n;
     }
     int prec = 15;
-    for (; prec <= 16; prec++) {
-        int r = format_prec(buf, d, prec);
-        if (r > 0)
-            return r;
-        if (r < 0)
-            break;
-    }
     char tmp[40];
     int n = 0;
     for (; prec <= 17; prec++) {
