@@ -11,6 +11,7 @@
 
 #include <event2/buffer.h>
 #include <lauxlib.h>
+#include <time.h>
 
 typedef enum { COUNTER, GAUGE } kind;
 
@@ -172,7 +173,11 @@ void wq_prom_render(wq_host *h, struct evbuffer *out)
         evbuffer_add_printf(out, "wqrun_store_flush_errors_total %llu\n",
                             (unsigned long long)st.flush_errors);
         family(out, "wqrun_store_last_commit_age_seconds", GAUGE, "Seconds since the last commit.");
-        double age = st.commits ? wq_host_unix(h, wq_host_now(h)) - st.last_commit_unix : 0;
+        /* The store stamps commits with the real wall clock (also under --virtual-time). */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double age =
+            st.commits ? (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 - st.last_commit_unix : 0;
         evbuffer_add_printf(out, "wqrun_store_last_commit_age_seconds %.17g\n", age < 0 ? 0 : age);
         evbuffer_add_printf(
             out, "# HELP %s %s\n# TYPE %s histogram\n", "wqrun_store_commit_duration_seconds",
