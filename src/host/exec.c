@@ -379,6 +379,15 @@ int wq_exec_lua(lua_State *L)
             memcpy(x->in, in, inlen);
         x->inlen = inlen;
     }
+    /* The pipes' events before the child exists: nothing to undo if one fails. */
+    if (!err) {
+        x->ev[1] = event_new(h->base, x->fd[1], EV_READ | EV_PERSIST, on_output, x);
+        x->ev[2] = event_new(h->base, x->fd[2], EV_READ | EV_PERSIST, on_output, x);
+        if (x->inlen)
+            x->ev[0] = event_new(h->base, x->fd[0], EV_WRITE | EV_PERSIST, on_input, x);
+        if (!x->ev[1] || !x->ev[2] || (x->inlen && !x->ev[0]))
+            err = ENOMEM;
+    }
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
     if (!err) {
@@ -417,16 +426,12 @@ int wq_exec_lua(lua_State *L)
     x->next = h->execs;
     h->execs = x;
     x->task = t;
-    x->ev[1] = event_new(h->base, x->fd[1], EV_READ | EV_PERSIST, on_output, x);
-    x->ev[2] = event_new(h->base, x->fd[2], EV_READ | EV_PERSIST, on_output, x);
     event_add(x->ev[1], NULL);
     event_add(x->ev[2], NULL);
-    if (x->inlen) {
-        x->ev[0] = event_new(h->base, x->fd[0], EV_WRITE | EV_PERSIST, on_input, x);
+    if (x->inlen)
         event_add(x->ev[0], NULL);
-    } else {
+    else
         close_pipe(x, 0);
-    }
     if (timeout > 0)
         x->timer =
             wq_timer_start(h, wq_add_sat(wq_host_now(h), wq_seconds_to_ns(timeout)), on_timeout, x);
