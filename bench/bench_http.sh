@@ -25,12 +25,9 @@ command -v curl >/dev/null || {
   exit 1
 }
 
+. bench/lib/release.sh
 if [[ -z ${WQRUN:-} ]]; then
-  if ! { cmake -S . -B build-bench --log-level=WARNING -DCMAKE_BUILD_TYPE=Release -DWQ_TESTS=OFF &&
-    cmake --build build-bench -j "$(nproc)" --target wqrun; } >/dev/null 2>&1; then
-    echo "bench_http: cannot build build-bench/wqrun (set WQRUN to a binary)" >&2
-    exit 1
-  fi
+  release_build bench_http wqrun
   WQRUN=build-bench/wqrun
 fi
 

@@ -14,12 +14,9 @@ cd "$(dirname "$0")/.."
 jobs=${JOBS:-1000000}
 repeat=${REPEAT:-3}
 
+. bench/lib/release.sh
 if [[ -z ${WQRUN:-} ]]; then
-  if ! { cmake -S . -B build-bench --log-level=WARNING -DCMAKE_BUILD_TYPE=Release -DWQ_TESTS=OFF &&
-    cmake --build build-bench -j "$(nproc)" --target wqrun; } >/dev/null 2>&1; then
-    echo "bench_jobs: cannot build build-bench/wqrun (set WQRUN to a binary)" >&2
-    exit 1
-  fi
+  release_build bench_jobs wqrun
   WQRUN=build-bench/wqrun
 fi
 

@@ -32,13 +32,10 @@ bar_restore=2
   exit 1
 }
 
-# Build what is not given, as bench/bench_http.sh does.
+# Build what is not given.
+. bench/lib/release.sh
 if [[ -z ${WQRUN:-} || -z ${BENCH_SQLITE:-} ]]; then
-  if ! { cmake -S . -B build-bench --log-level=WARNING -DCMAKE_BUILD_TYPE=Release -DWQ_TESTS=OFF &&
-    cmake --build build-bench -j "$(nproc)" --target wqrun bench_sqlite; } >/dev/null 2>&1; then
-    echo "bench_persist: cannot build build-bench/wqrun and bench_sqlite (set WQRUN, BENCH_SQLITE)" >&2
-    exit 1
-  fi
+  release_build bench_persist wqrun bench_sqlite
 fi
 WQRUN=${WQRUN:-build-bench/wqrun}
 BENCH_SQLITE=${BENCH_SQLITE:-build-bench/bench/bench_sqlite}
