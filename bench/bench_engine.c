@@ -10,6 +10,8 @@
  * are measured once, in a separate untimed pass that runs before anything
  * else has touched the allocator.
  */
+#include "bench_header.h"
+
 #include "engine/queue.h"
 #include "engine/ratelimit.h"
 
@@ -160,35 +162,7 @@ static void report(const char *name, const double rates[REPEAT], const char *uni
 
 static void print_machine(void)
 {
-    char model[256] = "unknown";
-    char line[512];
-    long mem_kb = 0;
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (f) {
-        while (fgets(line, sizeof line, f)) {
-            char *colon = strchr(line, ':');
-            if (strncmp(line, "model name", 10) == 0 && colon) {
-                snprintf(model, sizeof model, "%s", colon + 2);
-                model[strcspn(model, "\n")] = '\0';
-                break;
-            }
-        }
-        fclose(f);
-    }
-    f = fopen("/proc/meminfo", "r");
-    if (f) {
-        while (fgets(line, sizeof line, f))
-            if (sscanf(line, "MemTotal: %ld kB", &mem_kb) == 1)
-                break;
-        fclose(f);
-    }
-    time_t t = time(NULL);
-    char date[64];
-    strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %z", localtime(&t));
-    printf("# bench_engine (wqrun engine benchmark)\n");
-    printf("# date: %s\n", date);
-    printf("# machine: nproc %ld, cpu %s, ram %ld MiB\n", sysconf(_SC_NPROCESSORS_ONLN), model,
-           mem_kb / 1024);
+    bench_print_header("bench_engine (wqrun engine benchmark)");
 #ifdef NDEBUG
     printf("# build: assertions off");
 #else

@@ -13,6 +13,8 @@
  *
  *   bench_sqlite [--rows N] [--dir DIR] [normal] [full]
  */
+#include "bench_header.h"
+
 #include <sqlite3.h>
 
 #include <stdarg.h>
@@ -226,35 +228,7 @@ static void run_case(const char *mode, const char *sync, unsigned rows, char (*k
 
 static void print_machine(unsigned rows)
 {
-    char model[256] = "unknown";
-    char line[512];
-    long mem_kb = 0;
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (f) {
-        while (fgets(line, sizeof line, f)) {
-            char *colon = strchr(line, ':');
-            if (strncmp(line, "model name", 10) == 0 && colon) {
-                snprintf(model, sizeof model, "%s", colon + 2);
-                model[strcspn(model, "\n")] = '\0';
-                break;
-            }
-        }
-        fclose(f);
-    }
-    f = fopen("/proc/meminfo", "r");
-    if (f) {
-        while (fgets(line, sizeof line, f))
-            if (sscanf(line, "MemTotal: %ld kB", &mem_kb) == 1)
-                break;
-        fclose(f);
-    }
-    time_t t = time(NULL);
-    char date[64];
-    strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %z", localtime(&t));
-    printf("# bench_sqlite (plain SQLite reference for the persistence benchmark)\n");
-    printf("# date: %s\n", date);
-    printf("# machine: nproc %ld, cpu %s, ram %ld MiB\n", sysconf(_SC_NPROCESSORS_ONLN), model,
-           mem_kb / 1024);
+    bench_print_header("bench_sqlite (plain SQLite reference for the persistence benchmark)");
     printf("# sqlite %s; file in %s\n", sqlite3_libversion(), tmpdir);
     printf("# %u rows shaped like wqrun's items table (WITHOUT ROWID, key = decimal 1..N),"
            " %u rows per transaction, WAL, wqrun's pragmas\n",
