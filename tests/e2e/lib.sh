@@ -153,6 +153,25 @@ wait_for() {
     done
 }
 
+# wait_exit PID TIMEOUT: waits up to TIMEOUT seconds for the background
+# process PID to end; sets RC to its status, or to "timeout" after killing it.
+wait_exit() {
+    local pid=$1 limit i=0
+    limit=$(awk -v t="$2" 'BEGIN { printf "%d", t * 50 }')
+    while kill -0 "$pid" 2>/dev/null && [ "$i" -lt "$limit" ]; do
+        sleep 0.02
+        i=$((i + 1))
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -KILL "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+        RC=timeout
+    else
+        wait "$pid"
+        RC=$?
+    fi
+}
+
 finish() {
     if [ "$FAILED" -gt 0 ] || [ "$CHECKS" -eq 0 ]; then
         echo "$NAME: $FAILED of $CHECKS checks FAILED" >&2

@@ -48,20 +48,8 @@ bg_start() {
 }
 
 bg_wait() {
-    local name=$1 pid=$2 limit i=0
-    limit=$(awk -v t="$3" 'BEGIN { printf "%d", t * 50 }')
-    while kill -0 "$pid" 2>/dev/null && [ "$i" -lt "$limit" ]; do
-        sleep 0.02
-        i=$((i + 1))
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-        kill -KILL "$pid" 2>/dev/null
-        wait "$pid" 2>/dev/null
-        RC=timeout
-    else
-        wait "$pid"
-        RC=$?
-    fi
+    local name=$1
+    wait_exit "$2" "$3"
     OUT=$(cat "$TMP/$name.out")
     ERR=$(cat "$TMP/$name.err")
 }

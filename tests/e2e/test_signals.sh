@@ -15,20 +15,7 @@ start() {
 
 # stop_wait TIMEOUT: waits for the background wqrun; sets RC, OUT, ERR (RC=timeout if still running)
 stop_wait() {
-    local i=0 limit
-    limit=$(awk -v t="$1" 'BEGIN { printf "%d", t * 50 }')
-    while kill -0 "$PID" 2>/dev/null && [ "$i" -lt "$limit" ]; do
-        sleep 0.02
-        i=$((i + 1))
-    done
-    if kill -0 "$PID" 2>/dev/null; then
-        kill -KILL "$PID" 2>/dev/null
-        wait "$PID" 2>/dev/null
-        RC=timeout
-    else
-        wait "$PID"
-        RC=$?
-    fi
+    wait_exit "$PID" "$1"
     OUT=$(cat "$TMP/bg.out")
     ERR=$(cat "$TMP/bg.err")
 }
