@@ -312,6 +312,34 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
     done_key(L, lq, key, klen);
 }
 
+/*
+ * Pushes the key and the raw payload text (or nil) of a record just handed
+ * out. Pushing the key can run a finalizer that re-adds the key with a new
+ * payload (freeing the old bytes), so the payload is read afresh after it.
+ */
+static void push_taken(lua_State *L, lqueue *lq, const wq_item_info *info)
+{
+    lua_pushlstring(L, info->key, info->keylen);
+    size_t klen;
+    const char *k = lua_tolstring(L, -1, &klen);
+    wq_item_info cur;
+    if (info->payload && wq_queue_lookup(lq->q, k, klen, &cur) == 1 && cur.payload)
+        lua_pushlstring(L, cur.payload, cur.paylen);
+    else
+        lua_pushnil(L);
+}
+
+/* Replaces the raw payload text on top of the stack with its decoded value. */
+static void decode_top(lua_State *L)
+{
+    if (lua_isnil(L, -1))
+        return;
+    size_t n;
+    const char *raw = lua_tolstring(L, -1, &n);
+    wq_push_payload(L, raw, n);
+    lua_replace(L, -2);
+}
+
 static int worker_k(lua_State *L, int status, lua_KContext ctx)
 {
     lqueue *lq = lua_touserdata(L, 1);
@@ -337,15 +365,12 @@ static int worker_k(lua_State *L, int status, lua_KContext ctx)
             wq_waitlist_push(&lq->getters, t);
             return wq_task_wait(L, t, get_cancel, PH_GET, worker_k);
         }
-        lua_pushlstring(L, info.key, info.keylen);
-        if (info.payload)
-            lua_pushlstring(L, info.payload, info.paylen);
-        else
-            lua_pushnil(L);
+        push_taken(L, lq, &info); /* W_KEY, W_JSON */
         lua_pushcfunction(L, msgh);
         lua_rawgeti(L, LUA_REGISTRYINDEX, lq->handler_ref);
         lua_pushvalue(L, W_KEY);
-        wq_push_payload(L, info.payload, info.paylen);
+        lua_pushvalue(L, W_JSON);
+        decode_top(L);
         if (lq->timeout_ns > 0) {
             wq_host *h = lq->host;
             t->deadline = wq_add_sat(wq_host_now(h), lq->timeout_ns);
@@ -638,8 +663,8 @@ static int get_k(lua_State *L, int status, lua_KContext ctx)
     wq_item_info info;
     int r = wq_queue_get(lq->q, &info);
     if (r == 0) {
-        lua_pushlstring(L, info.key, info.keylen);
-        wq_push_payload(L, info.payload, info.paylen);
+        push_taken(L, lq, &info);
+        decode_top(L);
         return 2;
     }
     if (r == WQ_ESHUTDOWN) {
@@ -664,8 +689,8 @@ static int queue_get(lua_State *L)
     /* Only wait (and so only require a task) when there is nothing to take. */
     int r = wq_queue_get(lq->q, &info);
     if (r == 0) {
-        lua_pushlstring(L, info.key, info.keylen);
-        wq_push_payload(L, info.payload, info.paylen);
+        push_taken(L, lq, &info);
+        decode_top(L);
         return 2;
     }
     if (r == WQ_ESHUTDOWN) {

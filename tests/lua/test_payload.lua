@@ -395,4 +395,31 @@ do -- payloads reach handlers, retries keep them
     t.eq(math.type(seen[2].list[1]), "integer")
 end
 
+do -- finalizers that re-add a key while it is being handed out (GC runs at every allocation)
+    local q = wq.queue("pl-gc-readd")
+    local bad = 0
+    collectgarbage("incremental", 0, 1000) -- pause 0: the collector never rests
+    for round = 1, 300 do
+        q:add("k", string.rep("p", 64) .. round)
+        for i = 1, 20 do
+            setmetatable({}, {__gc = function()
+                q:add("k", {round = round, i = i})
+            end})
+        end
+        local key, payload = q:get()
+        if key ~= "k" or (type(payload) ~= "string" and type(payload) ~= "table") then
+            bad = bad + 1
+        elseif type(payload) == "string" and not payload:match("^p+%d+$") then
+            bad = bad + 1
+        end
+        q:done(key)
+        while q:len() > 0 do
+            q:done((q:get()))
+        end
+    end
+    collectgarbage("incremental", 200, 100)
+    collectgarbage()
+    t.eq(bad, 0, "every payload handed out was whole (a string or a table)")
+end
+
 t.done()
