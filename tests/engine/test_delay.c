@@ -6,29 +6,13 @@
 #include <criterion/criterion.h>
 
 #include "engine/delay.h"
+#include "support/counting_alloc.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 static wq_delay d;
-
-/* Every block goes through this hook, so a leak fails the test even without ASan. */
-static long live;
-static void *counting_realloc(void *ud, void *ptr, size_t size)
-{
-    (void)ud;
-    if (size == 0) {
-        if (ptr)
-            live--;
-        free(ptr);
-        return NULL;
-    }
-    void *p = realloc(ptr, size);
-    if (p && !ptr)
-        live++;
-    return p;
-}
 
 static void setup(void)
 {

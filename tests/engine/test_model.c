@@ -11,6 +11,7 @@
 
 #include "engine/queue.h"
 #include "engine/ratelimit.h"
+#include "support/counting_alloc.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -43,23 +44,6 @@ static const char *fmt_msg(const char *fmt, ...)
     vsnprintf(msg_buf, sizeof msg_buf, fmt, ap);
     va_end(ap);
     return msg_buf;
-}
-
-/* Every block goes through this hook, so a leak fails the test even without ASan. */
-static long live;
-static void *counting_realloc(void *ud, void *ptr, size_t size)
-{
-    (void)ud;
-    if (size == 0) {
-        if (ptr)
-            live--;
-        free(ptr);
-        return NULL;
-    }
-    void *p = realloc(ptr, size);
-    if (p && !ptr)
-        live++;
-    return p;
 }
 
 static uint64_t rng_state;

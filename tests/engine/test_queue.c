@@ -9,6 +9,7 @@
 
 #include "engine/metrics.h"
 #include "engine/queue.h"
+#include "support/counting_alloc.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -56,23 +57,6 @@ static void observe(void *ud, wq_queue *qq, wq_event ev, const char *key, size_t
     } else {
         cr_assert_eq(len, 0);
     }
-}
-
-/* Every block goes through this hook, so a leak fails the test even without ASan. */
-static long live;
-static void *counting_realloc(void *ud, void *ptr, size_t size)
-{
-    (void)ud;
-    if (size == 0) {
-        if (ptr)
-            live--;
-        free(ptr);
-        return NULL;
-    }
-    void *p = realloc(ptr, size);
-    if (p && !ptr)
-        live++;
-    return p;
 }
 
 static void setup(void)

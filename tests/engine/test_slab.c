@@ -7,27 +7,11 @@
 #include <criterion/criterion.h>
 
 #include "engine/slab.h"
+#include "support/counting_alloc.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-static long live;
-
-static void *counting_realloc(void *ud, void *ptr, size_t size)
-{
-    (void)ud;
-    if (size == 0) {
-        if (ptr)
-            live--;
-        free(ptr);
-        return NULL;
-    }
-    void *p = realloc(ptr, size);
-    if (p && !ptr)
-        live++;
-    return p;
-}
 
 static wq_slab s;
 
