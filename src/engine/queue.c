@@ -430,19 +430,39 @@ static void trim_level(wq_queue *q, int32_t prio)
         level_drop(q, li);
 }
 
+/* The record links serve two kinds of list, a level's FIFO and the
+ * processing list: appending and unlinking, given the list's ends. */
+static void link_append(wq_queue *q, uint32_t *head, uint32_t *tail, uint32_t id)
+{
+    struct item *it = &q->items[id];
+    it->prev = *tail;
+    it->next = NIL;
+    if (*tail != NIL)
+        q->items[*tail].next = id;
+    else
+        *head = id;
+    *tail = id;
+}
+
+static void link_remove(wq_queue *q, uint32_t *head, uint32_t *tail, uint32_t id)
+{
+    struct item *it = &q->items[id];
+    if (it->prev != NIL)
+        q->items[it->prev].next = it->next;
+    else
+        *head = it->next;
+    if (it->next != NIL)
+        q->items[it->next].prev = it->prev;
+    else
+        *tail = it->prev;
+}
+
 static void store_push(wq_queue *q, uint32_t li, uint32_t id)
 {
     struct level *l = &q->levels[li];
-    struct item *it = &q->items[id];
-    it->prev = l->tail;
-    it->next = NIL;
-    if (l->tail != NIL)
-        q->items[l->tail].next = id;
-    else
-        l->head = id;
-    l->tail = id;
+    link_append(q, &l->head, &l->tail, id);
     l->count++;
-    it->flags |= F_QUEUED;
+    q->items[id].flags |= F_QUEUED;
     q->stored++;
 }
 
@@ -454,14 +474,7 @@ static void store_unlink(wq_queue *q, uint32_t id)
     uint32_t li = level_index(q, it->prio, &found);
     assert(found);
     struct level *l = &q->levels[li];
-    if (it->prev != NIL)
-        q->items[it->prev].next = it->next;
-    else
-        l->head = it->next;
-    if (it->next != NIL)
-        q->items[it->next].prev = it->prev;
-    else
-        l->tail = it->prev;
+    link_remove(q, &l->head, &l->tail, id);
     it->flags &= ~F_QUEUED;
     q->stored--;
     if (--l->count == 0)
@@ -482,29 +495,14 @@ static int enqueue(wq_queue *q, uint32_t id)
 
 static void proc_push(wq_queue *q, uint32_t id)
 {
-    struct item *it = &q->items[id];
-    it->prev = q->proc_tail;
-    it->next = NIL;
-    if (q->proc_tail != NIL)
-        q->items[q->proc_tail].next = id;
-    else
-        q->proc_head = id;
-    q->proc_tail = id;
+    link_append(q, &q->proc_head, &q->proc_tail, id);
     q->nprocessing++;
 }
 
 static void proc_unlink(wq_queue *q, uint32_t id)
 {
-    struct item *it = &q->items[id];
-    if (it->prev != NIL)
-        q->items[it->prev].next = it->next;
-    else
-        q->proc_head = it->next;
-    if (it->next != NIL)
-        q->items[it->next].prev = it->prev;
-    else
-        q->proc_tail = it->prev;
-    it->next = it->prev = NIL;
+    link_remove(q, &q->proc_head, &q->proc_tail, id);
+    q->items[id].next = q->items[id].prev = NIL;
     q->nprocessing--;
 }
 
