@@ -2,8 +2,8 @@
  * wqrun's command line: parses options and hands over to the host (run a
  * script) or to the store (add, status). Nothing else lives here.
  */
-#include "host/host.h"
-#include "store/store.h"
+#include "lua/runtime.h"
+#include "store/cli.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -126,5 +126,5 @@ int main(int argc, char **argv)
         return bad_usage("%s", "missing SCRIPT.lua");
     if (o.token && !*o.token)
         o.token = NULL;
-    return wq_host_main(&o, argv[i], argc - i - 1, argv + i + 1);
+    return wq_runtime_main(&o, argv[i], argc - i - 1, argv + i + 1);
 }

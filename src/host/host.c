@@ -1,22 +1,20 @@
 #define _GNU_SOURCE /* pipe2 */
 /*
- * The host's lifecycle: builds the loop and the Lua state, runs the main
- * chunk as the first task, decides when the process is done (idle rule,
- * wq.exit, errors, signals) and tears everything down. It also owns the
- * clock: monotonic time, or with --virtual-time a counter that jumps to
- * the next deadline whenever no task can run and no child is running.
+ * The host's lifecycle: builds the loop, decides when the process is done
+ * (idle rule, wq.exit, errors, signals), commits the state file in groups
+ * and tears everything down. It also owns the clock: monotonic time, or
+ * with --virtual-time a counter that jumps to the next deadline whenever
+ * no task can run and no child is running.
  */
 #include "host/host.h"
 
-#include "host/progress.h"
-#include "lua/lqueue.h"
-#include "lua/lwq.h"
-#include "host/inbox.h"
 #include "host/http.h"
+#include "host/inbox.h"
+#include "host/proc.h"
+#include "host/progress.h"
+#include "host/timer.h"
 #include "store/store.h"
 
-#include <lauxlib.h>
-#include <lualib.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -27,8 +25,6 @@
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
-
-static char host_key;
 
 static int64_t mono_ns(void)
 {
@@ -55,22 +51,14 @@ static int64_t host_clock(void *ud)
     return h->opts.virtual_time ? h->vnow : mono_ns();
 }
 
-int64_t wq_host_now(wq_host *h)
+int64_t wq_host_now(const wq_host *h)
 {
     return h->opts.virtual_time ? h->vnow : mono_ns();
 }
 
-double wq_host_unix(wq_host *h, int64_t mono)
+double wq_host_unix(const wq_host *h, int64_t mono)
 {
     return h->start_unix + (double)(mono - h->start_mono) / 1e9;
-}
-
-wq_host *wq_host_of(lua_State *L)
-{
-    lua_rawgetp(L, LUA_REGISTRYINDEX, &host_key);
-    wq_host *h = lua_touserdata(L, -1);
-    lua_pop(L, 1);
-    return h;
 }
 
 void wq_host_exit(wq_host *h, int code)
@@ -101,43 +89,40 @@ void wq_host_log(wq_host *h, const char *fmt, ...)
     fflush(stderr);
 }
 
-void wq_host_fail(wq_host *h, lua_State *co, const char *what)
-{
-    if (h->exiting)
-        return;
-    /* co is dead: run the error object's __tostring (which may fail) on
-     * the main thread, and only read co's stack for the traceback. */
-    lua_State *L = h->L;
-    lua_xmove(co, L, 1);
-    const char *msg = wq_safe_tostring(L, -1);
-    luaL_traceback(L, co, msg, 0);
-    wq_progress_clear(h);
-    fprintf(stderr, "wqrun: error in %s: %s\n", what, lua_tostring(L, -1));
-    lua_pop(L, 3);
-    wq_host_exit(h, 1);
-}
-
-int wq_host_add_queue(wq_host *h, lqueue *q)
+int wq_host_add_queue(wq_host *h, const wq_queue_ops *ops, void *q, const char *name, int persist)
 {
     if (h->nqueues == h->queues_cap) {
         int ncap = h->queues_cap ? h->queues_cap * 2 : 8;
-        lqueue **nq = realloc(h->queues, (size_t)ncap * sizeof *nq);
+        wq_hqueue *nq = realloc(h->queues, (size_t)ncap * sizeof *nq);
         if (!nq)
             return -1;
         h->queues = nq;
         h->queues_cap = ncap;
     }
-    h->queues[h->nqueues++] = q;
+    h->queues[h->nqueues++] = (wq_hqueue){ops, q, name, persist};
     return 0;
+}
+
+const wq_hqueue *wq_host_find_queue(const wq_host *h, const char *name)
+{
+    for (int i = 0; i < h->nqueues; i++)
+        if (strcmp(h->queues[i].name, name) == 0)
+            return &h->queues[i];
+    return NULL;
+}
+
+static int runnable(const wq_host *h)
+{
+    return h->hooks.runnable && h->hooks.runnable(h->hooks.ud);
 }
 
 /* Nothing can make progress any more (SPEC section 2). */
 static int idle(wq_host *h)
 {
-    if (h->ready_head || h->children || h->http || h->opts.serve)
+    if (runnable(h) || h->children || h->http || h->opts.serve)
         return 0;
     for (int i = 0; i < h->nqueues; i++)
-        if (lqueue_busy(h->queues[i]))
+        if (h->queues[i].ops->busy(h->queues[i].q))
             return 0;
     return 1;
 }
@@ -147,7 +132,7 @@ static int idle(wq_host *h)
 static int any_processing(wq_host *h)
 {
     for (int i = 0; i < h->nqueues; i++)
-        if (wq_queue_processing(h->queues[i]->q))
+        if (h->queues[i].ops->processing(h->queues[i].q))
             return 1;
     return 0;
 }
@@ -258,7 +243,7 @@ void wq_host_settle(wq_host *h)
     /* With tasks ready to run, nothing is idle and virtual time stands
      * still; timers still have to be armed (a task may yield in a loop
      * while another sleeps). */
-    int busy = h->ready_head != NULL;
+    int busy = runnable(h);
     if (!busy && h->stopping && !any_processing(h)) {
         wq_host_exit(h, 0);
         return;
@@ -293,7 +278,7 @@ void wq_host_settle(wq_host *h)
         /* Rows another process put in the inbox are work too: look once more. */
         if (h->store) {
             wq_inbox_poll(h);
-            if (h->ready_head || !idle(h))
+            if (!idle(h))
                 return;
         }
         wq_host_exit(h, 0);
@@ -323,23 +308,13 @@ static void on_grace(wq_host *h, void *data, uint64_t id)
 
 /*
  * SIGINT and SIGTERM: the handler writes the signal number to a pipe the
- * loop watches. If Lua code is running at that moment (a handler stuck in
- * a computation), it also sets a one-instruction count hook on that thread
- * which yields back to the scheduler, so the loop sees the signal and the
- * graceful stop (or the second signal's immediate exit) still happens.
+ * loop watches, and asks the runtime to preempt script code that is
+ * running right now (a handler stuck in a computation), so the loop sees
+ * the signal and the graceful stop (or the second signal's immediate exit)
+ * still happens.
  */
-lua_State *volatile wq_running;
 static int sig_pipe[2] = {-1, -1};
-static lua_Hook saved_hook;
-static int saved_mask, saved_count;
-
-static void preempt_hook(lua_State *L, lua_Debug *ar)
-{
-    (void)ar;
-    lua_sethook(L, saved_hook, saved_mask, saved_count);
-    if (lua_isyieldable(L))
-        lua_yield(L, 0);
-}
+static void (*volatile preempt)(void);
 
 static volatile sig_atomic_t stop_signals, force_exit_sig;
 
@@ -360,13 +335,8 @@ static void on_signal_raw(int sig)
     if (write(sig_pipe[1], &b, 1) < 0) {
         /* the pipe is full: signals are already pending */
     }
-    lua_State *L = wq_running;
-    if (L && lua_gethook(L) != preempt_hook) {
-        saved_hook = lua_gethook(L);
-        saved_mask = lua_gethookmask(L);
-        saved_count = lua_gethookcount(L);
-        lua_sethook(L, preempt_hook, LUA_MASKCOUNT, 1);
-    }
+    if (preempt)
+        preempt();
     errno = saved_errno;
 }
 
@@ -384,7 +354,7 @@ static void stop_signal(wq_host *h, int sig)
     wq_host_log(h, "wqrun: %s received, finishing running handlers (up to %gs; again to quit now)",
                 sig == SIGINT ? "SIGINT" : "SIGTERM", h->opts.grace);
     for (int i = 0; i < h->nqueues; i++)
-        lqueue_stop(h->queues[i]);
+        h->queues[i].ops->stop(h->queues[i].q);
     int64_t grace = (int64_t)(h->opts.grace * 1e9);
     h->grace_timer = wq_timer_start(h, wq_add_sat(wq_host_now(h), grace), on_grace, NULL);
     /* A backstop on the real clock: SIGALRM preempts a handler that keeps
@@ -454,7 +424,7 @@ static void on_child(evutil_socket_t sig, short what, void *arg)
     (void)sig;
     (void)what;
     wq_host *h = arg;
-    wq_exec_reap(h);
+    wq_proc_reap(h);
     wq_host_settle(h);
 }
 
@@ -466,23 +436,6 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     wq_inbox_poll(h);
     wq_progress_draw(h, 0);
     wq_host_settle(h);
-}
-
-/* Puts the script's directory and the project's lua/ directory in front of package.path. */
-static void set_paths(lua_State *L, const char *script)
-{
-    const char *slash = strrchr(script, '/');
-    lua_getglobal(L, "package");
-    if (slash)
-        lua_pushlstring(L, script, (size_t)(slash - script + (slash == script)));
-    else
-        lua_pushliteral(L, ".");
-    const char *dir = lua_tostring(L, -1);
-    lua_getfield(L, -2, "path");
-    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s/?.lua;%s/?.lua;%s", dir, dir, WQ_SOURCE_LUA_DIR,
-                    WQ_INSTALL_LUA_DIR, lua_tostring(L, -1));
-    lua_setfield(L, -4, "path");
-    lua_pop(L, 3);
 }
 
 static double tb_to_unix(void *ud, int64_t mono)
@@ -501,18 +454,18 @@ static int64_t tb_to_mono(void *ud, double unix_s)
     return h->start_mono + (int64_t)d;
 }
 
-static int gcstress_enabled(void)
+void wq_host_set_hooks(wq_host *h, const wq_host_hooks *hooks)
 {
-    const char *e = getenv("WQ_TEST_GCSTRESS");
-    return e && *e && strcmp(e, "0") != 0;
+    h->hooks = *hooks;
+    preempt = hooks->preempt;
 }
 
-int wq_host_main(const wq_host_opts *opts, const char *script, int argc, char **argv)
+wq_host *wq_host_new(const wq_host_opts *opts)
 {
     wq_host *h = calloc(1, sizeof *h);
     if (!h) {
         fprintf(stderr, "wqrun: out of memory\n");
-        return 1;
+        return NULL;
     }
     h->opts = *opts;
     h->clock.now = host_clock;
@@ -520,6 +473,7 @@ int wq_host_main(const wq_host_opts *opts, const char *script, int argc, char **
     h->start_mono = mono_ns();
     h->vnow = h->start_mono;
     h->start_unix = unix_now();
+    wq_timer_init(h);
     /* Precise timers (timerfd): epoll's millisecond timeouts would make every
      * delay up to 1 ms late. */
     struct event_config *cfg = event_config_new();
@@ -528,78 +482,49 @@ int wq_host_main(const wq_host_opts *opts, const char *script, int argc, char **
         h->base = event_base_new_with_config(cfg);
         event_config_free(cfg);
     }
-    h->L = luaL_newstate();
-    if (!h->base || !h->L) {
-        fprintf(stderr, "wqrun: cannot initialize (out of memory)\n");
-        return 1;
+    if (!h->base) {
+        fprintf(stderr, "wqrun: cannot initialize the event loop\n");
+        free(h);
+        return NULL;
     }
     signal(SIGPIPE, SIG_IGN);
-    wq_timer_init(h);
-    lua_State *L = h->L;
-    h->root.kind = TASK_ROOT;
-    h->root.host = h;
-    *(wq_task **)lua_getextraspace(L) = &h->root;
-    lua_pushlightuserdata(L, h);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &host_key);
-    luaL_openlibs(L);
-    h->gcstress = gcstress_enabled();
-
-    h->run_ev = event_new(h->base, -1, 0, wq_sched_run, h);
     h->timer_ev = evtimer_new(h->base, on_timer, h);
     h->sigchld_ev = evsignal_new(h->base, SIGCHLD, on_child, h);
     h->tick_ev = event_new(h->base, -1, EV_PERSIST, on_tick, h);
     h->flush_ev = evtimer_new(h->base, on_flush, h);
-    struct timeval tick = {0, 50000};
-    if (install_signals(h) < 0) {
-        fprintf(stderr, "wqrun: cannot set up signal handling\n");
-        return 1;
+    if (!h->timer_ev || !h->sigchld_ev || !h->tick_ev || !h->flush_ev || install_signals(h) < 0) {
+        fprintf(stderr, "wqrun: cannot set up the event loop and signal handling\n");
+        wq_host_free(h);
+        return NULL;
     }
+    struct timeval tick = {0, 50000};
     evsignal_add(h->sigchld_ev, NULL);
     evtimer_add(h->tick_ev, &tick);
-
-    int status = 0;
     if (opts->db_path) {
         wq_timebase tb = {tb_to_unix, tb_to_mono, h};
         char err[512];
         if (wq_store_open(&h->store, opts->db_path, opts->sync_full ? WQ_SYNC_FULL : WQ_SYNC_NORMAL,
                           &tb, err, sizeof err) < 0) {
             fprintf(stderr, "wqrun: %s\n", err);
-            status = 1;
-            goto out;
+            wq_host_free(h);
+            return NULL;
         }
     }
-    wq_lua_open(L);
-    set_paths(L, script);
+    return h;
+}
 
-    /* The global arg, as the lua interpreter builds it. */
-    lua_createtable(L, argc, 1);
-    lua_pushstring(L, script);
-    lua_rawseti(L, -2, 0);
-    for (int i = 0; i < argc; i++) {
-        lua_pushstring(L, argv[i]);
-        lua_rawseti(L, -2, i + 1);
-    }
-    lua_setglobal(L, "arg");
-
-    if (luaL_loadfile(L, script) != LUA_OK) {
-        fprintf(stderr, "wqrun: %s\n", lua_tostring(L, -1));
-        status = 1;
-        goto out;
-    }
-    for (int i = 0; i < argc; i++)
-        lua_pushstring(L, argv[i]);
-    if (!wq_task_spawn(h, L, argc, TASK_MAIN)) {
-        fprintf(stderr, "wqrun: out of memory\n");
-        status = 1;
-        goto out;
-    }
-    if (opts->listen && wq_http_start(h, opts->listen) < 0) {
-        status = 1;
-        goto out;
-    }
+int wq_host_start(wq_host *h)
+{
+    if (h->opts.listen && wq_http_start(h, h->opts.listen) < 0)
+        return -1;
     wq_progress_start(h);
+    return 0;
+}
+
+int wq_host_run(wq_host *h)
+{
     event_base_dispatch(h->base);
-    status = h->exit_code;
+    int status = h->exit_code;
     if (h->store && !h->store_failed) {
         /* The last changes: wait longer for a lock someone else holds. */
         int r, tries = 0;
@@ -616,23 +541,33 @@ int wq_host_main(const wq_host_opts *opts, const char *script, int argc, char **
     if (h->store_failed && status == 0)
         status = 1;
     wq_progress_finish(h);
+    return status;
+}
 
-out:
+void wq_host_shutdown(wq_host *h)
+{
     wq_http_stop(h);
-    wq_exec_kill_all(h);
-    wq_lua_close(h);
-    lua_close(L);
-    wq_sched_free_all(h);
+    wq_proc_kill_all(h);
+}
+
+void wq_host_free(wq_host *h)
+{
+    if (!h)
+        return;
+    wq_host_shutdown(h);
     wq_store_close(h->store);
     wq_timer_destroy(h);
-    event_free(h->run_ev);
-    event_free(h->timer_ev);
+    if (h->timer_ev)
+        event_free(h->timer_ev);
     remove_signals(h);
-    event_free(h->sigchld_ev);
-    event_free(h->tick_ev);
-    event_free(h->flush_ev);
-    event_base_free(h->base);
+    if (h->sigchld_ev)
+        event_free(h->sigchld_ev);
+    if (h->tick_ev)
+        event_free(h->tick_ev);
+    if (h->flush_ev)
+        event_free(h->flush_ev);
+    if (h->base)
+        event_base_free(h->base);
     free(h->queues);
     free(h);
-    return status;
 }

@@ -1,52 +1,84 @@
 /*
- * The wqrun host: one libevent loop, one Lua state, and the scheduler that
- * owns every coroutine. This header is internal to the host and the Lua
- * bindings (src/host, src/lua); main.c only sees wq_host_main.
+ * The wqrun host: one libevent loop, its clock (monotonic, or virtual with
+ * --virtual-time), signals, the group commit of the state file and the
+ * rule that decides when the process is done. It knows nothing of Lua: the
+ * runtime (src/lua/runtime.c) plugs in through wq_host_hooks, and queues
+ * through wq_queue_ops and the one stats struct, wq_qstats.
  */
 #ifndef WQ_HOST_H
 #define WQ_HOST_H
 
 #include "engine/clock.h"
 #include "engine/delay.h"
-#include "engine/queue.h"
+#include "engine/metrics.h"
+#include "host/opts.h"
 
 #include <event2/event.h>
-#include <lua.h>
+#include <stddef.h>
 
 typedef struct wq_host wq_host;
-typedef struct wq_task wq_task;
-struct lqueue;
 struct wq_store;
 
-typedef enum { TASK_ROOT, TASK_MAIN, TASK_SPAWN, TASK_TIMER, TASK_WORKER } wq_task_kind;
-typedef enum { TS_READY, TS_RUNNING, TS_WAITING, TS_DEAD } wq_task_state;
+/* One queue's numbers: /metrics, /queues, the progress line and q:stats() all read this. */
+typedef struct wq_qstats {
+    const char *name;
+    uint64_t depth;      /* dirty items (client-go depth) */
+    uint64_t queued;     /* in the ready store (Len) */
+    uint64_t processing; /* handed out, not done */
+    uint64_t waiting;    /* delayed adds pending */
+    uint64_t adds, retries;
+    uint64_t done;      /* done calls that finished a key */
+    uint64_t succeeded; /* handler runs that succeeded */
+    uint64_t failures;  /* handler runs that failed */
+    uint64_t dead;      /* keys in the dead-letter list */
+    uint64_t requeued;  /* handler runs that returned wq.requeue */
+    uint64_t timeouts;  /* handler runs stopped by their timeout */
+    uint64_t retrying;  /* keys with a failure count */
+    int workers;        /* handler workers, 0 without a handler */
+    const wq_metrics *metrics;
+} wq_qstats;
 
-/* A coroutine owned by the host. */
-struct wq_task {
-    wq_host *host;
-    lua_State *co;
-    int ref; /* registry reference anchoring co */
-    wq_task_kind kind;
-    wq_task_state state;
-    int nargs;                  /* values on co's stack for the next resume */
-    wq_task *next_ready;        /* run queue link */
-    void (*cancel)(wq_task *t); /* undoes the current wait's registration */
-    void *wait;                 /* the current wait's own data */
-    uint64_t wait_timer;        /* the current wait's timer, 0 when none */
-    wq_task *wnext, *wprev;     /* link in a waiter list */
-    int64_t deadline;           /* handler timeout, WQ_NEVER when none */
-    int64_t real_deadline;      /* the same on the real clock (CPU loops in virtual time) */
-    uint64_t deadline_timer;    /* its timer id, 0 when none */
-    const char *interrupt;      /* error to raise when resumed, or NULL */
-    struct lqueue *queue;       /* worker: its queue */
-    wq_task *anext, *aprev;     /* every live task, for teardown */
-    int id;
-};
+/* An add from outside the script (inbox row, HTTP request). */
+typedef struct wq_ext_item {
+    const char *key;
+    size_t keylen;
+    const char *payload; /* JSON text, NULL for none */
+    size_t paylen;
+    double after; /* seconds; <= 0 adds now */
+    int has_priority;
+    int32_t priority;
+} wq_ext_item;
 
-/* A FIFO list of waiting tasks. */
-typedef struct wq_waitlist {
-    wq_task *head, *tail;
-} wq_waitlist;
+/* What the host may ask of a queue; q is the pointer given to wq_host_add_queue. */
+typedef struct wq_queue_ops {
+    void (*stats)(void *q, wq_qstats *out);
+    /* Sum of ages and the oldest age (seconds) of the processing items. */
+    void (*work_ages)(void *q, double *unfinished, double *longest);
+    int64_t (*next_ready)(void *q); /* earliest delayed item, WQ_NEVER when none */
+    void (*fire_due)(void *q);      /* adds the delayed items that are due */
+    int (*busy)(void *q);           /* work that keeps the process alive */
+    size_t (*processing)(void *q);  /* items handed out (a graceful stop waits for them) */
+    void (*stop)(void *q);          /* a graceful stop began */
+    /* External add: 1 queued, 0 already pending, WQ_ESHUTDOWN or another WQ_E* code. */
+    int (*add)(void *q, const wq_ext_item *it);
+} wq_queue_ops;
+
+/* A queue as the host knows it. */
+typedef struct wq_hqueue {
+    const wq_queue_ops *ops;
+    void *q;
+    const char *name; /* owned by the queue */
+    int persist;      /* its items live in the state file */
+} wq_hqueue;
+
+/* The runtime's side of the loop. */
+typedef struct wq_host_hooks {
+    int (*runnable)(void *ud); /* tasks are ready to run */
+    /* From a signal handler (async-signal-safe): make running script code
+     * give control back to the loop soon. */
+    void (*preempt)(void);
+    void *ud;
+} wq_host_hooks;
 
 /* What a timer does when it fires; id is the timer's id. */
 typedef void (*wq_timer_fn)(wq_host *h, void *data, uint64_t id);
@@ -58,30 +90,15 @@ typedef struct wq_timer_slot {
     uint32_t next_free;
 } wq_timer_slot;
 
-typedef struct wq_host_opts {
-    const char *db_path;
-    const char *listen;
-    const char *token;
-    double grace;
-    int sync_full;
-    int serve;
-    int quiet;
-    int virtual_time;
-} wq_host_opts;
-
 struct wq_host {
     struct event_base *base;
-    lua_State *L;
     wq_host_opts opts;
     wq_clock clock;
     int64_t vnow;       /* virtual clock, ns */
     int64_t start_mono; /* clock at start */
     double start_unix;  /* wall clock at start */
+    wq_host_hooks hooks;
 
-    wq_task root; /* stands for "not inside a task" (the main thread) */
-    wq_task *ready_head, *ready_tail;
-    wq_task *all;                      /* every live task */
-    struct event *run_ev;              /* drains the run queue */
     struct event *timer_ev;            /* fires due timers and delayed items */
     struct event *sig_ev, *sigchld_ev; /* SIGINT/SIGTERM (through a pipe), SIGCHLD */
     struct event *tick_ev;             /* periodic: inbox poll, progress */
@@ -89,21 +106,20 @@ struct wq_host {
     int64_t last_flush;                /* real ns of the last commit */
     int64_t busy_since;                /* real ns the state file became locked, 0 when not */
     int64_t flush_backoff;             /* wait before the next attempt while locked */
-    int ntasks;
-    int next_task_id;
 
     wq_delay timers;
     wq_timer_slot *slots;
     uint32_t nslots, free_slot;
-    int64_t armed; /* deadline timer_ev is armed for, WQ_NEVER when none */
+    int64_t armed;      /* deadline timer_ev is armed for, WQ_NEVER when none */
+    int64_t armed_real; /* real-clock time it was armed for (loop lag), 0 when none */
+    wq_histogram loop_lag;
 
-    struct lqueue **queues;
+    wq_hqueue *queues;
     int nqueues, queues_cap;
 
     int children; /* running child processes */
-    void *execs;  /* list of running exec records */
+    void *procs;  /* list of running child process records (proc.c) */
 
-    int in_pass;      /* wq_sched_run is resuming tasks */
     int store_failed; /* a commit failed: no more writes, exit 1 */
     int stopping;     /* a signal asked for a graceful stop */
     int exiting;      /* the loop is breaking */
@@ -114,96 +130,40 @@ struct wq_host {
     void *http;     /* the HTTP server, when listening */
     void *progress; /* the progress line, when shown */
     uint64_t handler_timeouts;
-    int gcstress; /* collect garbage before every resume (tests) */
 };
 
-/* The thread being resumed right now, NULL between resumes (read by signal handlers). */
-extern lua_State *volatile wq_running;
+/*
+ * A host for opts: the loop, signals and (with opts->db_path) the open
+ * state file. NULL after printing why to stderr.
+ */
+wq_host *wq_host_new(const wq_host_opts *opts);
+/* Frees the host (closing the state file). NULL is fine. */
+void wq_host_free(wq_host *h);
+/* Installs the runtime's hooks. */
+void wq_host_set_hooks(wq_host *h, const wq_host_hooks *hooks);
+/* Starts the HTTP listener and the progress line if asked; 0, or -1 after printing why. */
+int wq_host_start(wq_host *h);
+/* Runs the loop until the process is done, writes the last changes; returns the exit status. */
+int wq_host_run(wq_host *h);
+/* Stops serving HTTP and kills running children (before the runtime closes). */
+void wq_host_shutdown(wq_host *h);
 
-/* Runs wqrun with the given options and script; returns the exit status. */
-int wq_host_main(const wq_host_opts *opts, const char *script, int argc, char **argv);
-
-/* The host of a Lua state (any thread of it). */
-wq_host *wq_host_of(lua_State *L);
 /* Monotonic ns of the real clock, whatever the host clock is. */
 int64_t wq_real_now(void);
 /* Current time in ns on the host clock (virtual or monotonic). */
-int64_t wq_host_now(wq_host *h);
+int64_t wq_host_now(const wq_host *h);
 /* Wall-clock Unix seconds for a host-clock time. */
-double wq_host_unix(wq_host *h, int64_t mono);
+double wq_host_unix(const wq_host *h, int64_t mono);
 /* Ends the loop with the given status (after the current callback). */
 void wq_host_exit(wq_host *h, int code);
-/* Reports a fatal Lua error (message + traceback of co) and exits 1. */
-void wq_host_fail(wq_host *h, lua_State *co, const char *what);
-
-/* Pushes tostring(value at idx) and returns it; never raises (a failing
- * __tostring gives "(error object is a T value)"). */
-const char *wq_safe_tostring(lua_State *L, int idx);
+/* Writes a timestamped line to stderr (above the progress line). */
+void wq_host_log(wq_host *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Re-arms the timer and checks for idle/virtual-time jumps; call after state changes. */
 void wq_host_settle(wq_host *h);
-/* Registers a queue with the host (for timers, idle checks, signals). 0 or -1. */
-int wq_host_add_queue(wq_host *h, struct lqueue *q);
-/* Writes a timestamped line to stderr (above the progress line). */
-void wq_host_log(wq_host *h, const char *fmt, ...);
 
-/* ---- scheduler (sched.c) ---- */
-
-/* The task running in L, or NULL when L is not a host task (main thread, user coroutine). */
-wq_task *wq_task_of(lua_State *L);
-/*
- * Creates a task whose coroutine will call the function at L's stack top
- * - nargs with the nargs values above it as arguments (all popped, as with
- * lua_call). Ready to run. NULL on OOM.
- */
-wq_task *wq_task_spawn(wq_host *h, lua_State *L, int nargs, wq_task_kind kind);
-/* Makes a waiting task ready; the nargs values already pushed on t->co are its results. */
-void wq_task_wake(wq_task *t, int nargs);
-/*
- * Suspends the running task t until woken: records cancel (called if the
- * wait is abandoned, e.g. on timeout) and yields with continuation k.
- * Never returns (longjmps through lua_yieldk).
- */
-int wq_task_wait(lua_State *L, wq_task *t, void (*cancel)(wq_task *), lua_KContext ctx,
-                 lua_KFunction k);
-/* Interrupts t: cancels its wait (if waiting) and makes it raise msg when resumed. */
-void wq_task_interrupt(wq_task *t, const char *msg);
-/* In a continuation: raises the pending interrupt, if any. */
-void wq_task_check_interrupt(lua_State *L, wq_task *t);
-/*
- * Returns the running task of L, raising "<fn>: cannot wait here ..." when
- * L is not a host task or cannot yield.
- */
-wq_task *wq_task_require(lua_State *L, const char *fn);
-
-/* The run event's callback. */
-void wq_sched_run(evutil_socket_t fd, short what, void *arg);
-/* Frees every task (teardown, after lua_close). */
-void wq_sched_free_all(wq_host *h);
-
-void wq_waitlist_push(wq_waitlist *w, wq_task *t);
-void wq_waitlist_remove(wq_waitlist *w, wq_task *t);
-wq_task *wq_waitlist_pop(wq_waitlist *w);
-
-/* ---- timers (timer.c) ---- */
-
-/* Starts a timer at absolute host time when; returns its id (never 0) or 0 on OOM. */
-uint64_t wq_timer_start(wq_host *h, int64_t when, wq_timer_fn fn, void *data);
-/* Stops a pending timer; a stale or zero id is ignored. */
-void wq_timer_stop(wq_host *h, uint64_t id);
-/* Earliest pending timer or delayed item, WQ_NEVER when none. */
-int64_t wq_timer_next(wq_host *h);
-/* Fires every due timer and delayed item. */
-void wq_timer_run_due(wq_host *h);
-void wq_timer_init(wq_host *h);
-void wq_timer_destroy(wq_host *h);
-
-/* ---- child processes (exec.c) ---- */
-
-/* wq.exec(argv [, opts]) */
-int wq_exec_lua(lua_State *L);
-/* Handles SIGCHLD: reaps exited children. */
-void wq_exec_reap(wq_host *h);
-/* Kills and reaps every running child (at exit). */
-void wq_exec_kill_all(wq_host *h);
+/* Registers a queue (ops and q borrowed for the host's life). 0, or -1 on OOM. */
+int wq_host_add_queue(wq_host *h, const wq_queue_ops *ops, void *q, const char *name, int persist);
+/* The queue named name, or NULL. */
+const wq_hqueue *wq_host_find_queue(const wq_host *h, const char *name);
 
 #endif

@@ -7,14 +7,15 @@
  */
 #include "host/http.h"
 
+#include "engine/queue.h"
+#include "host/json.h"
 #include "host/prom.h"
-#include "lua/lqueue.h"
-#include "lua/lwq.h"
 
 #include <event2/buffer.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
-#include <lauxlib.h>
+#include <json-c/json_object.h>
+#include <json-c/linkhash.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,8 +24,6 @@
 #define MAX_BODY (1024 * 1024)
 #define MAX_HEADERS (16 * 1024)
 #define CLIENT_TIMEOUT 10 /* seconds to send a request */
-
-void lqueue_push_stats(lua_State *L, lqueue *lq);
 
 typedef struct http_server {
     struct evhttp *http;
@@ -44,17 +43,26 @@ static void reply(struct evhttp_request *req, int code, const char *reason, cons
         evbuffer_free(b);
 }
 
-/* A JSON error body {"error": msg}. */
-static void reply_error(wq_host *h, struct evhttp_request *req, int code, const char *reason,
-                        const char *msg)
+#define TO_STRING_FLAGS (JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)
+
+/* Replies with the JSON text of o (which it puts), or 500 when it cannot be made. */
+static void reply_json(struct evhttp_request *req, int code, const char *reason, json_object *o)
 {
-    lua_State *L = h->L;
-    lua_createtable(L, 0, 1);
-    lua_pushstring(L, msg);
-    lua_setfield(L, -2, "error");
-    const char *json = wq_json_encode(L, -1) == 0 ? lua_tostring(L, -1) : "{\"error\":\"?\"}";
-    reply(req, code, reason, "application/json", json);
-    lua_pop(L, 2);
+    const char *text = o ? json_object_to_json_string_ext(o, TO_STRING_FLAGS) : NULL;
+    if (text)
+        reply(req, code, reason, "application/json", text);
+    else
+        evhttp_send_error(req, 500, "Out of memory");
+    json_object_put(o);
+}
+
+/* A JSON error body {"error": msg}. */
+static void reply_error(struct evhttp_request *req, int code, const char *reason, const char *msg)
+{
+    json_object *o = json_object_new_object();
+    if (o)
+        json_object_object_add(o, "error", json_object_new_string(msg));
+    reply_json(req, code, reason, o);
 }
 
 /* Compares the whole strings in time that depends only on their lengths. */
@@ -91,107 +99,139 @@ static void get_metrics(wq_host *h, struct evhttp_request *req)
     evbuffer_free(b);
 }
 
+static void add_uint(json_object *o, const char *k, uint64_t v)
+{
+    json_object_object_add(o, k, json_object_new_int64((int64_t)v));
+}
+
+/* One queue's summary: the q:stats() fields. */
+static json_object *queue_summary(const wq_hqueue *hq)
+{
+    wq_qstats st;
+    hq->ops->stats(hq->q, &st);
+    json_object *o = json_object_new_object();
+    if (!o)
+        return NULL;
+    json_object_object_add(o, "name", json_object_new_string(st.name));
+    add_uint(o, "depth", st.depth);
+    add_uint(o, "queued", st.queued);
+    add_uint(o, "processing", st.processing);
+    add_uint(o, "waiting", st.waiting);
+    add_uint(o, "adds", st.adds);
+    add_uint(o, "done", st.done);
+    add_uint(o, "retries", st.retries);
+    add_uint(o, "failures", st.failures);
+    add_uint(o, "dead", st.dead);
+    add_uint(o, "succeeded", st.succeeded);
+    add_uint(o, "requeued", st.requeued);
+    add_uint(o, "timeouts", st.timeouts);
+    add_uint(o, "retrying", st.retrying);
+    add_uint(o, "workers", (uint64_t)st.workers);
+    return o;
+}
+
 static void get_queues(wq_host *h, struct evhttp_request *req)
 {
-    lua_State *L = h->L;
-    lua_createtable(L, h->nqueues, 0);
-    for (int i = 0; i < h->nqueues; i++) {
-        lqueue_push_stats(L, h->queues[i]);
-        lua_rawseti(L, -2, i + 1);
+    json_object *a = json_object_new_array_ext(h->nqueues);
+    for (int i = 0; a && i < h->nqueues; i++) {
+        json_object *q = queue_summary(&h->queues[i]);
+        if (!q || json_object_array_add(a, q) < 0) {
+            json_object_put(q);
+            json_object_put(a);
+            a = NULL;
+        }
     }
-    /* cjson writes an empty table as {}: the answer is always an array. */
-    const char *json = h->nqueues == 0              ? "[]"
-                       : wq_json_encode(L, -1) == 0 ? lua_tostring(L, -1)
-                                                    : NULL;
-    if (json)
-        reply(req, 200, "OK", "application/json", json);
-    else
-        evhttp_send_error(req, 500, "Cannot encode");
-    lua_settop(L, 0);
+    reply_json(req, 200, "OK", a);
+}
+
+/* Reads an add request object into *it: NULL, or what is wrong with it. */
+static const char *read_item(json_object *body, wq_ext_item *it, json_object **payload)
+{
+    memset(it, 0, sizeof *it);
+    *payload = NULL;
+    if (!json_object_is_type(body, json_type_object))
+        return "body must be a JSON object";
+    int has_key = 0;
+    for (struct lh_entry *e = lh_table_head(json_object_get_object(body)); e;
+         e = lh_entry_next(e)) {
+        const char *f = (const char *)lh_entry_k(e);
+        json_object *v = (json_object *)lh_entry_v(e);
+        if (strcmp(f, "key") == 0) {
+            if (!json_object_is_type(v, json_type_string))
+                return "key must be a string";
+            it->key = json_object_get_string(v);
+            it->keylen = (size_t)json_object_get_string_len(v);
+            has_key = 1;
+        } else if (strcmp(f, "after") == 0) {
+            if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
+                return "after must be a number of seconds";
+            double a = json_object_get_double(v);
+            if (!isfinite(a))
+                return "after must be a number of seconds";
+            it->after = a;
+        } else if (strcmp(f, "priority") == 0) {
+            double p = json_object_get_double(v);
+            if ((!json_object_is_type(v, json_type_double) &&
+                 !json_object_is_type(v, json_type_int)) ||
+                p != floor(p) || p < INT32_MIN || p > INT32_MAX)
+                return "priority must be a 32-bit integer";
+            it->priority = (int32_t)p;
+            it->has_priority = 1;
+        } else if (strcmp(f, "payload") == 0) {
+            *payload = v; /* NULL for null */
+        } else {
+            return "unknown field (expected key, payload, after, priority)";
+        }
+    }
+    if (!has_key)
+        return "missing key";
+    if (it->keylen > WQ_KEY_MAX)
+        return "key too long";
+    return NULL;
 }
 
 /* POST /queues/NAME/items with {"key": "...", "payload": ..., "after": s, "priority": n}. */
 static void post_item(wq_host *h, struct evhttp_request *req, const char *name)
 {
-    lqueue *lq = lqueue_find(h, name);
-    if (!lq) {
-        reply_error(h, req, 404, "Not Found", "no such queue");
+    const wq_hqueue *hq = wq_host_find_queue(h, name);
+    if (!hq) {
+        reply_error(req, 404, "Not Found", "no such queue");
         return;
     }
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t n = evbuffer_get_length(in);
     if (n > MAX_BODY) {
-        reply_error(h, req, 413, "Payload Too Large", "body over 1 MiB");
+        reply_error(req, 413, "Payload Too Large", "body over 1 MiB");
         return;
     }
-    lua_State *L = h->L;
-    int base = lua_gettop(L);
-    const char *body = (const char *)evbuffer_pullup(in, -1);
-    if (!body || wq_json_decode(L, body, n) < 0 || !lua_istable(L, -1)) {
-        lua_settop(L, base);
-        reply_error(h, req, 400, "Bad Request", "body must be a JSON object");
+    const char *body = n ? (const char *)evbuffer_pullup(in, -1) : "";
+    json_object *root = NULL;
+    if (!body || wq_json_parse(body, n, &root) || !root) {
+        json_object_put(root);
+        reply_error(req, 400, "Bad Request", "body must be a JSON object");
         return;
     }
-    int obj = lua_gettop(L);
-    const char *err = NULL;
-    size_t klen = 0;
-    const char *key = NULL;
-    double after = 0;
-    int32_t prio = 0;
-    int has_prio = 0;
-    lua_pushnil(L);
-    while (!err && lua_next(L, obj)) {
-        const char *f = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "";
-        if (strcmp(f, "key") == 0) {
-            if (lua_type(L, -1) != LUA_TSTRING)
-                err = "key must be a string";
-            else
-                key = lua_tolstring(L, -1, &klen);
-        } else if (strcmp(f, "after") == 0) {
-            if (lua_type(L, -1) != LUA_TNUMBER || !isfinite(lua_tonumber(L, -1)))
-                err = "after must be a number of seconds";
-            else
-                after = lua_tonumber(L, -1);
-        } else if (strcmp(f, "priority") == 0) {
-            double p = lua_tonumber(L, -1);
-            if (lua_type(L, -1) != LUA_TNUMBER || p != floor(p) || p < INT32_MIN || p > INT32_MAX)
-                err = "priority must be a 32-bit integer";
-            else {
-                prio = (int32_t)p;
-                has_prio = 1;
-            }
-        } else if (strcmp(f, "payload") != 0) {
-            err = "unknown field (expected key, payload, after, priority)";
-        }
-        lua_pop(L, 1);
+    wq_ext_item it;
+    json_object *payload;
+    const char *err = read_item(root, &it, &payload);
+    if (!err && payload) {
+        it.payload = json_object_to_json_string_ext(payload, TO_STRING_FLAGS);
+        if (!it.payload)
+            err = "payload cannot be stored";
+        else
+            it.paylen = strlen(it.payload);
     }
-    if (err || !key) {
-        lua_settop(L, base);
-        reply_error(h, req, 400, "Bad Request", err ? err : "missing key");
+    if (err) {
+        json_object_put(root);
+        reply_error(req, 400, "Bad Request", err);
         return;
     }
-    if (klen > WQ_KEY_MAX) {
-        lua_settop(L, base);
-        reply_error(h, req, 400, "Bad Request", "key too long");
-        return;
-    }
-    const char *payload = NULL;
-    size_t plen = 0;
-    lua_getfield(L, obj, "payload");
-    if (!lua_isnil(L, -1)) {
-        if (wq_json_encode(L, -1) < 0) {
-            lua_settop(L, base);
-            reply_error(h, req, 400, "Bad Request", "payload cannot be stored");
-            return;
-        }
-        payload = lua_tolstring(L, -1, &plen);
-    }
-    int r = lqueue_add_external(lq, key, klen, payload, plen, after, has_prio ? &prio : NULL);
-    lua_settop(L, base);
+    int r = hq->ops->add(hq->q, &it);
+    json_object_put(root);
     if (r == WQ_ESHUTDOWN)
-        reply_error(h, req, 503, "Service Unavailable", "queue is shutting down");
+        reply_error(req, 503, "Service Unavailable", "queue is shutting down");
     else if (r < 0)
-        reply_error(h, req, 500, "Internal Server Error", wq_strerror(r));
+        reply_error(req, 500, "Internal Server Error", wq_strerror(r));
     else
         reply(req, 202, "Accepted", "application/json",
               r ? "{\"queued\":true}" : "{\"queued\":false}");
@@ -233,7 +273,7 @@ static void handle(struct evhttp_request *req, void *arg)
         else if (!authorized(s, req)) {
             evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
                               "Bearer realm=\"wqrun\"");
-            reply_error(h, req, 401, "Unauthorized", "missing or wrong bearer token");
+            reply_error(req, 401, "Unauthorized", "missing or wrong bearer token");
         } else
             post_item(h, req, name);
     } else {

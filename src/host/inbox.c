@@ -5,7 +5,6 @@
  */
 #include "host/inbox.h"
 
-#include "lua/lqueue.h"
 #include "store/store.h"
 
 #include <stdio.h>
@@ -33,21 +32,21 @@ static int take(void *ud, const char *queue, const char *key, size_t keylen, con
                 size_t paylen, double after)
 {
     struct poll_ctx *c = ud;
-    lqueue *lq = lqueue_find(c->h, queue);
+    const wq_hqueue *hq = wq_host_find_queue(c->h, queue);
     static char unknown[16][65], memory[16][65];
-    if (!lq) {
+    if (!hq) {
         report_once(c->h, unknown, queue, "unknown");
         return 0;
     }
-    if (!lq->sq) {
+    if (!hq->persist) {
         /* A row that reached the inbox is never lost: an in-memory queue
          * could not keep that promise, so the row waits for one that can. */
         report_once(c->h, memory, queue, "the persist = false");
         return 0;
     }
-    if (wq_queue_shutting_down(lq->q))
-        return 0; /* keep it for the next run */
-    return lqueue_add_external(lq, key, keylen, payload, paylen, after, NULL) >= 0;
+    /* After shutdown the add is refused (WQ_ESHUTDOWN): the row stays for the next run. */
+    wq_ext_item it = {key, keylen, payload, paylen, after, 0, 0};
+    return hq->ops->add(hq->q, &it) >= 0;
 }
 
 void wq_inbox_poll(wq_host *h)

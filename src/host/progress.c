@@ -15,8 +15,6 @@
  */
 #include "host/progress.h"
 
-#include "lua/lqueue.h"
-
 #include <lauxlib.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -44,22 +42,17 @@ typedef struct totals {
     uint64_t done, queued, running, waiting, retrying, dead;
 } totals;
 
-static uint64_t queue_done(const lqueue *lq)
+static void count(const wq_hqueue *hq, totals *t)
 {
-    return lq->handler_ref != LUA_NOREF ? lq->nsuccess : lq->ndone;
-}
-
-static void count(const lqueue *lq, totals *t)
-{
-    memset(t, 0, sizeof *t);
-    if (!lq->q)
-        return;
-    t->done = queue_done(lq);
-    t->queued = wq_queue_len(lq->q);
-    t->running = wq_queue_processing(lq->q);
-    t->waiting = wq_queue_waiting(lq->q);
-    t->retrying = lq->failures ? wq_keymap_count(lq->failures) : 0;
-    t->dead = lq->ndead;
+    wq_qstats st;
+    hq->ops->stats(hq->q, &st);
+    /* A handler queue's jobs are done when they succeeded; otherwise done() counts. */
+    t->done = st.workers ? st.succeeded : st.done;
+    t->queued = st.queued;
+    t->running = st.processing;
+    t->waiting = st.waiting;
+    t->retrying = st.retrying;
+    t->dead = st.dead;
 }
 
 static void sum(wq_host *h, totals *all)
@@ -67,7 +60,7 @@ static void sum(wq_host *h, totals *all)
     memset(all, 0, sizeof *all);
     for (int i = 0; i < h->nqueues; i++) {
         totals t;
-        count(h->queues[i], &t);
+        count(&h->queues[i], &t);
         all->done += t.done;
         all->queued += t.queued;
         all->running += t.running;
@@ -141,13 +134,13 @@ static void build_line(wq_host *h, progress *p, int64_t now)
     p->line[0] = '\0';
     append(p, &len, "[%s %s]", el, rt);
     for (int i = 0; i < h->nqueues; i++) {
-        const lqueue *lq = h->queues[i];
+        const wq_hqueue *hq = &h->queues[i];
         totals t;
-        count(lq, &t);
+        count(hq, &t);
         if (!append(p, &len,
                     "%s %s: done %llu  queued %llu  running %llu  waiting %llu  retrying %llu"
                     "  dead %llu",
-                    i ? " |" : "", lq->name, (unsigned long long)t.done,
+                    i ? " |" : "", hq->name, (unsigned long long)t.done,
                     (unsigned long long)t.queued, (unsigned long long)t.running,
                     (unsigned long long)t.waiting, (unsigned long long)t.retrying,
                     (unsigned long long)t.dead))
@@ -197,27 +190,6 @@ void wq_progress_draw(wq_host *h, int force)
     p->shown = p->drawn = 1;
 }
 
-/* print / io.write while the line is shown: erase it first (upvalue 1: the original). */
-static int clear_then_call(lua_State *L)
-{
-    wq_progress_clear(wq_host_of(L));
-    int n = lua_gettop(L);
-    lua_pushvalue(L, lua_upvalueindex(1));
-    lua_insert(L, 1);
-    lua_call(L, n, LUA_MULTRET);
-    return lua_gettop(L);
-}
-
-static void wrap(lua_State *L, int table, const char *name)
-{
-    if (lua_getfield(L, table, name) != LUA_TFUNCTION) {
-        lua_pop(L, 1);
-        return;
-    }
-    lua_pushcclosure(L, clear_then_call, 1);
-    lua_setfield(L, table, name);
-}
-
 void wq_progress_start(wq_host *h)
 {
     if (h->opts.quiet || !isatty(STDERR_FILENO))
@@ -231,13 +203,6 @@ void wq_progress_start(wq_host *h)
     p->start = p->mark_t = p->last_draw = wq_real_now();
     p->rate = -1;
     h->progress = p;
-    lua_State *L = h->L;
-    lua_pushglobaltable(L);
-    wrap(L, lua_gettop(L), "print");
-    lua_pop(L, 1);
-    if (lua_getglobal(L, "io") == LUA_TTABLE)
-        wrap(L, lua_gettop(L), "write");
-    lua_pop(L, 1);
 }
 
 void wq_progress_finish(wq_host *h)

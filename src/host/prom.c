@@ -6,16 +6,16 @@
 #include "host/prom.h"
 
 #include "engine/metrics.h"
-#include "lua/lqueue.h"
 #include "store/store.h"
 
 #include <event2/buffer.h>
-#include <lauxlib.h>
+#include <stdio.h>
 #include <time.h>
 
 typedef enum { COUNTER, GAUGE } kind;
 
-typedef double (*value_fn)(const lqueue *lq);
+/* A sample of one queue: from its stats, or (ages) asked at scrape time. */
+typedef double (*value_fn)(const wq_hqueue *hq, const wq_qstats *st);
 
 static void family(struct evbuffer *out, const char *name, kind k, const char *help)
 {
@@ -27,9 +27,12 @@ static void per_queue(wq_host *h, struct evbuffer *out, const char *name, kind k
                       value_fn fn)
 {
     family(out, name, k, help);
-    for (int i = 0; i < h->nqueues; i++)
-        evbuffer_add_printf(out, "%s{name=\"%s\"} %.17g\n", name, h->queues[i]->name,
-                            fn(h->queues[i]));
+    for (int i = 0; i < h->nqueues; i++) {
+        const wq_hqueue *hq = &h->queues[i];
+        wq_qstats st;
+        hq->ops->stats(hq->q, &st);
+        evbuffer_add_printf(out, "%s{name=\"%s\"} %.17g\n", name, hq->name, fn(hq, &st));
+    }
 }
 
 static void histogram_samples(struct evbuffer *out, const char *name, const char *labels,
@@ -57,69 +60,47 @@ static void per_queue_histogram(wq_host *h, struct evbuffer *out, const char *na
 {
     evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     for (int i = 0; i < h->nqueues; i++) {
-        const wq_metrics *m = wq_queue_metrics(h->queues[i]->q);
+        const wq_hqueue *hq = &h->queues[i];
+        wq_qstats st;
+        hq->ops->stats(hq->q, &st);
+        const wq_metrics *m = st.metrics;
         char labels[96];
-        snprintf(labels, sizeof labels, "name=\"%s\",", h->queues[i]->name);
+        snprintf(labels, sizeof labels, "name=\"%s\",", hq->name);
         histogram_samples(out, name, labels, work ? &m->work_duration : &m->queue_latency);
     }
 }
 
-static double v_depth(const lqueue *lq)
-{
-    return (double)wq_queue_metrics(lq->q)->depth;
-}
-static double v_adds(const lqueue *lq)
-{
-    return (double)wq_queue_metrics(lq->q)->adds;
-}
-static double v_retries(const lqueue *lq)
-{
-    return (double)wq_queue_metrics(lq->q)->retries;
-}
-static double v_failures(const lqueue *lq)
-{
-    return (double)lq->nfailures;
-}
-static double v_dead(const lqueue *lq)
-{
-    return (double)lq->ndead;
-}
-static double v_waiting(const lqueue *lq)
-{
-    return (double)wq_queue_waiting(lq->q);
-}
-static double v_processing(const lqueue *lq)
-{
-    return (double)wq_queue_processing(lq->q);
-}
-static double v_queued(const lqueue *lq)
-{
-    return (double)wq_queue_len(lq->q);
-}
-static double v_done(const lqueue *lq)
-{
-    return (double)lq->ndone;
-}
-static double v_timeouts(const lqueue *lq)
-{
-    return (double)lq->ntimeouts;
-}
-static double v_requeued(const lqueue *lq)
-{
-    return (double)lq->nrequeued;
-}
+#define STAT(field)                                                                                \
+    static double v_##field(const wq_hqueue *hq, const wq_qstats *st)                              \
+    {                                                                                              \
+        (void)hq;                                                                                  \
+        return (double)st->field;                                                                  \
+    }
+STAT(depth)
+STAT(adds)
+STAT(retries)
+STAT(failures)
+STAT(dead)
+STAT(waiting)
+STAT(processing)
+STAT(queued)
+STAT(done)
+STAT(timeouts)
+STAT(requeued)
 
-static double v_unfinished(const lqueue *lq)
+static double v_unfinished(const wq_hqueue *hq, const wq_qstats *st)
 {
+    (void)st;
     double unfinished, longest;
-    wq_queue_work_ages(lq->q, &unfinished, &longest);
+    hq->ops->work_ages(hq->q, &unfinished, &longest);
     return unfinished;
 }
 
-static double v_longest(const lqueue *lq)
+static double v_longest(const wq_hqueue *hq, const wq_qstats *st)
 {
+    (void)st;
     double unfinished, longest;
-    wq_queue_work_ages(lq->q, &unfinished, &longest);
+    hq->ops->work_ages(hq->q, &unfinished, &longest);
     return longest;
 }
 

@@ -6,8 +6,7 @@
  * delayed items. An id carries the slot and a generation, so stopping a
  * timer that already fired is harmless.
  */
-#include "host/host.h"
-#include "lua/lqueue.h"
+#include "host/timer.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -82,7 +81,7 @@ int64_t wq_timer_next(wq_host *h)
 {
     int64_t next = wq_delay_next(&h->timers);
     for (int i = 0; i < h->nqueues; i++) {
-        int64_t t = wq_queue_next_ready(h->queues[i]->q);
+        int64_t t = h->queues[i].ops->next_ready(h->queues[i].q);
         if (t < next)
             next = t;
     }
@@ -99,7 +98,9 @@ void wq_timer_run_due(wq_host *h)
         release(h, e.id);
         s.fn(h, s.data, id);
     }
-    for (int i = 0; i < h->nqueues && !h->exiting; i++)
-        if (wq_queue_next_ready(h->queues[i]->q) <= now)
-            lqueue_fire_due(h->queues[i]);
+    for (int i = 0; i < h->nqueues && !h->exiting; i++) {
+        const wq_hqueue *hq = &h->queues[i];
+        if (hq->ops->next_ready(hq->q) <= now)
+            hq->ops->fire_due(hq->q);
+    }
 }

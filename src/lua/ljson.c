@@ -5,11 +5,12 @@
  * Each call works inside a lua_pcall, with the json-c tree it builds held in
  * a struct on the caller's C stack: whatever a Lua error interrupts, the
  * caller frees the tree afterwards, and a nested call (a finalizer running
- * during an allocation) has its own. The parser (json_tokener) is made once
- * per Lua state and reused; it is only used by pure C code, never across a
- * Lua call.
+ * during an allocation) has its own. Parsing is host/json.c's, shared with
+ * the HTTP API.
  */
 #include "lua/ljson.h"
+
+#include "host/json.h"
 
 #include <json-c/json_object.h>
 #include <json-c/json_tokener.h>
@@ -279,175 +280,37 @@ int wq_ljson_encode(lua_State *L, int idx)
 
 /* ---- decoding ---- */
 
-static char tokener_key;
-
-static int tokener_gc(lua_State *L)
-{
-    json_tokener **t = lua_touserdata(L, 1);
-    if (*t)
-        json_tokener_free(*t);
-    *t = NULL;
-    return 0;
-}
-
-/* The Lua state's parser, made on first use. */
-static json_tokener *tokener(lua_State *L)
-{
-    json_tokener **t;
-    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &tokener_key) == LUA_TUSERDATA) {
-        t = lua_touserdata(L, -1);
-        lua_pop(L, 1);
-        return *t;
-    }
-    lua_pop(L, 1);
-    t = lua_newuserdatauv(L, sizeof *t, 0);
-    *t = NULL;
-    lua_createtable(L, 0, 1);
-    lua_pushcfunction(L, tokener_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_setmetatable(L, -2);
-    *t = json_tokener_new_ex(WQ_JSON_MAX_DEPTH + 1); /* + 1: counts from 0 */
-    if (!*t)
-        luaL_error(L, "not enough memory");
-    /* RFC 8259 syntax: no trailing commas, comments, single quotes, True... */
-    json_tokener_set_flags(*t, JSON_TOKENER_STRICT);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, &tokener_key);
-    return *t;
-}
-
-/*
- * Parses the whole text into *out (NULL for null): NULL, or why the text is
- * not JSON. Pure C: the tokener is reset before it returns.
- */
-static const char *parse(json_tokener *tok, const char *s, size_t len, json_object **out)
-{
-    *out = NULL;
-    if (len >= INT_MAX)
-        return "text too long";
-    json_object *o = json_tokener_parse_ex(tok, s, (int)len);
-    enum json_tokener_error err = json_tokener_get_error(tok);
-    size_t end = json_tokener_get_parse_end(tok);
-    if (err == json_tokener_continue) {
-        /* A number, true, false or null ends the text: a NUL byte ends it. */
-        o = json_tokener_parse_ex(tok, "", 1);
-        err = json_tokener_get_error(tok);
-        end = len;
-    }
-    json_tokener_reset(tok);
-    if (err != json_tokener_success) {
-        json_object_put(o);
-        return json_tokener_error_desc(err);
-    }
-    for (; end < len; end++) {
-        char c = s[end];
-        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
-            json_object_put(o);
-            return "unexpected data after the value";
-        }
-    }
-    *out = o;
-    return NULL;
-}
-
-/* Whether the integer literal s[0..n) (an optional '-', digits) is outside int64. */
-static int int_overflows(const char *s, size_t n)
-{
-    int neg = n > 0 && s[0] == '-';
-    s += neg;
-    n -= (size_t)neg;
-    while (n > 1 && s[0] == '0') {
-        s++;
-        n--;
-    }
-    if (n != 19)
-        return n > 19;
-    return memcmp(s, neg ? "9223372036854775808" : "9223372036854775807", 19) > 0;
-}
-
-/*
- * json-c saturates integer literals outside int64 (to INT64_MIN, or to
- * UINT64_MAX above it). Counts those literals outside strings (the parser is
- * strict: there are no comments or single quotes to skip), and when out is
- * not NULL writes the text there with ".0" after each, so that they parse as
- * the nearest double. out needs len + 2 * count bytes.
- */
-static size_t widen_big_ints(const char *s, size_t len, char *out)
-{
-    size_t i = 0, copied = 0, o = 0, count = 0;
-    while (i < len) {
-        char c = s[i];
-        if (c == '"') {
-            for (i++; i < len && s[i] != '"'; i++)
-                if (s[i] == '\\')
-                    i++;
-            i++;
-        } else if (c == '-' || (c >= '0' && c <= '9')) {
-            size_t j = i + (c == '-');
-            while (j < len && s[j] >= '0' && s[j] <= '9')
-                j++;
-            if (j < len && (s[j] == '.' || s[j] == 'e' || s[j] == 'E')) {
-                while (j < len && ((s[j] >= '0' && s[j] <= '9') || s[j] == '.' || s[j] == 'e' ||
-                                   s[j] == 'E' || s[j] == '+' || s[j] == '-'))
-                    j++;
-            } else if (int_overflows(s + i, j - i)) {
-                if (out) {
-                    memcpy(out + o, s + copied, j - copied);
-                    o += j - copied;
-                    memcpy(out + o, ".0", 2);
-                    o += 2;
-                }
-                copied = j;
-                count++;
-            }
-            i = j;
-        } else {
-            i++;
-        }
-    }
-    if (out)
-        memcpy(out + o, s + copied, len - copied);
-    return count;
-}
-
-/*
- * Pushes the Lua value of o; returns 1 instead (with values left on the
- * stack) when an integer may have been saturated by json-c and exact is 0.
- */
-static int push_value(lua_State *L, json_object *o, int exact)
+/* Pushes the Lua value of o (integers are exact: wq_json_parse widened the big ones). */
+static void push_value(lua_State *L, json_object *o)
 {
     switch (json_object_get_type(o)) {
-    case json_type_null: lua_pushlightuserdata(L, NULL); return 0; /* cjson.null */
-    case json_type_boolean: lua_pushboolean(L, json_object_get_boolean(o)); return 0;
-    case json_type_double: lua_pushnumber(L, json_object_get_double(o)); return 0;
+    case json_type_null: lua_pushlightuserdata(L, NULL); return; /* cjson.null */
+    case json_type_boolean: lua_pushboolean(L, json_object_get_boolean(o)); return;
+    case json_type_double: lua_pushnumber(L, json_object_get_double(o)); return;
     case json_type_int: {
         int64_t v = json_object_get_int64(o);
         if (v == INT64_MAX) {
             uint64_t u = json_object_get_uint64(o);
             if (u > (uint64_t)INT64_MAX) {
-                if (u == UINT64_MAX && !exact)
-                    return 1;
                 lua_pushnumber(L, (lua_Number)u);
-                return 0;
+                return;
             }
-        } else if (v == INT64_MIN && !exact) {
-            return 1;
         }
         lua_pushinteger(L, (lua_Integer)v);
-        return 0;
+        return;
     }
     case json_type_string:
         lua_pushlstring(L, json_object_get_string(o), (size_t)json_object_get_string_len(o));
-        return 0;
+        return;
     case json_type_array: {
         size_t n = json_object_array_length(o);
         luaL_checkstack(L, 3, "JSON nested too deeply");
         lua_createtable(L, n > INT_MAX ? INT_MAX : (int)n, 0);
         for (size_t i = 0; i < n; i++) {
-            if (push_value(L, json_object_array_get_idx(o, i), exact))
-                return 1;
+            push_value(L, json_object_array_get_idx(o, i));
             lua_rawseti(L, -2, (lua_Integer)i + 1);
         }
-        return 0;
+        return;
     }
     case json_type_object: {
         luaL_checkstack(L, 3, "JSON nested too deeply");
@@ -455,15 +318,13 @@ static int push_value(lua_State *L, json_object *o, int exact)
         for (struct lh_entry *ent = lh_table_head(json_object_get_object(o)); ent;
              ent = lh_entry_next(ent)) {
             lua_pushstring(L, (const char *)lh_entry_k(ent));
-            if (push_value(L, (json_object *)lh_entry_v(ent), exact))
-                return 1;
+            push_value(L, (json_object *)lh_entry_v(ent));
             lua_rawset(L, -3);
         }
-        return 0;
+        return;
     }
     }
     lua_pushnil(L);
-    return 0;
 }
 
 typedef struct dec_call {
@@ -477,42 +338,16 @@ typedef struct dec_call {
 static int decode_p(lua_State *L)
 {
     dec_call *c = lua_touserdata(L, 1);
-    json_tokener *tok = tokener(L);
-    const char *why = parse(tok, c->json, c->len, &c->root);
+    const char *why = wq_json_parse(c->json, c->len, &c->root);
     if (why) {
-        c->status = LUA_ERRSYNTAX;
+        c->status = strcmp(why, "out of memory") == 0 ? LUA_ERRMEM : LUA_ERRSYNTAX;
         lua_pushfstring(L, "invalid JSON: %s", why);
         return 1;
     }
-    if (!c->root) {
+    if (!c->root)
         lua_pushnil(L);
-        return 1;
-    }
-    int top = lua_gettop(L);
-    if (push_value(L, c->root, 0) == 0)
-        return 1;
-    /* An integer literal may lie outside int64: make those doubles, parse again. */
-    lua_settop(L, top);
-    size_t count = widen_big_ints(c->json, c->len, NULL);
-    if (count > 0) {
-        size_t n = c->len + 2 * count;
-        char *wide = malloc(n);
-        if (!wide) {
-            c->status = LUA_ERRMEM;
-            lua_pushliteral(L, "not enough memory");
-            return 1;
-        }
-        widen_big_ints(c->json, c->len, wide);
-        json_object_put(c->root);
-        why = parse(tok, wide, n, &c->root);
-        free(wide);
-        if (why) {
-            c->status = LUA_ERRSYNTAX;
-            lua_pushfstring(L, "invalid JSON: %s", why);
-            return 1;
-        }
-    }
-    push_value(L, c->root, 1);
+    else
+        push_value(L, c->root);
     return 1;
 }
 

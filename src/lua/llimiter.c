@@ -3,9 +3,11 @@
  * and wait.Backoff. A composite limiter keeps its children alive through
  * its user value, since the engine only borrows them.
  */
+#include "lua/llimiter.h"
+
 #include "engine/backoff.h"
-#include "lua/lqueue.h"
 #include "lua/lwq.h"
+#include "lua/sched.h"
 
 #include <lauxlib.h>
 #include <math.h>

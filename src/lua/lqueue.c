@@ -1,22 +1,19 @@
 /*
- * wq.queue: the Lua face of an engine queue, and the job-runner policy on
- * top of it. A queue with a handler runs a pool of worker tasks; each
- * worker loops get -> handler -> outcome -> done in C, using continuations
- * so the handler may wait (sleep, exec, get on another queue). Outcomes:
- * success forgets the key's failures; an error counts a failure and
- * retries through the limiter until max_retries, then dead-letters the
- * key; wq.requeue(s) schedules the key again without counting a failure.
+ * wq.queue: the Lua face of an engine queue. Methods map one to one to
+ * client-go's (add, get, done, ...); the observer wakes waiting tasks and
+ * feeds the state file; the host reaches the queue only through the
+ * wq_queue_ops at the bottom. The handler workers live in lworker.c.
  */
 #include "lua/lqueue.h"
 
+#include "lua/llimiter.h"
+#include "lua/lworker.h"
 #include "lua/lwq.h"
 #include "store/store.h"
 
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define WORKER_BUDGET 64 /* jobs a worker runs before letting other tasks in */
 
 /* self of method fn: a wq.Queue (a q.fn(...) call instead of q:fn(...) is the usual slip). */
 static lqueue *check_queue(lua_State *L, const char *fn)
@@ -30,20 +27,15 @@ static lqueue *check_queue(lua_State *L, const char *fn)
     return lq;
 }
 
-lqueue *lqueue_find(wq_host *h, const char *name)
-{
-    for (int i = 0; i < h->nqueues; i++)
-        if (strcmp(h->queues[i]->name, name) == 0)
-            return h->queues[i];
-    return NULL;
-}
-
-static int raise_engine(lua_State *L, const char *fn, int err)
+int lqueue_raise(lua_State *L, const char *fn, int err)
 {
     if (err == WQ_E2BIG)
         return wq_argerror(L, fn, "key", "key or payload too large");
     return luaL_error(L, "%s: %s", fn, wq_strerror(err));
 }
+
+static const wq_queue_ops lqueue_ops;
+static void lqueue_stop(lqueue *lq);
 
 /* ---- observer: wakes waiters and feeds the store ---- */
 
@@ -76,248 +68,7 @@ static void observe(void *ud, wq_queue *q, wq_event ev, const char *key, size_t 
         wq_store_touch(lq->sq, ev, key, len);
 }
 
-/* ---- failure bookkeeping ---- */
-
-static int64_t failure_count(lqueue *lq, const char *key, size_t len)
-{
-    uint64_t *v = wq_keymap_get(lq->failures, key, len);
-    return v ? (int64_t)*v : 0;
-}
-
-static void forget(lqueue *lq, const char *key, size_t len)
-{
-    wq_limiter_forget(lq->limiter, key, len);
-    if (wq_keymap_del(lq->failures, key, len) && lq->sq)
-        wq_store_failures(lq->sq, key, len, 0, NULL);
-}
-
-/* Pushes the queue's dead-letter table. */
-static void push_dead(lua_State *L, lqueue *lq)
-{
-    lua_rawgeti(L, LUA_REGISTRYINDEX, lq->dead_ref);
-}
-
-static void add_dead(lua_State *L, lqueue *lq, const char *key, size_t len, const char *json,
-                     size_t jlen, const char *err, const char *tb, int64_t attempts, double at)
-{
-    push_dead(L, lq);
-    lua_pushlstring(L, key, len);
-    if (lua_rawget(L, -2) == LUA_TNIL)
-        lq->ndead++;
-    lua_pop(L, 1);
-    lua_pushlstring(L, key, len);
-    lua_createtable(L, 0, 5);
-    if (json) {
-        lua_pushlstring(L, json, jlen);
-        lua_setfield(L, -2, "json");
-    }
-    lua_pushstring(L, err);
-    lua_setfield(L, -2, "error");
-    if (tb) {
-        lua_pushstring(L, tb);
-        lua_setfield(L, -2, "traceback");
-    }
-    lua_pushinteger(L, attempts);
-    lua_setfield(L, -2, "attempts");
-    lua_pushnumber(L, at);
-    lua_setfield(L, -2, "failed_at");
-    lua_rawset(L, -3);
-    lua_pop(L, 1);
-}
-
-/*
- * A failed run of key: retry through the limiter while the failure count
- * is below max_retries, else dead-letter it. The caller calls done after.
- */
-/* A key for a log line: at most 64 bytes, control and non-ASCII bytes as \xNN. */
-static void show_key(char out[4 * 64 + 4], const char *key, size_t len)
-{
-    static const char hex[] = "0123456789abcdef";
-    char *o = out;
-    for (size_t i = 0; i < len && i < 64; i++) {
-        unsigned char c = (unsigned char)key[i];
-        if (c >= 0x20 && c < 0x7f && c != '\\') {
-            *o++ = (char)c;
-        } else {
-            *o++ = '\\';
-            *o++ = 'x';
-            *o++ = hex[c >> 4];
-            *o++ = hex[c & 15];
-        }
-    }
-    if (len > 64) {
-        memcpy(o, "...", 3);
-        o += 3;
-    }
-    *o = '\0';
-}
-
-static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len, const char *json,
-                           size_t jlen, const char *err, const char *tb)
-{
-    int64_t count = failure_count(lq, key, len);
-    lq->nfailures++;
-    if (count < lq->max_retries) {
-        uint64_t *v = wq_keymap_put(lq->failures, key, len, NULL);
-        if (!v)
-            luaL_error(L, "out of memory");
-        *v = (uint64_t)count + 1;
-        if (lq->sq)
-            wq_store_failures(lq->sq, key, len, count + 1, err);
-        int64_t delay;
-        if (wq_limiter_when(lq->limiter, key, len, &delay) < 0)
-            luaL_error(L, "out of memory");
-        int r = wq_queue_add_after(lq->q, key, len, delay, NULL);
-        if (r < 0 && r != WQ_ESHUTDOWN)
-            raise_engine(L, "retry", r);
-        return;
-    }
-    forget(lq, key, len);
-    double at = wq_host_unix(lq->host, wq_host_now(lq->host));
-    add_dead(L, lq, key, len, json, jlen, err, tb, count + 1, at);
-    if (lq->sq)
-        wq_store_dead(lq->sq, key, len, json, jlen, err, count + 1, at);
-    char shown[4 * 64 + 4];
-    show_key(shown, key, len);
-    wq_host_log(lq->host, "wqrun: %s: '%s' failed %lld times, dead-lettered: %s", lq->name, shown,
-                (long long)(count + 1), err);
-}
-
-static void done_key(lua_State *L, lqueue *lq, const char *key, size_t len)
-{
-    int r = wq_queue_done(lq->q, key, len);
-    if (r == 0)
-        lq->ndone++;
-    else if (r != WQ_ENOENT)
-        raise_engine(L, "done", r);
-}
-
-/* ---- workers ---- */
-
-/* Worker stack: [1] queue, [2] key, [3] payload JSON or nil, [4] msgh, [5] handler/results. */
-enum { PH_GET, PH_RAN };
-#define W_KEY 2
-#define W_JSON 3
-#define W_MSGH 4
-#define W_RES 5
-
-static int msgh(lua_State *L)
-{
-    const char *msg = lua_tostring(L, 1);
-    if (!msg) {
-        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
-            msg = lua_tostring(L, -1);
-        else
-            msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-    }
-    luaL_traceback(L, L, msg, 1);
-    return 1;
-}
-
-static void timeout_hook(lua_State *L, lua_Debug *ar)
-{
-    (void)ar;
-    /* L may be a coroutine the handler created (it inherited this hook):
-     * the task is then the one being resumed. */
-    wq_task *t = wq_task_of(L);
-    if (!t && wq_running)
-        t = wq_task_of(wq_running);
-    /* The virtual clock stands still while a handler computes: use real time too. */
-    if (t && t->deadline != WQ_NEVER &&
-        (wq_host_now(t->host) >= t->deadline || wq_real_now() >= t->real_deadline)) {
-        if (lua_gethookcount(L) != 1) { /* first time for this job */
-            t->queue->ntimeouts++;
-            t->host->handler_timeouts++;
-        }
-        /* From now on every instruction raises again, so a handler cannot
-         * swallow the timeout with pcall and go on (finish_job removes it). */
-        lua_sethook(L, timeout_hook, LUA_MASKCOUNT, 1);
-        if (L != t->co)
-            lua_sethook(t->co, timeout_hook, LUA_MASKCOUNT, 1);
-        lua_pushstring(L, "timeout");
-        lua_error(L);
-    }
-}
-
-static void deadline_fire(wq_host *h, void *data, uint64_t id)
-{
-    (void)id;
-    wq_task *t = data;
-    t->deadline_timer = 0;
-    t->queue->ntimeouts++;
-    h->handler_timeouts++;
-    /* The handler fails with "timeout" at its next instruction, even if it
-     * catches the interrupted wait with pcall (see timeout_hook). */
-    lua_sethook(t->co, timeout_hook, LUA_MASKCOUNT, 1);
-    if (t->state == TS_WAITING)
-        wq_task_interrupt(t, "timeout");
-}
-
-static void get_cancel(wq_task *t)
-{
-    lqueue *lq = t->wait;
-    wq_waitlist_remove(&lq->getters, t);
-}
-
-static void clear_deadline(lua_State *L, wq_task *t)
-{
-    if (t->deadline != WQ_NEVER) {
-        lua_sethook(L, NULL, 0, 0);
-        wq_timer_stop(t->host, t->deadline_timer);
-        t->deadline_timer = 0;
-        t->deadline = WQ_NEVER;
-    }
-    t->interrupt = NULL;
-}
-
-/* Splits "msg\nstack traceback:..." into the message and the whole text. */
-static void outcome_failure(lua_State *L, lqueue *lq, const char *full)
-{
-    size_t klen, jlen = 0;
-    const char *key = lua_tolstring(L, W_KEY, &klen);
-    const char *json = lua_tolstring(L, W_JSON, &jlen);
-    const char *cut = strstr(full, "\nstack traceback:");
-    if (cut) {
-        lua_pushlstring(L, full, (size_t)(cut - full));
-        record_failure(L, lq, key, klen, json, jlen, lua_tostring(L, -1), full);
-        lua_pop(L, 1);
-    } else {
-        record_failure(L, lq, key, klen, json, jlen, full, NULL);
-    }
-}
-
-static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
-{
-    clear_deadline(L, t);
-    size_t klen;
-    const char *key = lua_tolstring(L, W_KEY, &klen);
-    int nres = lua_gettop(L) - W_RES + 1;
-    if (status != LUA_OK && status != LUA_YIELD) {
-        outcome_failure(L, lq, lua_tostring(L, W_RES) ? lua_tostring(L, W_RES) : "error");
-    } else if (nres >= 1 && luaL_testudata(L, W_RES, "wq.Requeue")) {
-        double s = *(double *)lua_touserdata(L, W_RES);
-        forget(lq, key, klen);
-        lq->nrequeued++;
-        int r = wq_queue_add_after(lq->q, key, klen, wq_seconds_to_ns(s), NULL);
-        if (r < 0 && r != WQ_ESHUTDOWN)
-            raise_engine(L, "requeue", r);
-    } else if (nres >= 1 && !lua_toboolean(L, W_RES) &&
-               (lua_isboolean(L, W_RES) || (nres >= 2 && !lua_isnil(L, W_RES + 1)))) {
-        const char *err = nres >= 2 ? wq_safe_tostring(L, W_RES + 1) : "handler returned false";
-        outcome_failure(L, lq, err);
-    } else {
-        lq->nsuccess++;
-        forget(lq, key, klen);
-    }
-    done_key(L, lq, key, klen);
-}
-
-/*
- * Pushes the key and the raw payload text (or nil) of a record just handed
- * out. Pushing the key can run a finalizer that re-adds the key with a new
- * payload (freeing the old bytes), so the payload is read afresh after it.
- */
-static void push_taken(lua_State *L, lqueue *lq, const wq_item_info *info)
+void lqueue_push_taken(lua_State *L, lqueue *lq, const wq_item_info *info)
 {
     lua_pushlstring(L, info->key, info->keylen);
     size_t klen;
@@ -330,7 +81,7 @@ static void push_taken(lua_State *L, lqueue *lq, const wq_item_info *info)
 }
 
 /* Replaces the raw payload text on top of the stack with its decoded value. */
-static void decode_top(lua_State *L)
+void lqueue_decode_top(lua_State *L)
 {
     if (lua_isnil(L, -1))
         return;
@@ -340,67 +91,10 @@ static void decode_top(lua_State *L)
     lua_replace(L, -2);
 }
 
-static int worker_k(lua_State *L, int status, lua_KContext ctx)
+void lqueue_get_cancel(wq_task *t)
 {
-    lqueue *lq = lua_touserdata(L, 1);
-    wq_task *t = wq_task_of(L);
-    int phase = (int)ctx;
-    int budget = WORKER_BUDGET;
-    for (;;) {
-        if (phase == PH_RAN) {
-            finish_job(L, lq, t, status);
-            lua_settop(L, 1);
-            if (--budget == 0) /* a plain yield: the scheduler runs us again later */
-                return lua_yieldk(L, 0, PH_GET, worker_k);
-        }
-        t->interrupt = NULL;
-        if (lq->stopping || !lq->q)
-            break;
-        wq_item_info info;
-        int r = wq_queue_get(lq->q, &info);
-        if (r == WQ_ESHUTDOWN)
-            break;
-        if (r == WQ_EEMPTY) {
-            t->wait = lq;
-            wq_waitlist_push(&lq->getters, t);
-            return wq_task_wait(L, t, get_cancel, PH_GET, worker_k);
-        }
-        push_taken(L, lq, &info); /* W_KEY, W_JSON */
-        lua_pushcfunction(L, msgh);
-        lua_rawgeti(L, LUA_REGISTRYINDEX, lq->handler_ref);
-        lua_pushvalue(L, W_KEY);
-        lua_pushvalue(L, W_JSON);
-        decode_top(L);
-        if (lq->timeout_ns > 0) {
-            wq_host *h = lq->host;
-            t->deadline = wq_add_sat(wq_host_now(h), lq->timeout_ns);
-            t->real_deadline = wq_add_sat(wq_real_now(), lq->timeout_ns);
-            t->deadline_timer = wq_timer_start(h, t->deadline, deadline_fire, t);
-            lua_sethook(L, timeout_hook, LUA_MASKCOUNT, 1000);
-        }
-        status = lua_pcallk(L, 2, LUA_MULTRET, W_MSGH, PH_RAN, worker_k);
-        phase = PH_RAN;
-    }
-    lq->live_workers--;
-    return 0;
-}
-
-static int worker_main(lua_State *L)
-{
-    return worker_k(L, LUA_OK, PH_GET);
-}
-
-static void start_workers(lua_State *L, lqueue *lq)
-{
-    for (int i = 0; i < lq->workers; i++) {
-        lua_pushcfunction(L, worker_main);
-        lua_pushlightuserdata(L, lq);
-        wq_task *t = wq_task_spawn(lq->host, L, 1, TASK_WORKER);
-        if (!t)
-            luaL_error(L, "queue: out of memory");
-        t->queue = lq;
-        lq->live_workers++;
-    }
+    lqueue *lq = t->wait;
+    wq_waitlist_remove(&lq->getters, t);
 }
 
 /* ---- construction ---- */
@@ -420,31 +114,12 @@ static int valid_name(const char *s, size_t n)
 
 static void restore_item(void *ud, const wq_restored *r)
 {
-    lqueue *lq = ud;
+    lqueue *lq = ((lworker_restore *)ud)->lq;
     wq_add_opts o = {r->payload, r->paylen, r->payload != NULL, 1, r->priority};
     if (r->queued)
         wq_queue_add(lq->q, r->key, r->keylen, &o);
     if (r->waiting)
         wq_queue_add_at(lq->q, r->key, r->keylen, r->ready_at_mono, &o);
-}
-
-static void restore_failure(void *ud, const char *key, size_t len, int64_t requeues,
-                            const char *last_error)
-{
-    (void)last_error;
-    lqueue *lq = ud;
-    uint64_t *v = wq_keymap_put(lq->failures, key, len, NULL);
-    if (v)
-        *v = (uint64_t)requeues;
-    wq_limiter_set_requeues(lq->limiter, key, len, requeues);
-}
-
-static void restore_dead(void *ud, const char *key, size_t len, const char *payload,
-                         const char *error, int64_t attempts, double failed_at)
-{
-    lqueue *lq = ud;
-    add_dead(lq->host->L, lq, key, len, payload, payload ? strlen(payload) : 0, error ? error : "",
-             NULL, attempts, failed_at);
 }
 
 static const char *const queue_opts[] = {"handler", "workers", "limiter", "max_retries",
@@ -480,7 +155,7 @@ static int queue_new(lua_State *L)
                         lua_pushfstring(L, "unknown option '%s'", luaL_tolstring(L, -1, NULL)));
     }
     wq_host *h = wq_host_of(L);
-    if (lqueue_find(h, name))
+    if (wq_host_find_queue(h, name))
         wq_argerror(L, "queue", "name", lua_pushfstring(L, "queue '%s' already exists", name));
 
     int handler = lua_getfield(L, 2, "handler"); /* 3 */
@@ -527,15 +202,7 @@ static int queue_new(lua_State *L)
     lq->timeout_ns = wq_seconds_to_ns(timeout);
     lq->persist = persist;
     lq->limiter = limiter;
-    lq->q = wq_queue_new(&h->clock);
-    lq->failures = wq_keymap_new();
-    if (!lq->q || !lq->failures || wq_host_add_queue(h, lq) < 0) {
-        wq_queue_free(lq->q);
-        wq_keymap_free(lq->failures);
-        lq->q = NULL;
-        return luaL_error(L, "queue: out of memory");
-    }
-    wq_queue_set_observer(lq->q, observe, lq);
+    /* The Lua allocations first (they raise): then nothing of ours leaks. */
     lua_pushvalue(L, 9);
     lq->ref = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_pushvalue(L, 8);
@@ -546,17 +213,30 @@ static int queue_new(lua_State *L)
         lua_pushvalue(L, 3);
         lq->handler_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     }
+    lq->q = wq_queue_new(&h->clock);
+    lq->failures = wq_keymap_new();
+    if (!lq->q || !lq->failures ||
+        wq_host_add_queue(h, &lqueue_ops, lq, lq->name, h->store && persist) < 0) {
+        wq_queue_free(lq->q);
+        wq_keymap_free(lq->failures);
+        lq->q = NULL;
+        lq->failures = NULL;
+        return luaL_error(L, "queue: out of memory");
+    }
+    wq_queue_set_observer(lq->q, observe, lq);
     if (h->store && persist) {
         lq->sq = wq_store_attach(h->store, name, lq->q);
         if (!lq->sq)
             return luaL_error(L, "queue: %s", wq_store_errmsg(h->store));
-        int r = wq_store_restore(lq->sq, restore_item, restore_failure, restore_dead, lq);
+        lworker_restore ctx = {L, lq};
+        int r = wq_store_restore(lq->sq, restore_item, lworker_restore_failure,
+                                 lworker_restore_dead, &ctx);
         if (r < 0)
             return luaL_error(L, "queue: cannot restore '%s': %s", name, wq_store_errmsg(h->store));
     }
-    if (lq->stopping || h->stopping)
+    if (h->stopping)
         lqueue_stop(lq);
-    start_workers(L, lq);
+    lworker_start(L, lq);
     lua_settop(L, 9);
     return 1;
 }
@@ -598,7 +278,7 @@ static int queue_add(lua_State *L)
     read_add_args(L, 3, "add", &o);
     int r = wq_queue_add(lq->q, key, len, &o);
     if (r < 0 && r != WQ_ESHUTDOWN)
-        return raise_engine(L, "add", r);
+        return lqueue_raise(L, "add", r);
     lua_pushboolean(L, r >= 0);
     return 1;
 }
@@ -613,7 +293,7 @@ static int queue_add_after(lua_State *L)
     read_add_args(L, 4, "add_after", &o);
     int r = wq_queue_add_after(lq->q, key, len, wq_seconds_to_ns(s), &o);
     if (r < 0 && r != WQ_ESHUTDOWN)
-        return raise_engine(L, "add_after", r);
+        return lqueue_raise(L, "add_after", r);
     lua_pushboolean(L, r >= 0);
     return 1;
 }
@@ -630,7 +310,7 @@ static int queue_add_rate_limited(lua_State *L)
         return luaL_error(L, "add_rate_limited: out of memory");
     int r = wq_queue_add_after(lq->q, key, len, delay, &o);
     if (r < 0 && r != WQ_ESHUTDOWN)
-        return raise_engine(L, "add_rate_limited", r);
+        return lqueue_raise(L, "add_rate_limited", r);
     lua_pushboolean(L, r >= 0);
     return 1;
 }
@@ -663,8 +343,8 @@ static int get_k(lua_State *L, int status, lua_KContext ctx)
     wq_item_info info;
     int r = wq_queue_get(lq->q, &info);
     if (r == 0) {
-        push_taken(L, lq, &info);
-        decode_top(L);
+        lqueue_push_taken(L, lq, &info);
+        lqueue_decode_top(L);
         return 2;
     }
     if (r == WQ_ESHUTDOWN) {
@@ -673,7 +353,7 @@ static int get_k(lua_State *L, int status, lua_KContext ctx)
     }
     t->wait = lq;
     wq_waitlist_push(&lq->getters, t);
-    return wq_task_wait(L, t, get_cancel, ctx, get_k);
+    return wq_task_wait(L, t, lqueue_get_cancel, ctx, get_k);
 }
 
 static int queue_get(lua_State *L)
@@ -689,8 +369,8 @@ static int queue_get(lua_State *L)
     /* Only wait (and so only require a task) when there is nothing to take. */
     int r = wq_queue_get(lq->q, &info);
     if (r == 0) {
-        push_taken(L, lq, &info);
-        decode_top(L);
+        lqueue_push_taken(L, lq, &info);
+        lqueue_decode_top(L);
         return 2;
     }
     if (r == WQ_ESHUTDOWN) {
@@ -700,7 +380,7 @@ static int queue_get(lua_State *L)
     wq_task *t = wq_task_require(L, "get");
     t->wait = lq;
     wq_waitlist_push(&lq->getters, t);
-    return wq_task_wait(L, t, get_cancel, (lua_KContext)lq, get_k);
+    return wq_task_wait(L, t, lqueue_get_cancel, (lua_KContext)lq, get_k);
 }
 
 static int queue_done(lua_State *L)
@@ -710,7 +390,7 @@ static int queue_done(lua_State *L)
     const char *key = wq_checkkey(L, 2, "done", &len);
     int r = wq_queue_done(lq->q, key, len);
     if (r < 0 && r != WQ_ENOENT)
-        return raise_engine(L, "done", r);
+        return lqueue_raise(L, "done", r);
     if (r == 0)
         lq->ndone++;
     lua_pushboolean(L, r == 0);
@@ -765,7 +445,7 @@ static int queue_forget(lua_State *L)
     lqueue *lq = check_queue(L, "forget");
     size_t len;
     const char *key = wq_checkkey(L, 2, "forget", &len);
-    forget(lq, key, len);
+    lworker_forget(lq, key, len);
     return 0;
 }
 
@@ -778,38 +458,54 @@ static int queue_num_requeues(lua_State *L)
     return 1;
 }
 
-static void setint(lua_State *L, const char *k, lua_Integer v)
-{
-    lua_pushinteger(L, v);
-    lua_setfield(L, -2, k);
-}
-
-/* Pushes the stats table of lq (also used by the HTTP API). */
-void lqueue_push_stats(lua_State *L, lqueue *lq);
-void lqueue_push_stats(lua_State *L, lqueue *lq)
+static void fill_stats(lqueue *lq, wq_qstats *st)
 {
     const wq_metrics *m = wq_queue_metrics(lq->q);
-    lua_createtable(L, 0, 14);
-    lua_pushstring(L, lq->name);
-    lua_setfield(L, -2, "name");
-    setint(L, "depth", (lua_Integer)m->depth);
-    setint(L, "queued", (lua_Integer)wq_queue_len(lq->q));
-    setint(L, "processing", (lua_Integer)wq_queue_processing(lq->q));
-    setint(L, "waiting", (lua_Integer)wq_queue_waiting(lq->q));
-    setint(L, "adds", (lua_Integer)m->adds);
-    setint(L, "done", (lua_Integer)lq->ndone);
-    setint(L, "retries", (lua_Integer)m->retries);
-    setint(L, "failures", (lua_Integer)lq->nfailures);
-    setint(L, "dead", (lua_Integer)lq->ndead);
-    setint(L, "succeeded", (lua_Integer)lq->nsuccess);
-    setint(L, "requeued", (lua_Integer)lq->nrequeued);
-    setint(L, "timeouts", (lua_Integer)lq->ntimeouts);
-    setint(L, "workers", lq->workers);
+    st->name = lq->name;
+    st->depth = m->depth;
+    st->queued = wq_queue_len(lq->q);
+    st->processing = wq_queue_processing(lq->q);
+    st->waiting = wq_queue_waiting(lq->q);
+    st->adds = m->adds;
+    st->retries = m->retries;
+    st->done = lq->ndone;
+    st->succeeded = lq->nsuccess;
+    st->failures = lq->nfailures;
+    st->dead = lq->ndead;
+    st->requeued = lq->nrequeued;
+    st->timeouts = lq->ntimeouts;
+    st->retrying = wq_keymap_count(lq->failures);
+    st->workers = lq->workers;
+    st->metrics = m;
+}
+
+static void setint(lua_State *L, const char *k, uint64_t v)
+{
+    lua_pushinteger(L, (lua_Integer)v);
+    lua_setfield(L, -2, k);
 }
 
 static int queue_stats(lua_State *L)
 {
-    lqueue_push_stats(L, check_queue(L, "stats"));
+    wq_qstats st;
+    fill_stats(check_queue(L, "stats"), &st);
+    lua_createtable(L, 0, 16);
+    lua_pushstring(L, st.name);
+    lua_setfield(L, -2, "name");
+    setint(L, "depth", st.depth);
+    setint(L, "queued", st.queued);
+    setint(L, "processing", st.processing);
+    setint(L, "waiting", st.waiting);
+    setint(L, "adds", st.adds);
+    setint(L, "done", st.done);
+    setint(L, "retries", st.retries);
+    setint(L, "failures", st.failures);
+    setint(L, "dead", st.dead);
+    setint(L, "succeeded", st.succeeded);
+    setint(L, "requeued", st.requeued);
+    setint(L, "timeouts", st.timeouts);
+    setint(L, "retrying", st.retrying);
+    setint(L, "workers", (uint64_t)st.workers);
     return 1;
 }
 
@@ -829,7 +525,7 @@ static int dead_less(lua_State *L)
 static int queue_dead(lua_State *L)
 {
     lqueue *lq = check_queue(L, "dead");
-    push_dead(L, lq);
+    lworker_push_dead(L, lq);
     int dead = lua_gettop(L);
     /* Oldest first, so the listing is stable. */
     lua_newtable(L);
@@ -867,7 +563,7 @@ static int queue_retry_dead(lua_State *L)
     lqueue *lq = check_queue(L, "retry_dead");
     size_t len;
     const char *key = wq_checkkey(L, 2, "retry_dead", &len);
-    push_dead(L, lq);
+    lworker_push_dead(L, lq);
     lua_pushvalue(L, 2);
     if (lua_rawget(L, -2) == LUA_TNIL) {
         lua_pushboolean(L, 0);
@@ -877,10 +573,10 @@ static int queue_retry_dead(lua_State *L)
     size_t jlen;
     const char *json = lua_tolstring(L, -1, &jlen);
     wq_add_opts o = {json, jlen, json != NULL, 0, 0};
-    forget(lq, key, len);
+    lworker_forget(lq, key, len);
     int r = wq_queue_add(lq->q, key, len, &o);
     if (r < 0 && r != WQ_ESHUTDOWN)
-        return raise_engine(L, "retry_dead", r);
+        return lqueue_raise(L, "retry_dead", r);
     if (r == WQ_ESHUTDOWN) {
         lua_pushboolean(L, 0);
         return 1;
@@ -908,33 +604,79 @@ static int queue_tostring(lua_State *L)
     return 1;
 }
 
-/* ---- host hooks ---- */
+/* ---- what the host sees (wq_queue_ops) ---- */
 
-void lqueue_fire_due(lqueue *lq)
+static void op_stats(void *q, wq_qstats *st)
 {
+    fill_stats(q, st);
+}
+
+static void op_work_ages(void *q, double *unfinished, double *longest)
+{
+    wq_queue_work_ages(((lqueue *)q)->q, unfinished, longest);
+}
+
+static int64_t op_next_ready(void *q)
+{
+    return wq_queue_next_ready(((lqueue *)q)->q);
+}
+
+static void op_fire_due(void *q)
+{
+    lqueue *lq = q;
     if (wq_queue_fire_due(lq->q) < 0)
         wq_host_log(lq->host, "wqrun: %s: out of memory firing delayed items", lq->name);
 }
 
-int lqueue_busy(const lqueue *lq)
+static int op_busy(void *q)
 {
+    const lqueue *lq = q;
     return lq->handler_ref != LUA_NOREF && !lq->stopping &&
            (wq_queue_len(lq->q) > 0 || wq_queue_processing(lq->q) > 0);
 }
 
-void lqueue_stop(lqueue *lq)
+static size_t op_processing(void *q)
+{
+    return wq_queue_processing(((lqueue *)q)->q);
+}
+
+static void lqueue_stop(lqueue *lq)
 {
     lq->stopping = 1;
     wq_queue_shutdown(lq->q);
 }
 
-int lqueue_add_external(lqueue *lq, const char *key, size_t keylen, const char *payload,
-                        size_t paylen, double after, const int32_t *priority)
+static void op_stop(void *q)
 {
-    wq_add_opts o = {payload, paylen, payload != NULL, priority != NULL, priority ? *priority : 0};
-    if (after > 0)
-        return wq_queue_add_after(lq->q, key, keylen, wq_seconds_to_ns(after), &o);
-    return wq_queue_add(lq->q, key, keylen, &o);
+    lqueue_stop(q);
+}
+
+static int op_add(void *q, const wq_ext_item *it)
+{
+    lqueue *lq = q;
+    wq_add_opts o = {it->payload, it->paylen, it->payload != NULL, it->has_priority, it->priority};
+    if (it->after > 0)
+        return wq_queue_add_after(lq->q, it->key, it->keylen, wq_seconds_to_ns(it->after), &o);
+    return wq_queue_add(lq->q, it->key, it->keylen, &o);
+}
+
+static const wq_queue_ops lqueue_ops = {op_stats, op_work_ages,  op_next_ready, op_fire_due,
+                                        op_busy,  op_processing, op_stop,       op_add};
+
+const char *wq_lqueue_name(const lqueue *lq)
+{
+    return lq->name;
+}
+
+void lqueue_close(lqueue *lq)
+{
+    if (lq->sq)
+        wq_store_detach(lq->sq);
+    lq->sq = NULL;
+    wq_queue_free(lq->q);
+    lq->q = NULL;
+    wq_keymap_free(lq->failures);
+    lq->failures = NULL;
 }
 
 static const luaL_Reg queue_methods[] = {{"add", queue_add},

@@ -1,5 +1,7 @@
 /*
- * The Lua queue object (wq.Queue) and its handler worker pool.
+ * The Lua queue object (wq.Queue): an engine queue, its methods, and the
+ * face it shows the host (wq_queue_ops). The handler workers' policy is
+ * lworker.c.
  */
 #ifndef WQ_LQUEUE_H
 #define WQ_LQUEUE_H
@@ -7,7 +9,7 @@
 #include "engine/keymap.h"
 #include "engine/queue.h"
 #include "engine/ratelimit.h"
-#include "host/host.h"
+#include "lua/sched.h"
 
 struct wq_store_queue;
 
@@ -33,24 +35,23 @@ typedef struct lqueue {
     struct wq_store_queue *sq;
 } lqueue;
 
-/* Adds every delayed key of lq that is due now. */
-void lqueue_fire_due(lqueue *lq);
-/* Whether lq has a handler and holds queued or processing items. */
-int lqueue_busy(const lqueue *lq);
-/* Starts a graceful stop: no new hand-out to workers. */
-void lqueue_stop(lqueue *lq);
-/* Adds from outside Lua (inbox, HTTP): key, JSON payload text or NULL, delay seconds, priority. */
-int lqueue_add_external(lqueue *lq, const char *key, size_t keylen, const char *payload,
-                        size_t paylen, double after, const int32_t *priority);
-/* Finds a queue by name, or NULL. */
-lqueue *lqueue_find(wq_host *h, const char *name);
-/* Registers the queue type and wq.queue / wq.requeue in the table at the top of L. */
+/* Registers the queue type and wq.queue in the table at the top of L. */
 void wq_lua_open_queue(lua_State *L);
-/* Registers wq.limiter and wq.backoff in the table at the top of L. */
-void wq_lua_open_limiter(lua_State *L);
-/* Pushes a new wq.limiter.default() object and returns its limiter. */
-wq_limiter *wq_lua_push_default_limiter(lua_State *L);
-/* The limiter inside the Lua limiter object at idx (raises if not one). */
-wq_limiter *wq_lua_checklimiter(lua_State *L, int idx, const char *fn, const char *arg);
+/* The queue's name. */
+const char *wq_lqueue_name(const lqueue *lq);
+/* Detaches lq from the state file and frees its engine queue (before lua_close). */
+void lqueue_close(lqueue *lq);
+
+/* Raises the Lua error for engine error err in fn ("fn: bad argument 'key' (...)", ...). */
+int lqueue_raise(lua_State *L, const char *fn, int err);
+/*
+ * Pushes the key and the raw payload text (or nil) of a record just handed
+ * out by wq_queue_get.
+ */
+void lqueue_push_taken(lua_State *L, lqueue *lq, const wq_item_info *info);
+/* Replaces the raw payload text on top of the stack with its decoded value. */
+void lqueue_decode_top(lua_State *L);
+/* Cancels a task's wait in get (its wait data is the queue). */
+void lqueue_get_cancel(wq_task *t);
 
 #endif

@@ -1,14 +1,17 @@
 /*
  * The `wq` module table and its runtime functions: spawn, sleep, now,
- * time, after, every, requeue, log, exit (exec lives in host/exec.c,
- * queues in lqueue.c, limiters in llimiter.c). Also the argument checks
+ * time, after, every, requeue, log, exit (exec lives in lexec.c, queues
+ * in lqueue.c, limiters in llimiter.c). Also the argument checks
  * and JSON payload helpers every binding shares (the codec is ljson.c).
  */
 #include "lua/lwq.h"
 
+#include "host/timer.h"
+#include "lua/lexec.h"
 #include "lua/ljson.h"
+#include "lua/llimiter.h"
 #include "lua/lqueue.h"
-#include "store/store.h"
+#include "lua/sched.h"
 
 #include <lauxlib.h>
 #include <lualib.h>
@@ -92,16 +95,6 @@ void wq_push_payload(lua_State *L, const char *json, size_t len)
     }
 }
 
-int wq_json_encode(lua_State *L, int idx)
-{
-    return wq_ljson_encode(L, idx) == LUA_OK ? 0 : -1;
-}
-
-int wq_json_decode(lua_State *L, const char *json, size_t len)
-{
-    return wq_ljson_decode(L, json, len) == LUA_OK ? 0 : -1;
-}
-
 /* ---- runtime functions ---- */
 
 static int wq_spawn(lua_State *L)
@@ -109,11 +102,8 @@ static int wq_spawn(lua_State *L)
     if (lua_type(L, 1) != LUA_TFUNCTION)
         wq_argerror(L, "spawn", "fn",
                     lua_pushfstring(L, "function expected, got %s", luaL_typename(L, 1)));
-    wq_host *h = wq_host_of(L);
     int n = lua_gettop(L);
-    wq_task *t = wq_task_spawn(h, L, n - 1, TASK_SPAWN);
-    if (!t)
-        return luaL_error(L, "spawn: out of memory");
+    wq_task *t = wq_task_spawn(L, n - 1, TASK_SPAWN);
     lua_createtable(L, 0, 1);
     lua_pushinteger(L, t->id);
     lua_setfield(L, -2, "id");
@@ -172,6 +162,7 @@ static int wq_time(lua_State *L)
 
 typedef struct ltimer {
     wq_host *host;
+    lua_State *L;  /* the main thread */
     uint64_t id;   /* pending timer, 0 when not pending */
     int fn_ref;    /* registry: the callback */
     int self_ref;  /* registry: this userdata while pending */
@@ -187,15 +178,25 @@ static void timer_release(lua_State *L, ltimer *tm)
     tm->id = 0;
 }
 
+/* Starts the callback's task; protected (a loop callback must not raise). */
+static int spawn_callback(lua_State *L)
+{
+    ltimer *tm = lua_touserdata(L, 1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, tm->fn_ref);
+    wq_task_spawn(L, 0, TASK_TIMER);
+    return 0;
+}
+
 static void timer_fire(wq_host *h, void *data, uint64_t id)
 {
     (void)id;
     ltimer *tm = data;
-    lua_State *L = h->L;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, tm->fn_ref);
-    if (!wq_task_spawn(h, L, 0, TASK_TIMER)) {
+    lua_State *L = tm->L;
+    lua_pushcfunction(L, spawn_callback);
+    lua_pushlightuserdata(L, tm);
+    if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+        wq_host_log(h, "wqrun: timer callback skipped: %s", lua_tostring(L, -1));
         lua_pop(L, 1);
-        wq_host_log(h, "wqrun: timer callback skipped: out of memory");
     }
     if (tm->every) {
         int64_t now = wq_host_now(h);
@@ -221,6 +222,7 @@ static int timer_new(lua_State *L, const char *fn, int every)
     ltimer *tm = lua_newuserdatauv(L, sizeof *tm, 0);
     memset(tm, 0, sizeof *tm);
     tm->host = h;
+    tm->L = wq_sched_of(L)->L;
     tm->every = every ? wq_seconds_to_ns(s) : 0;
     if (every && tm->every == 0)
         tm->every = 1;
@@ -324,9 +326,9 @@ static int wq_exit(lua_State *L)
 }
 
 static const luaL_Reg wq_funcs[] = {
-    {"spawn", wq_spawn}, {"sleep", wq_sleep}, {"now", wq_now},       {"time", wq_time},
-    {"after", wq_after}, {"every", wq_every}, {"exec", wq_exec_lua}, {"requeue", wq_requeue},
-    {"log", wq_log},     {"exit", wq_exit},   {NULL, NULL}};
+    {"spawn", wq_spawn},     {"sleep", wq_sleep}, {"now", wq_now}, {"time", wq_time},
+    {"after", wq_after},     {"every", wq_every}, {"log", wq_log}, {"exit", wq_exit},
+    {"requeue", wq_requeue}, {NULL, NULL}};
 
 static const luaL_Reg timer_methods[] = {
     {"cancel", timer_cancel}, {"pending", timer_pending}, {NULL, NULL}};
@@ -356,24 +358,11 @@ void wq_lua_open(lua_State *L)
     lua_setfield(L, -2, "version");
     wq_lua_open_queue(L);
     wq_lua_open_limiter(L);
+    wq_lua_open_exec(L);
     lua_setglobal(L, "wq");
 
     luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
     lua_pushcfunction(L, open_wq);
     lua_setfield(L, -2, "wq");
     lua_pop(L, 1);
-}
-
-void wq_lua_close(wq_host *h)
-{
-    for (int i = 0; i < h->nqueues; i++) {
-        lqueue *lq = h->queues[i];
-        if (lq->sq)
-            wq_store_detach(lq->sq);
-        lq->sq = NULL;
-        wq_queue_free(lq->q);
-        lq->q = NULL;
-        wq_keymap_free(lq->failures);
-        lq->failures = NULL;
-    }
 }

@@ -4,6 +4,8 @@
  * inserts an inbox row, status only reads. Both refuse a file that is not
  * a wqrun state file, exactly as the runner does.
  */
+#include "store/cli.h"
+
 #include "store/store_int.h"
 
 #include <errno.h>

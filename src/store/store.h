@@ -150,12 +150,4 @@ typedef struct wq_store_stats {
 } wq_store_stats;
 void wq_store_get_stats(const wq_store *s, wq_store_stats *st);
 
-/* `wqrun add --db PATH QUEUE KEY [PAYLOAD] [--after S]`: argv after "add". Returns exit code. */
-int wq_store_cli_add(int argc, char **argv);
-/* `wqrun status --db PATH`: argv after "status". Returns exit code. */
-int wq_store_cli_status(int argc, char **argv);
-/* As the two above, printing to out and err instead of stdout and stderr. */
-int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err);
-int wq_store_cli_status_io(int argc, char **argv, FILE *out, FILE *err);
-
 #endif

@@ -13,6 +13,9 @@ if [ ! -x "$WQRUN" ]; then
     exit 1
 fi
 
+# The test helper module (require "wqtest") lives with the Lua tests.
+export LUA_PATH="$WQ_SOURCE_DIR/tests/lua/?.lua;;"
+
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/wqrun-e2e.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 

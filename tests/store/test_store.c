@@ -4,6 +4,7 @@
  * group commit and coalescing, restore order and times, failures and dead
  * letters, the inbox, and the add/status command lines.
  */
+#include "store/cli.h"
 #include "store/store.h"
 #include "store/store_int.h"
 

@@ -4,17 +4,17 @@
  * run event, so a producer never runs a consumer inline. The run event
  * resumes ready tasks in FIFO order and reports how each one stopped.
  */
-#include "host/host.h"
+#include "lua/sched.h"
+
+#include "host/progress.h"
+#include "lua/lqueue.h"
 
 #include <lauxlib.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-wq_task *wq_task_of(lua_State *L)
-{
-    wq_task *t = *(wq_task **)lua_getextraspace(L);
-    return t && t->kind != TASK_ROOT && t->co == L ? t : NULL;
-}
+lua_State *volatile wq_running;
 
 static int tostring_k(lua_State *L)
 {
@@ -49,7 +49,7 @@ wq_task *wq_task_require(lua_State *L, const char *fn)
     return t;
 }
 
-static void enqueue(wq_host *h, wq_task *t)
+static void enqueue(wq_sched *h, wq_task *t)
 {
     t->state = TS_READY;
     t->next_ready = NULL;
@@ -58,13 +58,14 @@ static void enqueue(wq_host *h, wq_task *t)
     else
         h->ready_head = t;
     h->ready_tail = t;
-    /* Inside a pass, wq_sched_run schedules the next one itself. */
+    /* Inside a pass, on_run schedules the next one itself. */
     if (!h->in_pass)
         event_active(h->run_ev, EV_READ, 0);
 }
 
-wq_task *wq_task_spawn(wq_host *h, lua_State *L, int nargs, wq_task_kind kind)
+wq_task *wq_task_spawn(lua_State *L, int nargs, wq_task_kind kind)
 {
+    wq_sched *h = wq_sched_of(L);
     /* The Lua allocations first: they raise on out-of-memory, and nothing
      * of ours exists yet to leak. */
     lua_State *co = lua_newthread(L);
@@ -72,10 +73,11 @@ wq_task *wq_task_spawn(wq_host *h, lua_State *L, int nargs, wq_task_kind kind)
     wq_task *t = calloc(1, sizeof *t);
     if (!t) {
         luaL_unref(L, LUA_REGISTRYINDEX, ref);
-        return NULL;
+        luaL_error(L, "out of memory");
     }
     t->ref = ref;
-    t->host = h;
+    t->sched = h;
+    t->host = h->host;
     t->co = co;
     t->kind = kind;
     t->deadline = WQ_NEVER;
@@ -99,7 +101,7 @@ void wq_task_wake(wq_task *t, int nargs)
     t->cancel = NULL;
     t->wait = NULL;
     t->nargs = nargs;
-    enqueue(t->host, t);
+    enqueue(t->sched, t);
 }
 
 int wq_task_wait(lua_State *L, wq_task *t, void (*cancel)(wq_task *), lua_KContext ctx,
@@ -132,7 +134,7 @@ void wq_task_check_interrupt(lua_State *L, wq_task *t)
     }
 }
 
-static void finish(wq_host *h, wq_task *t)
+static void finish(wq_sched *h, wq_task *t)
 {
     t->state = TS_DEAD;
     luaL_unref(h->L, LUA_REGISTRYINDEX, t->ref);
@@ -146,7 +148,7 @@ static void finish(wq_host *h, wq_task *t)
     free(t);
 }
 
-void wq_sched_free_all(wq_host *h)
+void wq_sched_destroy(wq_sched *h)
 {
     while (h->all) {
         wq_task *t = h->all;
@@ -155,9 +157,52 @@ void wq_sched_free_all(wq_host *h)
     }
     h->ready_head = h->ready_tail = NULL;
     h->ntasks = 0;
+    if (h->run_ev)
+        event_free(h->run_ev);
+    h->run_ev = NULL;
 }
 
-static void resume(wq_host *h, wq_task *t)
+int wq_sched_runnable(const wq_sched *s)
+{
+    return s->ready_head != NULL;
+}
+
+void wq_task_describe(const wq_task *t, char *buf, size_t n)
+{
+    switch (t->kind) {
+    case TASK_MAIN: snprintf(buf, n, "main chunk"); break;
+    case TASK_TIMER: snprintf(buf, n, "timer callback (task %d)", t->id); break;
+    case TASK_WORKER: snprintf(buf, n, "worker of queue '%s'", wq_lqueue_name(t->queue)); break;
+    default: snprintf(buf, n, "task %d", t->id); break;
+    }
+}
+
+/*
+ * Reports a task's error (message + traceback of co) and exits 1. Runs
+ * inside the pass's protected call: an allocation failure here is caught.
+ */
+static void task_failed(wq_sched *h, wq_task *t)
+{
+    wq_host *host = h->host;
+    if (host->exiting)
+        return;
+    /* co is dead: run the error object's __tostring (which may fail) on
+     * the main thread, and only read co's stack for the traceback. */
+    lua_State *L = h->L;
+    lua_xmove(t->co, L, 1);
+    const char *msg = wq_safe_tostring(L, -1);
+    luaL_traceback(L, t->co, msg, 0);
+    const char *what = t->kind == TASK_MAIN     ? "main chunk"
+                       : t->kind == TASK_TIMER  ? "timer callback"
+                       : t->kind == TASK_WORKER ? "worker"
+                                                : "task";
+    wq_progress_clear(host);
+    fprintf(stderr, "wqrun: error in %s: %s\n", what, lua_tostring(L, -1));
+    lua_pop(L, 3);
+    wq_host_exit(host, 1);
+}
+
+static void resume(wq_sched *h, wq_task *t)
 {
     int nres;
     t->state = TS_RUNNING;
@@ -178,25 +223,22 @@ static void resume(wq_host *h, wq_task *t)
         finish(h, t);
         return;
     }
-    const char *what = t->kind == TASK_MAIN     ? "main chunk"
-                       : t->kind == TASK_TIMER  ? "timer callback"
-                       : t->kind == TASK_WORKER ? "worker"
-                                                : "task";
-    wq_host_fail(h, t->co, what);
+    task_failed(h, t);
     finish(h, t);
 }
 
-/* The run event: resumes the tasks that are ready now. */
-void wq_sched_run(evutil_socket_t fd, short what, void *arg)
+/*
+ * One pass over the tasks ready now, inside a protected call: lua_resume
+ * protects the coroutines, this protects what the pass itself does on the
+ * main thread (error reports, unrefs), so nothing here can panic.
+ */
+static int run_pass(lua_State *L)
 {
-    (void)fd;
-    (void)what;
-    wq_host *h = arg;
+    wq_sched *h = lua_touserdata(L, 1);
     /* Only the tasks ready now: tasks woken meanwhile run in the next pass,
      * so the loop gets a chance to look at timers, signals and sockets. */
     wq_task *tail = h->ready_tail;
-    h->in_pass = 1;
-    while (h->ready_head && !h->exiting) {
+    while (h->ready_head && !h->host->exiting) {
         wq_task *t = h->ready_head;
         h->ready_head = t->next_ready;
         if (!h->ready_head)
@@ -206,14 +248,52 @@ void wq_sched_run(evutil_socket_t fd, short what, void *arg)
         if (last)
             break;
     }
+    return 0;
+}
+
+/* The run event: resumes the tasks that are ready now. */
+static void on_run(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    wq_sched *h = arg;
+    wq_host *host = h->host;
+    h->in_pass = 1;
+    lua_State *L = h->L;
+    lua_pushcfunction(L, run_pass);
+    lua_pushlightuserdata(L, h);
+    if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+        wq_progress_clear(host);
+        fprintf(stderr, "wqrun: %s; stopping\n", wq_safe_tostring(L, -1));
+        lua_settop(L, 0);
+        wq_host_exit(host, 1);
+    }
     h->in_pass = 0;
     /* Not event_active: libevent would run us again in this same iteration,
      * without polling. A zero timeout comes after the next poll. */
-    if (h->ready_head && !h->exiting) {
+    if (h->ready_head && !host->exiting) {
         static const struct timeval zero = {0, 0};
         event_add(h->run_ev, &zero);
     }
-    wq_host_settle(h);
+    wq_host_settle(host);
+}
+
+int wq_sched_init(wq_sched *s, wq_host *h, lua_State *L)
+{
+    memset(s, 0, sizeof *s);
+    s->host = h;
+    s->L = L;
+    s->root.kind = TASK_ROOT;
+    s->root.sched = s;
+    s->root.host = h;
+    s->root.co = L;
+    *(wq_task **)lua_getextraspace(L) = &s->root;
+    s->run_ev = event_new(h->base, -1, 0, on_run, s);
+    if (!s->run_ev)
+        return -1;
+    const char *e = getenv("WQ_TEST_GCSTRESS");
+    s->gcstress = e && *e && strcmp(e, "0") != 0;
+    return 0;
 }
 
 void wq_waitlist_push(wq_waitlist *w, wq_task *t)
@@ -248,4 +328,32 @@ wq_task *wq_waitlist_pop(wq_waitlist *w)
     if (t)
         wq_waitlist_remove(w, t);
     return t;
+}
+
+/*
+ * Preemption for signals: if Lua code is running when SIGINT/SIGTERM
+ * arrives (a handler stuck in a computation), a one-instruction count hook
+ * on that thread yields back to the scheduler, so the loop sees the signal
+ * and the graceful stop (or the second signal's immediate exit) happens.
+ */
+static lua_Hook saved_hook;
+static int saved_mask, saved_count;
+
+static void preempt_hook(lua_State *L, lua_Debug *ar)
+{
+    (void)ar;
+    lua_sethook(L, saved_hook, saved_mask, saved_count);
+    if (lua_isyieldable(L))
+        lua_yield(L, 0);
+}
+
+void wq_sched_preempt(void)
+{
+    lua_State *L = wq_running;
+    if (L && lua_gethook(L) != preempt_hook) {
+        saved_hook = lua_gethook(L);
+        saved_mask = lua_gethookmask(L);
+        saved_count = lua_gethookcount(L);
+        lua_sethook(L, preempt_hook, LUA_MASKCOUNT, 1);
+    }
 }

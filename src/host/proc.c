@@ -1,18 +1,18 @@
 /*
- * wq.exec: runs a program without a shell while the loop goes on. The
- * child gets pipes for stdin, stdout and stderr, watched by libevent, and
- * its own process group so a timeout can kill everything it started.
- * SIGCHLD (a libevent signal event) reaps children. The task resumes with
- * {status=, signal=, stdout=, stderr=, timeout=} once the child has exited
- * and both output pipes are closed (or right away after a kill).
+ * Child processes: spawned without a shell (posix_spawnp) in a process
+ * group of their own, so a kill reaches everything they started. Pipes
+ * for stdin, stdout and stderr are watched by libevent; SIGCHLD (a
+ * libevent signal event in host.c) reaps them. A record is finished once
+ * the child has exited and both output pipes are closed (or right away
+ * after a kill, taking what is there).
  */
 #define _GNU_SOURCE /* pipe2, posix_spawn_file_actions_addchdir_np */
-#include "host/host.h"
-#include "lua/lwq.h"
+#include "host/proc.h"
+
+#include "host/timer.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <lauxlib.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -27,9 +27,12 @@ typedef struct obuf {
     size_t len, cap;
 } obuf;
 
-typedef struct xproc {
+typedef struct wq_proc xproc;
+
+struct wq_proc {
     wq_host *h;
-    wq_task *task; /* NULL once the task stopped waiting */
+    wq_proc_fn fn; /* NULL once abandoned */
+    void *ud;
     pid_t pid;
     struct event *ev[3]; /* stdin (write), stdout, stderr */
     int fd[3];
@@ -38,8 +41,10 @@ typedef struct xproc {
     size_t inlen, inoff;
     int exited, wstatus, killed, timed_out;
     uint64_t timer;
-    struct xproc *next;
-} xproc;
+    int finished; /* exited, output complete, callback made */
+    wq_proc_result res;
+    struct wq_proc *next;
+};
 
 static void close_pipe(xproc *x, int i)
 {
@@ -55,7 +60,7 @@ static void close_pipe(xproc *x, int i)
 
 static void unlink_proc(xproc *x)
 {
-    xproc **p = (xproc **)&x->h->execs;
+    xproc **p = (xproc **)&x->h->procs;
     while (*p && *p != x)
         p = &(*p)->next;
     if (*p)
@@ -92,29 +97,23 @@ static void maybe_complete(xproc *x)
     unlink_proc(x);
     /* Counted until here, not just until the reap: a grandchild may still
      * hold the output pipes, and the process must not look idle (nor the
-     * virtual clock jump) while the exec is unfinished. */
+     * virtual clock jump) while the child is unfinished. */
     x->h->children--;
-    wq_task *t = x->task;
-    if (t) {
-        lua_State *co = t->co;
-        lua_createtable(co, 0, 5);
-        if (WIFEXITED(x->wstatus)) {
-            lua_pushinteger(co, WEXITSTATUS(x->wstatus));
-            lua_setfield(co, -2, "status");
-        } else if (WIFSIGNALED(x->wstatus)) {
-            lua_pushinteger(co, WTERMSIG(x->wstatus));
-            lua_setfield(co, -2, "signal");
-        }
-        lua_pushlstring(co, x->out[0].data ? x->out[0].data : "", x->out[0].len);
-        lua_setfield(co, -2, "stdout");
-        lua_pushlstring(co, x->out[1].data ? x->out[1].data : "", x->out[1].len);
-        lua_setfield(co, -2, "stderr");
-        lua_pushboolean(co, x->timed_out);
-        lua_setfield(co, -2, "timeout");
-        t->wait = NULL;
-        wq_task_wake(t, 1);
+    x->finished = 1;
+    if (!x->fn) {
+        free_proc(x);
+        return;
     }
-    free_proc(x);
+    wq_proc_result *r = &x->res;
+    r->exited = WIFEXITED(x->wstatus);
+    r->status = r->exited ? WEXITSTATUS(x->wstatus) : 0;
+    r->signal = WIFSIGNALED(x->wstatus) ? WTERMSIG(x->wstatus) : 0;
+    r->timed_out = x->timed_out;
+    r->out = x->out[0].data ? x->out[0].data : "";
+    r->outlen = x->out[0].len;
+    r->err = x->out[1].data ? x->out[1].data : "";
+    r->errlen = x->out[1].len;
+    x->fn(x->ud, x);
 }
 
 static void read_some(xproc *x, int i)
@@ -197,21 +196,12 @@ static void on_timeout(wq_host *h, void *data, uint64_t id)
     kill_proc(x);
 }
 
-static void exec_cancel(wq_task *t)
-{
-    xproc *x = t->wait;
-    if (x) {
-        x->task = NULL;
-        kill_proc(x);
-    }
-}
-
 /* Reaps our own children only: a waitpid(-1) would also take the status of
  * processes the script started itself (io.popen, os.execute). */
-void wq_exec_reap(wq_host *h)
+void wq_proc_reap(wq_host *h)
 {
     xproc *next;
-    for (xproc *x = h->execs; x; x = next) {
+    for (xproc *x = h->procs; x; x = next) {
         next = x->next;
         int st;
         if (x->exited || waitpid(x->pid, &st, WNOHANG) != x->pid)
@@ -228,134 +218,53 @@ void wq_exec_reap(wq_host *h)
     }
 }
 
-void wq_exec_kill_all(wq_host *h)
+void wq_proc_kill_all(wq_host *h)
 {
-    while (h->execs) {
-        xproc *x = h->execs;
-        h->execs = x->next;
+    while (h->procs) {
+        xproc *x = h->procs;
+        h->procs = x->next;
         if (!x->exited) {
             kill_proc(x);
             waitpid(x->pid, NULL, 0);
         }
-        free_proc(x);
+        if (x->fn) { /* its owner frees it, with what it got so far */
+            x->exited = 1;
+            x->finished = 1;
+            for (int i = 0; i < 3; i++)
+                close_pipe(x, i);
+        } else {
+            free_proc(x);
+        }
     }
     h->children = 0;
 }
 
-static int exec_k(lua_State *L, int status, lua_KContext ctx)
+const wq_proc_result *wq_proc_output(const wq_proc *p)
 {
-    (void)status;
-    (void)ctx;
-    wq_task_check_interrupt(L, wq_task_of(L));
-    return 1;
+    return &p->res;
 }
 
-/* Builds a NULL-terminated array of strings; the strings stay on the Lua stack. */
-static char **check_argv(lua_State *L, int idx)
+void wq_proc_free(wq_proc *p)
 {
-    if (!lua_istable(L, idx))
-        wq_argerror(L, "exec", "argv",
-                    lua_pushfstring(L, "table expected, got %s", luaL_typename(L, idx)));
-    lua_Integer n = luaL_len(L, idx);
-    if (n < 1)
-        wq_argerror(L, "exec", "argv", "must name a program");
-    char **argv = lua_newuserdatauv(L, (size_t)(n + 1) * sizeof *argv, 0);
-    for (lua_Integer i = 1; i <= n; i++) {
-        int t = lua_rawgeti(L, idx, i);
-        if (t != LUA_TSTRING && t != LUA_TNUMBER)
-            wq_argerror(L, "exec", "argv",
-                        lua_pushfstring(L, "element %d: string expected, got %s", (int)i,
-                                        luaL_typename(L, -1)));
-        argv[i - 1] = (char *)lua_tostring(L, -1);
-        lua_pop(L, 1); /* the string stays alive in the table */
-    }
-    argv[n] = NULL;
-    return argv;
+    if (p)
+        free_proc(p);
 }
 
-/* The environment for the child: ours plus opts.env (a value of false removes a name). */
-static char **build_env(lua_State *L, int idx)
+void wq_proc_abandon(wq_proc *p)
 {
-    lua_newtable(L);
-    int tab = lua_gettop(L);
-    for (char **e = environ; *e; e++) {
-        const char *eq = strchr(*e, '=');
-        if (!eq)
-            continue;
-        lua_pushlstring(L, *e, (size_t)(eq - *e));
-        lua_pushstring(L, *e);
-        lua_rawset(L, tab);
+    if (p->finished) {
+        free_proc(p);
+        return;
     }
-    lua_pushnil(L);
-    while (lua_next(L, idx)) {
-        if (lua_type(L, -2) != LUA_TSTRING)
-            wq_argerror(L, "exec", "env", "keys must be strings");
-        if (lua_toboolean(L, -1) == 0) {
-            lua_pushvalue(L, -2);
-            lua_pushnil(L);
-            lua_rawset(L, tab);
-        } else {
-            if (lua_type(L, -1) != LUA_TSTRING && lua_type(L, -1) != LUA_TNUMBER)
-                wq_argerror(L, "exec", "env", "values must be strings");
-            lua_pushvalue(L, -2); /* name, value, name */
-            lua_pushfstring(L, "%s=%s", lua_tostring(L, -1), lua_tostring(L, -2));
-            lua_rawset(L, tab);
-        }
-        lua_pop(L, 1);
-    }
-    int n = 0;
-    lua_pushnil(L);
-    while (lua_next(L, tab)) {
-        n++;
-        lua_pop(L, 1);
-    }
-    char **env = lua_newuserdatauv(L, (size_t)(n + 1) * sizeof *env, 0);
-    int i = 0;
-    lua_pushnil(L);
-    while (lua_next(L, tab)) {
-        env[i++] = (char *)lua_tostring(L, -1);
-        lua_pop(L, 1);
-    }
-    env[i] = NULL;
-    return env; /* strings anchored by the table below the userdata */
+    p->fn = NULL;
+    kill_proc(p);
 }
 
-int wq_exec_lua(lua_State *L)
+int wq_proc_spawn(wq_host *h, const wq_proc_spec *spec, wq_proc_fn fn, void *ud, wq_proc **out)
 {
-    lua_settop(L, 2);
-    char **argv = check_argv(L, 1); /* 3 */
-    const char *cwd = NULL, *in = NULL;
-    size_t inlen = 0;
-    double timeout = 0;
-    char **env = environ;
-    if (!lua_isnil(L, 2)) {
-        if (!lua_istable(L, 2))
-            wq_argerror(L, "exec", "opts",
-                        lua_pushfstring(L, "table expected, got %s", luaL_typename(L, 2)));
-        if (lua_getfield(L, 2, "stdin") != LUA_TNIL) {
-            if (lua_type(L, -1) != LUA_TSTRING)
-                wq_argerror(L, "exec", "stdin", "string expected");
-            in = lua_tolstring(L, -1, &inlen);
-        }
-        if (lua_getfield(L, 2, "cwd") != LUA_TNIL) {
-            if (lua_type(L, -1) != LUA_TSTRING)
-                wq_argerror(L, "exec", "cwd", "string expected");
-            cwd = lua_tostring(L, -1);
-        }
-        if (lua_getfield(L, 2, "timeout") != LUA_TNIL)
-            timeout = wq_checkduration(L, -1, "exec", "timeout", 1);
-        if (lua_getfield(L, 2, "env") != LUA_TNIL) {
-            if (!lua_istable(L, -1))
-                wq_argerror(L, "exec", "env", "table expected");
-            env = build_env(L, lua_gettop(L));
-        }
-    }
-    wq_task *t = wq_task_require(L, "exec");
-    wq_host *h = t->host;
-
     xproc *x = calloc(1, sizeof *x);
     if (!x)
-        return luaL_error(L, "exec: out of memory");
+        return ENOMEM;
     x->h = h;
     x->fd[0] = x->fd[1] = x->fd[2] = -1;
     int child[3] = {-1, -1, -1};
@@ -371,13 +280,13 @@ int wq_exec_lua(lua_State *L)
         child[i] = i == 0 ? p[0] : p[1];
         fcntl(x->fd[i], F_SETFL, O_NONBLOCK);
     }
-    if (in && inlen) {
-        x->in = malloc(inlen);
+    if (!err && spec->in && spec->inlen) {
+        x->in = malloc(spec->inlen);
         if (!x->in)
             err = ENOMEM;
         else
-            memcpy(x->in, in, inlen);
-        x->inlen = inlen;
+            memcpy(x->in, spec->in, spec->inlen);
+        x->inlen = spec->inlen;
     }
     /* The pipes' events before the child exists: nothing to undo if one fails. */
     if (!err) {
@@ -388,14 +297,19 @@ int wq_exec_lua(lua_State *L)
         if (!x->ev[1] || !x->ev[2] || (x->inlen && !x->ev[0]))
             err = ENOMEM;
     }
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t at;
+    if (!err && spec->timeout_ns > 0) {
+        x->timer = wq_timer_start(h, wq_add_sat(wq_host_now(h), spec->timeout_ns), on_timeout, x);
+        if (!x->timer)
+            err = ENOMEM;
+    }
     if (!err) {
+        posix_spawn_file_actions_t fa;
+        posix_spawnattr_t at;
         posix_spawn_file_actions_init(&fa);
         for (int i = 0; i < 3; i++)
             posix_spawn_file_actions_adddup2(&fa, child[i], i);
-        if (cwd)
-            posix_spawn_file_actions_addchdir_np(&fa, cwd);
+        if (spec->cwd)
+            posix_spawn_file_actions_addchdir_np(&fa, spec->cwd);
         posix_spawnattr_init(&at);
         sigset_t none, def;
         sigemptyset(&none);
@@ -404,12 +318,14 @@ int wq_exec_lua(lua_State *L)
         sigaddset(&def, SIGINT);
         sigaddset(&def, SIGTERM);
         sigaddset(&def, SIGCHLD);
+        sigaddset(&def, SIGALRM);
         posix_spawnattr_setsigmask(&at, &none);
         posix_spawnattr_setsigdefault(&at, &def);
         posix_spawnattr_setpgroup(&at, 0);
         posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
                                           POSIX_SPAWN_SETPGROUP);
-        err = posix_spawnp(&x->pid, argv[0], &fa, &at, argv, env);
+        err = posix_spawnp(&x->pid, spec->argv[0], &fa, &at, spec->argv,
+                           spec->env ? spec->env : environ);
         posix_spawn_file_actions_destroy(&fa);
         posix_spawnattr_destroy(&at);
     }
@@ -418,23 +334,19 @@ int wq_exec_lua(lua_State *L)
             close(child[i]);
     if (err) {
         free_proc(x);
-        lua_pushnil(L);
-        lua_pushfstring(L, "exec: cannot run '%s': %s", argv[0], strerror(err));
-        return 2;
+        return err;
     }
+    x->fn = fn;
+    x->ud = ud;
     h->children++;
-    x->next = h->execs;
-    h->execs = x;
-    x->task = t;
+    x->next = h->procs;
+    h->procs = x;
     event_add(x->ev[1], NULL);
     event_add(x->ev[2], NULL);
     if (x->inlen)
         event_add(x->ev[0], NULL);
     else
         close_pipe(x, 0);
-    if (timeout > 0)
-        x->timer =
-            wq_timer_start(h, wq_add_sat(wq_host_now(h), wq_seconds_to_ns(timeout)), on_timeout, x);
-    t->wait = x;
-    return wq_task_wait(L, t, exec_cancel, 0, exec_k);
+    *out = x;
+    return 0;
 }

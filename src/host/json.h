@@ -1,0 +1,18 @@
+/*
+ * The process's JSON parser (json-c underneath), shared by HTTP and the
+ * Lua payload codec.
+ */
+#ifndef WQ_JSON_H
+#define WQ_JSON_H
+
+#include <json-c/json_object.h>
+#include <stddef.h>
+
+/*
+ * Parses the whole text s[0..len) into *out (NULL for a top-level null;
+ * the caller puts it). Returns NULL, or why the text is not JSON (*out
+ * NULL). Integer literals outside int64 become doubles.
+ */
+const char *wq_json_parse(const char *s, size_t len, json_object **out);
+
+#endif

@@ -1,0 +1,193 @@
+/*
+ * wq.exec, the Lua half: checks argv and opts, hands the child to the
+ * host's process module (host/proc.c) and waits. The result table is
+ * built in the continuation, inside the task (so inside lua_resume's
+ * protection), never from the loop's callback.
+ */
+#include "lua/lexec.h"
+
+#include "host/proc.h"
+#include "lua/lwq.h"
+#include "lua/sched.h"
+
+#include <lauxlib.h>
+#include <string.h>
+
+extern char **environ;
+
+/* The child's record while the task waits, freed by the continuation or the collector. */
+typedef struct box {
+    wq_proc *p;
+} box;
+
+static int box_gc(lua_State *L)
+{
+    box *b = lua_touserdata(L, 1);
+    if (b->p) {
+        wq_proc_abandon(b->p);
+        b->p = NULL;
+    }
+    return 0;
+}
+
+static void on_finished(void *ud, wq_proc *p)
+{
+    (void)p;
+    wq_task *t = ud;
+    wq_task_wake(t, 0);
+}
+
+static void exec_cancel(wq_task *t)
+{
+    box *b = t->wait;
+    if (b && b->p) {
+        wq_proc_abandon(b->p);
+        b->p = NULL;
+    }
+}
+
+static int exec_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    wq_task_check_interrupt(L, wq_task_of(L));
+    box *b = (box *)ctx;
+    const wq_proc_result *r = wq_proc_output(b->p);
+    lua_createtable(L, 0, 5);
+    if (r->exited) {
+        lua_pushinteger(L, r->status);
+        lua_setfield(L, -2, "status");
+    } else if (r->signal) {
+        lua_pushinteger(L, r->signal);
+        lua_setfield(L, -2, "signal");
+    }
+    lua_pushlstring(L, r->out, r->outlen);
+    lua_setfield(L, -2, "stdout");
+    lua_pushlstring(L, r->err, r->errlen);
+    lua_setfield(L, -2, "stderr");
+    lua_pushboolean(L, r->timed_out);
+    lua_setfield(L, -2, "timeout");
+    wq_proc_free(b->p);
+    b->p = NULL;
+    return 1;
+}
+
+static char **check_argv(lua_State *L, int idx)
+{
+    if (!lua_istable(L, idx))
+        wq_argerror(L, "exec", "argv",
+                    lua_pushfstring(L, "table expected, got %s", luaL_typename(L, idx)));
+    /* Raw length: a __len metamethod must not size the array we fill. */
+    lua_Integer n = (lua_Integer)lua_rawlen(L, idx);
+    if (n < 1)
+        wq_argerror(L, "exec", "argv", "must name a program");
+    char **argv = lua_newuserdatauv(L, (size_t)(n + 1) * sizeof *argv, 0);
+    for (lua_Integer i = 1; i <= n; i++) {
+        int t = lua_rawgeti(L, idx, i);
+        if (t != LUA_TSTRING && t != LUA_TNUMBER)
+            wq_argerror(L, "exec", "argv",
+                        lua_pushfstring(L, "element %d: string expected, got %s", (int)i,
+                                        luaL_typename(L, -1)));
+        argv[i - 1] = (char *)lua_tostring(L, -1);
+        lua_pop(L, 1); /* the string stays alive in the table */
+    }
+    argv[n] = NULL;
+    return argv;
+}
+
+/* The environment for the child: ours plus opts.env (a value of false removes a name). */
+static char **build_env(lua_State *L, int idx)
+{
+    lua_newtable(L);
+    int tab = lua_gettop(L);
+    for (char **e = environ; *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (!eq)
+            continue;
+        lua_pushlstring(L, *e, (size_t)(eq - *e));
+        lua_pushstring(L, *e);
+        lua_rawset(L, tab);
+    }
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        if (lua_type(L, -2) != LUA_TSTRING)
+            wq_argerror(L, "exec", "env", "keys must be strings");
+        if (lua_toboolean(L, -1) == 0) {
+            lua_pushvalue(L, -2);
+            lua_pushnil(L);
+            lua_rawset(L, tab);
+        } else {
+            if (lua_type(L, -1) != LUA_TSTRING && lua_type(L, -1) != LUA_TNUMBER)
+                wq_argerror(L, "exec", "env", "values must be strings");
+            lua_pushvalue(L, -2); /* name, value, name */
+            lua_pushfstring(L, "%s=%s", lua_tostring(L, -1), lua_tostring(L, -2));
+            lua_rawset(L, tab);
+        }
+        lua_pop(L, 1);
+    }
+    int n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, tab)) {
+        n++;
+        lua_pop(L, 1);
+    }
+    char **env = lua_newuserdatauv(L, (size_t)(n + 1) * sizeof *env, 0);
+    int i = 0;
+    lua_pushnil(L);
+    while (lua_next(L, tab)) {
+        env[i++] = (char *)lua_tostring(L, -1);
+        lua_pop(L, 1);
+    }
+    env[i] = NULL;
+    return env; /* strings anchored by the table below the userdata */
+}
+
+static int exec_lua(lua_State *L)
+{
+    lua_settop(L, 2);
+    char **argv = check_argv(L, 1); /* 3 */
+    wq_proc_spec spec = {argv, NULL, NULL, NULL, 0, 0};
+    if (!lua_isnil(L, 2)) {
+        if (!lua_istable(L, 2))
+            wq_argerror(L, "exec", "opts",
+                        lua_pushfstring(L, "table expected, got %s", luaL_typename(L, 2)));
+        if (lua_getfield(L, 2, "stdin") != LUA_TNIL) {
+            if (lua_type(L, -1) != LUA_TSTRING)
+                wq_argerror(L, "exec", "stdin", "string expected");
+            spec.in = lua_tolstring(L, -1, &spec.inlen);
+        }
+        if (lua_getfield(L, 2, "cwd") != LUA_TNIL) {
+            if (lua_type(L, -1) != LUA_TSTRING)
+                wq_argerror(L, "exec", "cwd", "string expected");
+            spec.cwd = lua_tostring(L, -1);
+        }
+        if (lua_getfield(L, 2, "timeout") != LUA_TNIL)
+            spec.timeout_ns = wq_seconds_to_ns(wq_checkduration(L, -1, "exec", "timeout", 1));
+        if (lua_getfield(L, 2, "env") != LUA_TNIL) {
+            if (!lua_istable(L, -1))
+                wq_argerror(L, "exec", "env", "table expected");
+            spec.env = build_env(L, lua_gettop(L));
+        }
+    }
+    wq_task *t = wq_task_require(L, "exec");
+    box *b = lua_newuserdatauv(L, sizeof *b, 0);
+    b->p = NULL;
+    luaL_setmetatable(L, "wq.Exec");
+    int err = wq_proc_spawn(t->host, &spec, on_finished, t, &b->p);
+    if (err) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "exec: cannot run '%s': %s", argv[0], strerror(err));
+        return 2;
+    }
+    t->wait = b;
+    return wq_task_wait(L, t, exec_cancel, (lua_KContext)b, exec_k);
+}
+
+void wq_lua_open_exec(lua_State *L)
+{
+    luaL_newmetatable(L, "wq.Exec");
+    lua_pushcfunction(L, box_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pop(L, 1);
+    lua_pushcfunction(L, exec_lua);
+    lua_setfield(L, -2, "exec");
+}

@@ -1,0 +1,337 @@
+/*
+ * The handler worker policy: a queue with a handler runs a pool of worker
+ * tasks; each loops get -> handler -> outcome -> done in C, using
+ * continuations so the handler may wait (sleep, exec, get on another
+ * queue). Outcomes: success forgets the key's failures; an error counts a
+ * failure and retries through the limiter until max_retries, then
+ * dead-letters the key; wq.requeue(s) schedules the key again without
+ * counting a failure. A handler timeout is a deadline timer plus a count
+ * hook for handlers that never yield.
+ */
+#include "lua/lworker.h"
+
+#include "host/timer.h"
+#include "lua/lwq.h"
+#include "store/store.h"
+
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WORKER_BUDGET 64 /* jobs a worker runs before letting other tasks in */
+
+/* ---- failure bookkeeping ---- */
+
+int64_t lworker_failures(lqueue *lq, const char *key, size_t len)
+{
+    uint64_t *v = wq_keymap_get(lq->failures, key, len);
+    return v ? (int64_t)*v : 0;
+}
+
+void lworker_forget(lqueue *lq, const char *key, size_t len)
+{
+    wq_limiter_forget(lq->limiter, key, len);
+    if (wq_keymap_del(lq->failures, key, len) && lq->sq)
+        wq_store_failures(lq->sq, key, len, 0, NULL);
+}
+
+/* Pushes the queue's dead-letter table. */
+void lworker_push_dead(lua_State *L, lqueue *lq)
+{
+    lua_rawgeti(L, LUA_REGISTRYINDEX, lq->dead_ref);
+}
+
+static void add_dead(lua_State *L, lqueue *lq, const char *key, size_t len, const char *json,
+                     size_t jlen, const char *err, const char *tb, int64_t attempts, double at)
+{
+    lworker_push_dead(L, lq);
+    lua_pushlstring(L, key, len);
+    if (lua_rawget(L, -2) == LUA_TNIL)
+        lq->ndead++;
+    lua_pop(L, 1);
+    lua_pushlstring(L, key, len);
+    lua_createtable(L, 0, 5);
+    if (json) {
+        lua_pushlstring(L, json, jlen);
+        lua_setfield(L, -2, "json");
+    }
+    lua_pushstring(L, err);
+    lua_setfield(L, -2, "error");
+    if (tb) {
+        lua_pushstring(L, tb);
+        lua_setfield(L, -2, "traceback");
+    }
+    lua_pushinteger(L, attempts);
+    lua_setfield(L, -2, "attempts");
+    lua_pushnumber(L, at);
+    lua_setfield(L, -2, "failed_at");
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+}
+
+/*
+ * A failed run of key: retry through the limiter while the failure count
+ * is below max_retries, else dead-letter it. The caller calls done after.
+ */
+/* A key for a log line: at most 64 bytes, control and non-ASCII bytes as \xNN. */
+static void show_key(char out[4 * 64 + 4], const char *key, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    char *o = out;
+    for (size_t i = 0; i < len && i < 64; i++) {
+        unsigned char c = (unsigned char)key[i];
+        if (c >= 0x20 && c < 0x7f && c != '\\') {
+            *o++ = (char)c;
+        } else {
+            *o++ = '\\';
+            *o++ = 'x';
+            *o++ = hex[c >> 4];
+            *o++ = hex[c & 15];
+        }
+    }
+    if (len > 64) {
+        memcpy(o, "...", 3);
+        o += 3;
+    }
+    *o = '\0';
+}
+
+static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len, const char *json,
+                           size_t jlen, const char *err, const char *tb)
+{
+    int64_t count = lworker_failures(lq, key, len);
+    lq->nfailures++;
+    if (count < lq->max_retries) {
+        uint64_t *v = wq_keymap_put(lq->failures, key, len, NULL);
+        if (!v)
+            luaL_error(L, "out of memory");
+        *v = (uint64_t)count + 1;
+        if (lq->sq)
+            wq_store_failures(lq->sq, key, len, count + 1, err);
+        int64_t delay;
+        if (wq_limiter_when(lq->limiter, key, len, &delay) < 0)
+            luaL_error(L, "out of memory");
+        int r = wq_queue_add_after(lq->q, key, len, delay, NULL);
+        if (r < 0 && r != WQ_ESHUTDOWN)
+            lqueue_raise(L, "retry", r);
+        return;
+    }
+    lworker_forget(lq, key, len);
+    double at = wq_host_unix(lq->host, wq_host_now(lq->host));
+    add_dead(L, lq, key, len, json, jlen, err, tb, count + 1, at);
+    if (lq->sq)
+        wq_store_dead(lq->sq, key, len, json, jlen, err, count + 1, at);
+    char shown[4 * 64 + 4];
+    show_key(shown, key, len);
+    wq_host_log(lq->host, "wqrun: %s: '%s' failed %lld times, dead-lettered: %s", lq->name, shown,
+                (long long)(count + 1), err);
+}
+
+static void done_key(lua_State *L, lqueue *lq, const char *key, size_t len)
+{
+    int r = wq_queue_done(lq->q, key, len);
+    if (r == 0)
+        lq->ndone++;
+    else if (r != WQ_ENOENT)
+        lqueue_raise(L, "done", r);
+}
+
+/* ---- workers ---- */
+
+/* Worker stack: [1] queue, [2] key, [3] payload JSON or nil, [4] msgh, [5] handler/results. */
+enum { PH_GET, PH_RAN };
+#define W_KEY 2
+#define W_JSON 3
+#define W_MSGH 4
+#define W_RES 5
+
+static int msgh(lua_State *L)
+{
+    const char *msg = lua_tostring(L, 1);
+    if (!msg) {
+        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+            msg = lua_tostring(L, -1);
+        else
+            msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    }
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+static void timeout_hook(lua_State *L, lua_Debug *ar)
+{
+    (void)ar;
+    /* L may be a coroutine the handler created (it inherited this hook):
+     * the task is then the one being resumed. */
+    wq_task *t = wq_task_of(L);
+    if (!t && wq_running)
+        t = wq_task_of(wq_running);
+    /* The virtual clock stands still while a handler computes: use real time too. */
+    if (t && t->deadline != WQ_NEVER &&
+        (wq_host_now(t->host) >= t->deadline || wq_real_now() >= t->real_deadline)) {
+        if (lua_gethookcount(L) != 1) { /* first time for this job */
+            t->queue->ntimeouts++;
+            t->host->handler_timeouts++;
+        }
+        /* From now on every instruction raises again, so a handler cannot
+         * swallow the timeout with pcall and go on (finish_job removes it). */
+        lua_sethook(L, timeout_hook, LUA_MASKCOUNT, 1);
+        if (L != t->co)
+            lua_sethook(t->co, timeout_hook, LUA_MASKCOUNT, 1);
+        lua_pushstring(L, "timeout");
+        lua_error(L);
+    }
+}
+
+static void deadline_fire(wq_host *h, void *data, uint64_t id)
+{
+    (void)id;
+    wq_task *t = data;
+    t->deadline_timer = 0;
+    t->queue->ntimeouts++;
+    h->handler_timeouts++;
+    /* The handler fails with "timeout" at its next instruction, even if it
+     * catches the interrupted wait with pcall (see timeout_hook). */
+    lua_sethook(t->co, timeout_hook, LUA_MASKCOUNT, 1);
+    if (t->state == TS_WAITING)
+        wq_task_interrupt(t, "timeout");
+}
+
+static void clear_deadline(lua_State *L, wq_task *t)
+{
+    if (t->deadline != WQ_NEVER) {
+        lua_sethook(L, NULL, 0, 0);
+        wq_timer_stop(t->host, t->deadline_timer);
+        t->deadline_timer = 0;
+        t->deadline = WQ_NEVER;
+    }
+    t->interrupt = NULL;
+}
+
+/* Splits "msg\nstack traceback:..." into the message and the whole text. */
+static void outcome_failure(lua_State *L, lqueue *lq, const char *full)
+{
+    size_t klen, jlen = 0;
+    const char *key = lua_tolstring(L, W_KEY, &klen);
+    const char *json = lua_tolstring(L, W_JSON, &jlen);
+    const char *cut = strstr(full, "\nstack traceback:");
+    if (cut) {
+        lua_pushlstring(L, full, (size_t)(cut - full));
+        record_failure(L, lq, key, klen, json, jlen, lua_tostring(L, -1), full);
+        lua_pop(L, 1);
+    } else {
+        record_failure(L, lq, key, klen, json, jlen, full, NULL);
+    }
+}
+
+static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
+{
+    clear_deadline(L, t);
+    size_t klen;
+    const char *key = lua_tolstring(L, W_KEY, &klen);
+    int nres = lua_gettop(L) - W_RES + 1;
+    if (status != LUA_OK && status != LUA_YIELD) {
+        outcome_failure(L, lq, lua_tostring(L, W_RES) ? lua_tostring(L, W_RES) : "error");
+    } else if (nres >= 1 && luaL_testudata(L, W_RES, "wq.Requeue")) {
+        double s = *(double *)lua_touserdata(L, W_RES);
+        lworker_forget(lq, key, klen);
+        lq->nrequeued++;
+        int r = wq_queue_add_after(lq->q, key, klen, wq_seconds_to_ns(s), NULL);
+        if (r < 0 && r != WQ_ESHUTDOWN)
+            lqueue_raise(L, "requeue", r);
+    } else if (nres >= 1 && !lua_toboolean(L, W_RES) &&
+               (lua_isboolean(L, W_RES) || (nres >= 2 && !lua_isnil(L, W_RES + 1)))) {
+        const char *err = nres >= 2 ? wq_safe_tostring(L, W_RES + 1) : "handler returned false";
+        outcome_failure(L, lq, err);
+    } else {
+        lq->nsuccess++;
+        lworker_forget(lq, key, klen);
+    }
+    done_key(L, lq, key, klen);
+}
+
+/*
+ * Pushes the key and the raw payload text (or nil) of a record just handed
+ * out. Pushing the key can run a finalizer that re-adds the key with a new
+ * payload (freeing the old bytes), so the payload is read afresh after it.
+ */
+static int worker_k(lua_State *L, int status, lua_KContext ctx)
+{
+    lqueue *lq = lua_touserdata(L, 1);
+    wq_task *t = wq_task_of(L);
+    int phase = (int)ctx;
+    int budget = WORKER_BUDGET;
+    for (;;) {
+        if (phase == PH_RAN) {
+            finish_job(L, lq, t, status);
+            lua_settop(L, 1);
+            if (--budget == 0) /* a plain yield: the scheduler runs us again later */
+                return lua_yieldk(L, 0, PH_GET, worker_k);
+        }
+        t->interrupt = NULL;
+        if (lq->stopping || !lq->q)
+            break;
+        wq_item_info info;
+        int r = wq_queue_get(lq->q, &info);
+        if (r == WQ_ESHUTDOWN)
+            break;
+        if (r == WQ_EEMPTY) {
+            t->wait = lq;
+            wq_waitlist_push(&lq->getters, t);
+            return wq_task_wait(L, t, lqueue_get_cancel, PH_GET, worker_k);
+        }
+        lqueue_push_taken(L, lq, &info); /* W_KEY, W_JSON */
+        lua_pushcfunction(L, msgh);
+        lua_rawgeti(L, LUA_REGISTRYINDEX, lq->handler_ref);
+        lua_pushvalue(L, W_KEY);
+        lua_pushvalue(L, W_JSON);
+        lqueue_decode_top(L);
+        if (lq->timeout_ns > 0) {
+            wq_host *h = lq->host;
+            t->deadline = wq_add_sat(wq_host_now(h), lq->timeout_ns);
+            t->real_deadline = wq_add_sat(wq_real_now(), lq->timeout_ns);
+            t->deadline_timer = wq_timer_start(h, t->deadline, deadline_fire, t);
+            lua_sethook(L, timeout_hook, LUA_MASKCOUNT, 1000);
+        }
+        status = lua_pcallk(L, 2, LUA_MULTRET, W_MSGH, PH_RAN, worker_k);
+        phase = PH_RAN;
+    }
+    lq->live_workers--;
+    return 0;
+}
+
+static int worker_main(lua_State *L)
+{
+    return worker_k(L, LUA_OK, PH_GET);
+}
+
+void lworker_start(lua_State *L, lqueue *lq)
+{
+    for (int i = 0; i < lq->workers; i++) {
+        lua_pushcfunction(L, worker_main);
+        lua_pushlightuserdata(L, lq);
+        wq_task *t = wq_task_spawn(L, 1, TASK_WORKER);
+        t->queue = lq;
+        lq->live_workers++;
+    }
+}
+
+void lworker_restore_failure(void *ud, const char *key, size_t len, int64_t requeues,
+                             const char *last_error)
+{
+    (void)last_error;
+    lqueue *lq = ((lworker_restore *)ud)->lq;
+    uint64_t *v = wq_keymap_put(lq->failures, key, len, NULL);
+    if (v)
+        *v = (uint64_t)requeues;
+    wq_limiter_set_requeues(lq->limiter, key, len, requeues);
+}
+
+void lworker_restore_dead(void *ud, const char *key, size_t len, const char *payload,
+                          const char *error, int64_t attempts, double failed_at)
+{
+    lworker_restore *r = ud;
+    lqueue *lq = r->lq;
+    add_dead(r->L, lq, key, len, payload, payload ? strlen(payload) : 0, error ? error : "", NULL,
+             attempts, failed_at);
+}

@@ -1,0 +1,30 @@
+/*
+ * Handler workers and the job-runner policy: outcomes, retries through
+ * the limiter, dead letters, handler timeouts, failure counts.
+ */
+#ifndef WQ_LWORKER_H
+#define WQ_LWORKER_H
+
+#include "lua/lqueue.h"
+
+/* What the restore callbacks need. */
+typedef struct lworker_restore {
+    lua_State *L;
+    lqueue *lq;
+} lworker_restore;
+
+/* Spawns lq's worker pool (raises on out-of-memory). */
+void lworker_start(lua_State *L, lqueue *lq);
+/* The queue's failure count for key. */
+int64_t lworker_failures(lqueue *lq, const char *key, size_t len);
+/* Clears key's failure count and the limiter's history. */
+void lworker_forget(lqueue *lq, const char *key, size_t len);
+/* Pushes the queue's dead-letter table (key -> entry). */
+void lworker_push_dead(lua_State *L, lqueue *lq);
+/* wq_store_restore callbacks (ud: an lworker_restore). */
+void lworker_restore_failure(void *ud, const char *key, size_t len, int64_t requeues,
+                             const char *last_error);
+void lworker_restore_dead(void *ud, const char *key, size_t len, const char *payload,
+                          const char *error, int64_t attempts, double failed_at);
+
+#endif

@@ -1,0 +1,203 @@
+/*
+ * The runtime: the one place where the host's loop, the Lua state and the
+ * state file meet. It builds the Lua state (its allocator and panic
+ * handler), plugs the scheduler into the host, runs the script's main
+ * chunk as the first task and tears everything down in order.
+ *
+ * Every Lua call made outside a running task is protected: start-up runs
+ * in one lua_pcall, the scheduler's passes and timer callbacks in theirs,
+ * and the rest of the loop (HTTP, inbox, progress) never touches Lua. The
+ * panic handler is a last resort that reports and exits 1.
+ */
+#include "lua/runtime.h"
+
+#include "engine/common.h"
+#include "host/host.h"
+#include "host/progress.h"
+#include "lua/lqueue.h"
+#include "lua/lwq.h"
+#include "lua/sched.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/*
+ * WQ_TEST_FAIL_ALLOC=N (tests): the Nth allocation that grows memory,
+ * counting the Lua state's and the engine's, fails once. The sweep test
+ * runs a script for many N and checks the process never aborts.
+ */
+static unsigned long long alloc_count, alloc_fail_at;
+
+static int fail_now(void)
+{
+    return alloc_fail_at && ++alloc_count == alloc_fail_at;
+}
+
+static void *lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    (void)ud;
+    if (nsize == 0) {
+        free(ptr);
+        return NULL;
+    }
+    /* Shrinking never fails (Lua relies on it). */
+    if ((!ptr || nsize > osize) && fail_now())
+        return NULL;
+    return realloc(ptr, nsize);
+}
+
+static void *engine_alloc(void *ud, void *ptr, size_t size)
+{
+    (void)ud;
+    if (size && fail_now())
+        return NULL;
+    return realloc(ptr, size);
+}
+
+static int on_panic(lua_State *L)
+{
+    const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "(no message)";
+    fprintf(stderr, "wqrun: fatal: unprotected Lua error: %s\n", msg);
+    fflush(stderr);
+    _exit(1);
+    return 0;
+}
+
+/* Puts the script's directory in front of package.path (nothing of the build machine). */
+static void set_paths(lua_State *L, const char *script)
+{
+    const char *slash = strrchr(script, '/');
+    lua_getglobal(L, "package");
+    if (slash)
+        lua_pushlstring(L, script, (size_t)(slash - script + (slash == script)));
+    else
+        lua_pushliteral(L, ".");
+    const char *dir = lua_tostring(L, -1);
+    lua_getfield(L, -2, "path");
+    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", dir, dir, lua_tostring(L, -1));
+    lua_setfield(L, -4, "path");
+    lua_pop(L, 3);
+}
+
+/* print / io.write while the progress line is shown: erase it first (upvalue 1: the original). */
+static int clear_then_call(lua_State *L)
+{
+    wq_progress_clear(wq_host_of(L));
+    int n = lua_gettop(L);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, n, LUA_MULTRET);
+    return lua_gettop(L);
+}
+
+static void wrap(lua_State *L, int table, const char *name)
+{
+    if (lua_getfield(L, table, name) != LUA_TFUNCTION) {
+        lua_pop(L, 1);
+        return;
+    }
+    lua_pushcclosure(L, clear_then_call, 1);
+    lua_setfield(L, table, name);
+}
+
+typedef struct start_args {
+    const char *script;
+    int argc;
+    char **argv;
+} start_args;
+
+/* Start-up, protected: libraries, the wq module, arg, the main chunk as the first task. */
+static int start(lua_State *L)
+{
+    start_args *a = lua_touserdata(L, 1);
+    luaL_openlibs(L);
+    wq_lua_open(L);
+    set_paths(L, a->script);
+    /* The global arg, as the lua interpreter builds it. */
+    lua_createtable(L, a->argc, 1);
+    lua_pushstring(L, a->script);
+    lua_rawseti(L, -2, 0);
+    for (int i = 0; i < a->argc; i++) {
+        lua_pushstring(L, a->argv[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setglobal(L, "arg");
+    if (luaL_loadfile(L, a->script) != LUA_OK)
+        return lua_error(L);
+    for (int i = 0; i < a->argc; i++)
+        lua_pushstring(L, a->argv[i]);
+    wq_task_spawn(L, a->argc, TASK_MAIN);
+    return 0;
+}
+
+/* After the host started: wrap print and io.write if a progress line is shown. */
+static int wrap_output(lua_State *L)
+{
+    lua_pushglobaltable(L);
+    wrap(L, lua_gettop(L), "print");
+    lua_pop(L, 1);
+    if (lua_getglobal(L, "io") == LUA_TTABLE)
+        wrap(L, lua_gettop(L), "write");
+    lua_pop(L, 1);
+    return 0;
+}
+
+static int protected(lua_State *L, lua_CFunction fn, void *ud)
+{
+    lua_pushcfunction(L, fn);
+    lua_pushlightuserdata(L, ud);
+    if (lua_pcall(L, 1, 0, 0) == LUA_OK)
+        return 0;
+    fprintf(stderr, "wqrun: %s\n", wq_safe_tostring(L, -1));
+    lua_settop(L, 0);
+    return -1;
+}
+
+static int hook_runnable(void *ud)
+{
+    return wq_sched_runnable(ud);
+}
+
+int wq_runtime_main(const wq_host_opts *opts, const char *script, int argc, char **argv)
+{
+    const char *fail = getenv("WQ_TEST_FAIL_ALLOC");
+    if (fail && *fail) {
+        alloc_fail_at = strtoull(fail, NULL, 10);
+        wq_set_allocator(engine_alloc, NULL);
+    }
+    wq_host *h = wq_host_new(opts);
+    if (!h)
+        return 1;
+    lua_State *L = lua_newstate(lua_alloc, NULL);
+    wq_sched *s = calloc(1, sizeof *s);
+    if (!L || !s || wq_sched_init(s, h, L) < 0) {
+        fprintf(stderr, "wqrun: cannot initialize (out of memory)\n");
+        if (L)
+            lua_close(L);
+        free(s);
+        wq_host_free(h);
+        return 1;
+    }
+    lua_atpanic(L, on_panic);
+    wq_host_hooks hooks = {hook_runnable, wq_sched_preempt, s};
+    wq_host_set_hooks(h, &hooks);
+
+    int status = 1;
+    start_args a = {script, argc, argv};
+    if (protected(L, start, &a) == 0 && wq_host_start(h) == 0 &&
+        (!h->progress || protected(L, wrap_output, NULL) == 0))
+        status = wq_host_run(h);
+
+    wq_host_shutdown(h);
+    for (int i = 0; i < h->nqueues; i++)
+        lqueue_close(h->queues[i].q);
+    lua_close(L);
+    wq_sched_destroy(s);
+    free(s);
+    wq_host_free(h);
+    return status;
+}

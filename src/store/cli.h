@@ -1,0 +1,18 @@
+/*
+ * The state-file commands of the command line: `wqrun add` and
+ * `wqrun status` (they work on the file directly, with no runner).
+ */
+#ifndef WQ_CLI_H
+#define WQ_CLI_H
+
+#include <stdio.h>
+
+/* `wqrun add --db PATH QUEUE KEY [PAYLOAD] [--after S]`: argv after "add". Returns exit code. */
+int wq_store_cli_add(int argc, char **argv);
+/* `wqrun status --db PATH`: argv after "status". Returns exit code. */
+int wq_store_cli_status(int argc, char **argv);
+/* As the two above, printing to out and err instead of stdout and stderr. */
+int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err);
+int wq_store_cli_status_io(int argc, char **argv, FILE *out, FILE *err);
+
+#endif
