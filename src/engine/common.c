@@ -79,8 +79,17 @@ uint64_t wq_hash(const void *data, size_t len)
         p += 8;
         len -= 8;
     }
+    /* The last 0-7 bytes without a variable-length copy: two overlapping
+     * loads of 4 bytes, or the 1-3 bytes picked one by one. */
     uint64_t tail = 0;
-    memcpy(&tail, p, len);
+    if (len >= 4) {
+        uint32_t a, b;
+        memcpy(&a, p, 4);
+        memcpy(&b, p + len - 4, 4);
+        tail = (uint64_t)a << 32 | b;
+    } else if (len > 0) {
+        tail = (uint64_t)p[0] << 16 | (uint64_t)p[len >> 1] << 8 | p[len - 1];
+    }
     h = mix(h ^ tail ^ ((uint64_t)len << 56), 0x8ebc6af09c88c6e3ULL);
     return mix(h, 0x589965cc75374cc3ULL);
 }

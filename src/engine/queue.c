@@ -72,15 +72,18 @@ struct wq_queue {
     int shutting_down, drain;
     wq_observer_fn observer;
     void *observer_ud;
+    uint32_t ev_id;   /* record of the key event being reported */
+    uint32_t last_id; /* record of the last add's key */
 };
 
 static void emit(wq_queue *q, wq_event ev, const struct item *it)
 {
     if (!q->observer)
         return;
-    if (it)
+    if (it) {
+        q->ev_id = (uint32_t)(it - q->items);
         q->observer(q->observer_ud, q, ev, it->data, it->keylen);
-    else
+    } else
         q->observer(q->observer_ud, q, ev, NULL, 0);
 }
 
@@ -530,12 +533,14 @@ static int64_t obtain(wq_queue *q, const char *key, size_t len, const wq_add_opt
     uint64_t v = q->table[*slot];
     if (v) {
         *created = 0;
+        q->last_id = slot_id(v);
         return slot_id(v);
     }
     uint32_t id = new_record(q, key, len, h, slot, o);
     if (id == NIL)
         return WQ_ENOMEM;
     *created = 1;
+    q->last_id = id;
     return id;
 }
 
@@ -845,6 +850,7 @@ int wq_queue_fire_due(wq_queue *q)
 static void fill_info(const wq_queue *q, uint32_t id, wq_item_info *info)
 {
     const struct item *it = &q->items[id];
+    info->id = id;
     info->key = it->data;
     info->keylen = it->keylen;
     info->payload = (it->flags & F_PAYLOAD) ? payload(it) : NULL;
@@ -1002,4 +1008,19 @@ int wq_queue_check(const wq_queue *q)
     }
     CHECK(prev == q->proc_tail && n == q->nprocessing);
     return wq_delay_check(&q->delay);
+}
+
+uint32_t wq_queue_last_id(const wq_queue *q)
+{
+    return q->last_id;
+}
+
+uint32_t wq_queue_event_id(const wq_queue *q)
+{
+    return q->ev_id;
+}
+
+uint32_t wq_queue_id_bound(const wq_queue *q)
+{
+    return q->nitems;
 }

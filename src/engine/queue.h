@@ -60,6 +60,7 @@ typedef struct wq_add_opts {
 
 /* A record as seen from outside. Pointers are valid until the next call that changes key. */
 typedef struct wq_item_info {
+    uint32_t id; /* the record's id: stable while the key has a record, reused after */
     const char *key;
     size_t keylen;
     const char *payload; /* NULL when the key has no payload */
@@ -141,6 +142,15 @@ void wq_queue_work_ages(const wq_queue *q, double *unfinished, double *longest);
  * and returns that value. The queue must not change during the walk.
  */
 int wq_queue_foreach(const wq_queue *q, int (*fn)(void *ud, const wq_item_info *info), void *ud);
+/*
+ * Record ids, for callers that keep something per pending key (the Lua
+ * binding keeps the key's Lua string): the id of the key of the last add,
+ * add_after or add_at that returned >= 0; the id of the key an observer is
+ * told about, during the call; and a bound: every id is below it.
+ */
+uint32_t wq_queue_last_id(const wq_queue *q);
+uint32_t wq_queue_event_id(const wq_queue *q);
+uint32_t wq_queue_id_bound(const wq_queue *q);
 /* Walks the whole structure checking its invariants; 0 if sound, else -1. */
 int wq_queue_check(const wq_queue *q);
 

@@ -10,6 +10,7 @@
 
 #include "host/http.h"
 #include "host/inbox.h"
+#include "host/monotime.h"
 #include "host/proc.h"
 #include "host/progress.h"
 #include "host/timer.h"
@@ -28,9 +29,7 @@
 
 static int64_t mono_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * WQ_NS_PER_S + ts.tv_nsec;
+    return wq_monotime_now();
 }
 
 int64_t wq_real_now(void)
@@ -433,6 +432,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     wq_host *h = arg;
+    wq_monotime_calibrate();
     wq_inbox_poll(h);
     wq_progress_draw(h, 0);
     wq_host_settle(h);
@@ -468,6 +468,7 @@ wq_host *wq_host_new(const wq_host_opts *opts)
         return NULL;
     }
     h->opts = *opts;
+    wq_monotime_init();
     h->clock.now = host_clock;
     h->clock.ud = h;
     h->start_mono = mono_ns();

@@ -15,13 +15,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The wq.Queue metatable: self is checked by comparing pointers, no registry lookup. */
+static const void *queue_mt;
+
+static int bad_self(lua_State *L, const char *fn)
+{
+    return luaL_error(L, "q:%s: bad argument 'self' (queue expected, got %s; call it as q:%s(...))",
+                      fn, luaL_typename(L, 1), fn);
+}
+
 /* self of method fn: a wq.Queue (a q.fn(...) call instead of q:fn(...) is the usual slip). */
 static lqueue *check_queue(lua_State *L, const char *fn)
 {
-    lqueue *lq = luaL_testudata(L, 1, "wq.Queue");
-    if (!lq)
-        luaL_error(L, "q:%s: bad argument 'self' (queue expected, got %s; call it as q:%s(...))",
-                   fn, luaL_typename(L, 1), fn);
+    lqueue *lq = lua_touserdata(L, 1);
+    if (!lq || !lua_getmetatable(L, 1))
+        bad_self(L, fn);
+    if (lua_topointer(L, -1) != queue_mt)
+        bad_self(L, fn);
+    lua_pop(L, 1);
     if (!lq->q)
         luaL_error(L, "q:%s: queue is closed", fn);
     return lq;
@@ -48,13 +59,21 @@ static void wake_all(wq_waitlist *w)
 
 static void observe(void *ud, wq_queue *q, wq_event ev, const char *key, size_t len)
 {
-    (void)q;
     lqueue *lq = ud;
     switch (ev) {
     case WQ_EV_QUEUED: {
         wq_task *t = wq_waitlist_pop(&lq->getters);
         if (t)
             wq_task_wake(t, 0);
+        break;
+    }
+    case WQ_EV_GONE: {
+        uint32_t id = wq_queue_event_id(q);
+        if (id < lq->kcap)
+            lq->kptr[id] = NULL;
+        /* Emptied after holding many keys: let the collector have their strings. */
+        if (lq->kcap > 1024 && wq_queue_records(q) == 0)
+            lq->keys_reset = 1;
         break;
     }
     case WQ_EV_IDLE: wake_all(&lq->drainers); break;
@@ -68,9 +87,71 @@ static void observe(void *ud, wq_queue *q, wq_event ev, const char *key, size_t 
         wq_store_touch(lq->sq, ev, key, len);
 }
 
+/* ---- key strings ----
+ *
+ * A key handed out by get is the Lua string an add received, not a new
+ * copy of the engine's bytes: making one would intern it again, a hash and
+ * a cache miss into Lua's string table per item. Strings are kept in a
+ * table indexed by the engine's record id (kptr[id] says which are
+ * current); the observer forgets an id when its record goes, and the whole
+ * table when a queue that held many keys holds none.
+ */
+
+/* Keeps the string at idx (absolute) as the key of record id. */
+static void anchor_key(lua_State *L, lqueue *lq, uint32_t id, int idx)
+{
+    if (id >= lq->kcap) {
+        uint32_t ncap = lq->kcap ? lq->kcap : 64;
+        while (ncap <= id)
+            ncap *= 2;
+        const char **n = realloc(lq->kptr, (size_t)ncap * sizeof *n);
+        if (!n)
+            return; /* not kept: get makes a copy */
+        memset(n + lq->kcap, 0, (size_t)(ncap - lq->kcap) * sizeof *n);
+        lq->kptr = n;
+        lq->kcap = ncap;
+    }
+    if (lq->keys_reset) {
+        lua_newtable(L);
+        lua_rawseti(L, LUA_REGISTRYINDEX, lq->keys_ref);
+        lq->keys_reset = 0;
+    }
+    lua_rawgeti(L, LUA_REGISTRYINDEX, lq->keys_ref);
+    lua_pushvalue(L, idx);
+    lua_rawseti(L, -2, (lua_Integer)id + 1);
+    lua_pop(L, 1);
+    lq->kptr[id] = lua_tostring(L, idx);
+}
+
+/* After an add of the key at idx that returned >= 0. */
+static void keep_added(lua_State *L, lqueue *lq, int idx)
+{
+    uint32_t id = wq_queue_last_id(lq->q);
+    if (id >= lq->kcap || !lq->kptr[id])
+        anchor_key(L, lq, id, idx);
+}
+
+/* Pushes the key of record id (info), kept or copied. */
+static void push_key(lua_State *L, lqueue *lq, const wq_item_info *info)
+{
+    uint32_t id = info->id;
+    if (id < lq->kcap && lq->kptr[id]) {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, lq->keys_ref);
+        lua_rawgeti(L, -1, (lua_Integer)id + 1);
+        lua_replace(L, -2);
+        return;
+    }
+    lua_pushlstring(L, info->key, info->keylen);
+    anchor_key(L, lq, id, lua_gettop(L));
+}
+
 void lqueue_push_taken(lua_State *L, lqueue *lq, const wq_item_info *info)
 {
-    lua_pushlstring(L, info->key, info->keylen);
+    push_key(L, lq, info);
+    if (!info->payload) {
+        lua_pushnil(L);
+        return;
+    }
     size_t klen;
     const char *k = lua_tolstring(L, -1, &klen);
     wq_item_info cur;
@@ -193,7 +274,7 @@ static int queue_new(lua_State *L)
 
     lqueue *lq = lua_newuserdatauv(L, sizeof *lq, 0); /* 9 */
     memset(lq, 0, sizeof *lq);
-    lq->handler_ref = lq->limiter_ref = lq->dead_ref = lq->ref = LUA_NOREF;
+    lq->handler_ref = lq->limiter_ref = lq->dead_ref = lq->keys_ref = lq->ref = LUA_NOREF;
     luaL_setmetatable(L, "wq.Queue");
     lq->host = h;
     memcpy(lq->name, name, nlen + 1);
@@ -209,6 +290,8 @@ static int queue_new(lua_State *L)
     lq->limiter_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_newtable(L);
     lq->dead_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_newtable(L);
+    lq->keys_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     if (handler == LUA_TFUNCTION) {
         lua_pushvalue(L, 3);
         lq->handler_ref = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -269,50 +352,50 @@ static void read_add_args(lua_State *L, int idx, const char *fn, wq_add_opts *o)
     }
 }
 
-static int queue_add(lua_State *L)
+enum { ADD_NOW, ADD_AFTER, ADD_LIMITED };
+
+/* q:add(key [, payload [, opts]]), q:add_after(key, s, ...), q:add_rate_limited(key, ...). */
+static int add_common(lua_State *L, int how, const char *fn)
 {
-    lqueue *lq = check_queue(L, "add");
+    lqueue *lq = check_queue(L, fn);
     size_t len;
-    const char *key = wq_checkkey(L, 2, "add", &len);
+    const char *key = wq_checkkey(L, 2, fn, &len);
+    int64_t delay = 0;
+    int rest = 3;
+    if (how == ADD_AFTER) {
+        delay = wq_seconds_to_ns(wq_checkduration(L, 3, fn, "seconds", 0));
+        rest = 4;
+    }
     wq_add_opts o;
-    read_add_args(L, 3, "add", &o);
-    int r = wq_queue_add(lq->q, key, len, &o);
+    if (lua_gettop(L) < rest) /* the common case: no payload, no opts */
+        memset(&o, 0, sizeof o);
+    else
+        read_add_args(L, rest, fn, &o);
+    if (how == ADD_LIMITED && wq_limiter_when(lq->limiter, key, len, &delay) < 0)
+        return luaL_error(L, "%s: out of memory", fn);
+    int r = how == ADD_NOW ? wq_queue_add(lq->q, key, len, &o)
+                           : wq_queue_add_after(lq->q, key, len, delay, &o);
     if (r < 0 && r != WQ_ESHUTDOWN)
-        return lqueue_raise(L, "add", r);
+        return lqueue_raise(L, fn, r);
+    if (r >= 0)
+        keep_added(L, lq, 2);
     lua_pushboolean(L, r >= 0);
     return 1;
+}
+
+static int queue_add(lua_State *L)
+{
+    return add_common(L, ADD_NOW, "add");
 }
 
 static int queue_add_after(lua_State *L)
 {
-    lqueue *lq = check_queue(L, "add_after");
-    size_t len;
-    const char *key = wq_checkkey(L, 2, "add_after", &len);
-    double s = wq_checkduration(L, 3, "add_after", "seconds", 0);
-    wq_add_opts o;
-    read_add_args(L, 4, "add_after", &o);
-    int r = wq_queue_add_after(lq->q, key, len, wq_seconds_to_ns(s), &o);
-    if (r < 0 && r != WQ_ESHUTDOWN)
-        return lqueue_raise(L, "add_after", r);
-    lua_pushboolean(L, r >= 0);
-    return 1;
+    return add_common(L, ADD_AFTER, "add_after");
 }
 
 static int queue_add_rate_limited(lua_State *L)
 {
-    lqueue *lq = check_queue(L, "add_rate_limited");
-    size_t len;
-    const char *key = wq_checkkey(L, 2, "add_rate_limited", &len);
-    wq_add_opts o;
-    read_add_args(L, 3, "add_rate_limited", &o);
-    int64_t delay;
-    if (wq_limiter_when(lq->limiter, key, len, &delay) < 0)
-        return luaL_error(L, "add_rate_limited: out of memory");
-    int r = wq_queue_add_after(lq->q, key, len, delay, &o);
-    if (r < 0 && r != WQ_ESHUTDOWN)
-        return lqueue_raise(L, "add_rate_limited", r);
-    lua_pushboolean(L, r >= 0);
-    return 1;
+    return add_common(L, ADD_LIMITED, "add_rate_limited");
 }
 
 static int queue_cancel_after(lua_State *L)
@@ -677,6 +760,9 @@ void lqueue_close(lqueue *lq)
     lq->q = NULL;
     wq_keymap_free(lq->failures);
     lq->failures = NULL;
+    free(lq->kptr);
+    lq->kptr = NULL;
+    lq->kcap = 0;
 }
 
 static const luaL_Reg queue_methods[] = {{"add", queue_add},
@@ -700,6 +786,7 @@ static const luaL_Reg queue_methods[] = {{"add", queue_add},
 void wq_lua_open_queue(lua_State *L)
 {
     luaL_newmetatable(L, "wq.Queue");
+    queue_mt = lua_topointer(L, -1);
     luaL_newlib(L, queue_methods);
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, queue_tostring);

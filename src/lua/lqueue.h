@@ -33,6 +33,10 @@ typedef struct lqueue {
     wq_waitlist getters;  /* tasks waiting in get */
     wq_waitlist drainers; /* tasks waiting in shutdown_with_drain */
     struct wq_store_queue *sq;
+    int keys_ref;      /* registry: record id + 1 -> the key's Lua string */
+    const char **kptr; /* kptr[id]: that string's bytes, NULL when not kept */
+    uint32_t kcap;
+    int keys_reset; /* the queue emptied: start a new key table */
 } lqueue;
 
 /* Registers the queue type and wq.queue in the table at the top of L. */

@@ -1582,3 +1582,52 @@ Test(queue, strerror_names_every_code)
     cr_assert_not_null(wq_strerror(-999));
     finish();
 }
+
+/* ---- record ids (the Lua binding keeps one string per id) ---- */
+
+static uint32_t gone_ids[16];
+static int ngone;
+
+static void observe_ids(void *ud, wq_queue *qq, wq_event ev, const char *key, size_t len)
+{
+    (void)ud;
+    (void)key;
+    (void)len;
+    if (ev == WQ_EV_GONE && ngone < 16)
+        gone_ids[ngone++] = wq_queue_event_id(qq);
+}
+
+Test(queue, record_ids_name_the_same_record_in_adds_gets_and_events)
+{
+    wq_queue_set_observer(q, observe_ids, NULL);
+    ngone = 0;
+    cr_assert_eq(add("a"), 1);
+    uint32_t ida = wq_queue_last_id(q);
+    cr_assert_eq(add("b"), 1);
+    uint32_t idb = wq_queue_last_id(q);
+    cr_assert_neq(ida, idb);
+    cr_assert_eq(add("a"), 0);
+    cr_assert_eq(wq_queue_last_id(q), ida, "a dedup add names the existing record");
+    cr_assert_eq(add_after("c", 5 * S), 1);
+    uint32_t idc = wq_queue_last_id(q);
+    cr_assert(idc != ida && idc != idb);
+    cr_assert_lt(ida, wq_queue_id_bound(q));
+    cr_assert_lt(idc, wq_queue_id_bound(q));
+
+    wq_item_info info;
+    cr_assert_eq(wq_queue_get(q, &info), 0);
+    cr_assert_eq(info.id, ida, "get reports the id the add did");
+    cr_assert_eq(wq_queue_done(q, "a", 1), 0);
+    cr_assert_eq(ngone, 1);
+    cr_assert_eq(gone_ids[0], ida, "the record that went is a's");
+
+    /* a's id is free: the next new key may take it, and then reports it. */
+    cr_assert_eq(add("d"), 1);
+    uint32_t idd = wq_queue_last_id(q);
+    cr_assert_eq(wq_queue_lookup(q, "d", 1, &info), 1);
+    cr_assert_eq(info.id, idd);
+    cr_assert_eq(wq_queue_lookup(q, "b", 1, &info), 1);
+    cr_assert_eq(info.id, idb);
+    wq_queue_set_observer(q, observe, NULL);
+    finish();
+}
