@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Lua-path benchmark of the queue (what users run): bench/lua_path.lua times
+# q:add / q:get / q:done from a Lua script through the Release wqrun, one
+# mode per process:
+#   a        add N distinct keys, then N x (get, done)
+#   a1       N x (add, get, done), depth 1
+#   c        N dedup adds over 1,000 keys
+#   table    N plain Lua table writes on the same 1,000 keys (c's baseline)
+#   handler  N no-op jobs through a handler queue with 1 worker
+# The modes run interleaved (a, a1, c, table, handler, a, a1, ...) for ROUNDS
+# rounds; every run is printed on a `#` line, then the MEDIAN per result as
+# `<name> <value> <unit>`, the ratio c / table of the medians
+# (lua_path_c_over_table), and one `# goal ...: met|missed` line per goal:
+# a <= 480 ns/item, a1 <= 197 ns/item, c <= 52 ns/add, c <= 2 x table.
+# The client-go figures printed next to them are the reference numbers from
+# the issue (client-go v0.26.15, Go 1.19, medians on this machine model),
+# NOT measured by this script: client-go cannot be installed here (no Debian
+# package, no Go module proxy). Exits 0 when it ran (goals met or not), 1 on
+# a real error. Environment (optional):
+#   WQRUN   wqrun binary (default: build-bench/wqrun, built Release here)
+#   N       items per run (1000000)   ROUNDS  rounds of all modes (7)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export LC_ALL=C # "." as the decimal point
+
+n=${N:-1000000}
+rounds=${ROUNDS:-7}
+modes=(a a1 c table handler)
+[[ $n =~ ^[1-9][0-9]*$ && $rounds =~ ^[1-9][0-9]*$ ]] || {
+  echo "bench_lua_path: N and ROUNDS must be positive integers" >&2
+  exit 1
+}
+
+# client-go workqueue reference, ns per item (from the issue; not measured here).
+ref_a=1439
+ref_a1=197
+ref_c=52.5
+# Goals for wqrun from Lua.
+goal_a=480
+goal_a1=197
+goal_c=52
+goal_c_over_table=2
+
+. bench/lib/release.sh
+if [[ -z ${WQRUN:-} ]]; then
+  release_build bench_lua_path wqrun
+  WQRUN=build-bench/wqrun
+fi
+[[ -x $WQRUN ]] || {
+  echo "bench_lua_path: $WQRUN is not an executable" >&2
+  exit 1
+}
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/wq-bench-lua-path.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 130' INT TERM # still removes $tmp
+all=$tmp/all # every result line of every run, in order
+
+echo "# bench_lua_path (wqrun queue from Lua: add/get/done vs client-go's workqueue)"
+echo "# date: $(date -u '+%Y-%m-%d %H:%M:%S +0000')"
+echo "# machine: nproc $(nproc), cpu $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)," \
+  "ram $(awk '/^MemTotal:/ { printf "%d", $2 / 1024 }' /proc/meminfo) MiB, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# binary $WQRUN; N $n; $rounds rounds of modes ${modes[*]}, interleaved; medians reported"
+echo "# time: wq.now() (monotonic) around the measured loop only; keys \"key:<i>\" built before timing"
+
+# Arithmetic on decimals.
+calc() { awk "BEGIN { printf \"%.${2:-2}f\", $1 }"; }
+# The median of the numbers given (mean of the middle two for an even count).
+median() {
+  printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 }
+    END { if (NR % 2) printf "%.6g", v[(NR + 1) / 2]; else printf "%.6g", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+# The median of result NAME over all runs.
+median_of() {
+  local vals
+  mapfile -t vals < <(awk -v k="$1" '$1 == k { print $2 }' "$all")
+  ((${#vals[@]} > 0)) || {
+    echo "bench_lua_path: no result $1" >&2
+    exit 1
+  }
+  median "${vals[@]}"
+}
+
+for ((r = 1; r <= rounds; r++)); do
+  for mode in "${modes[@]}"; do
+    out=$tmp/out
+    if ! "$WQRUN" --quiet bench/lua_path.lua "$mode" "$n" >"$out" 2>"$tmp/err"; then
+      echo "bench_lua_path: wqrun bench/lua_path.lua $mode $n failed: $(head -c 2000 "$tmp/err")" >&2
+      exit 1
+    fi
+    grep -q "^lua_path_$mode " "$out" || {
+      echo "bench_lua_path: mode $mode printed no result: $(head -c 2000 "$out")" >&2
+      exit 1
+    }
+    echo "#   round $r $mode: $(awk '{ printf "%s%s %s %s", (NR > 1 ? ", " : ""), $1, $2, $3 }' "$out")"
+    cat "$out" >>"$all"
+    case $mode in
+    c) round_c=$(awk '$1 == "lua_path_c" { print $2 }' "$out") ;;
+    table) round_table=$(awk '$1 == "lua_path_table" { print $2 }' "$out") ;;
+    esac
+  done
+  echo "#   round $r c / table: $(calc "$round_c / $round_table" 3)"
+done
+
+# Medians, one line per result name, in the order the first round printed them.
+declare -A med
+while read -r name unit; do
+  med[$name]=$(median_of "$name")
+  echo "$name ${med[$name]} $unit"
+done < <(awk '!seen[$1]++ { print $1, $3 }' "$all")
+
+ratio=$(calc "${med[lua_path_c]} / ${med[lua_path_table]}" 3)
+echo "lua_path_c_over_table $ratio ratio"
+
+echo "# client-go v0.26.15 (Go 1.19) reference from the issue, NOT measured in this run:" \
+  "a $ref_a ns/item, a1 $ref_a1 ns/item, c $ref_c ns/add"
+# goal LABEL BAR UNIT WHAT VALUE [REFERENCE]: prints whether VALUE <= BAR.
+goal() {
+  local label=$1 bar=$2 unit=$3 what=$4 value=$5 ref=${6:-} verdict=missed extra
+  if awk -v a="$value" -v b="$bar" 'BEGIN { exit !(a <= b) }'; then verdict=met; fi
+  extra="$what $value $unit"
+  [[ -n $ref ]] && extra+="; client-go reference $ref, wqrun/client-go $(calc "$value / $ref" 2)"
+  echo "# goal $label <= $bar $unit: $verdict ($extra)"
+}
+goal a "$goal_a" ns median "${med[lua_path_a]}" "$ref_a"
+goal a1 "$goal_a1" ns median "${med[lua_path_a1]}" "$ref_a1"
+goal c "$goal_c" ns median "${med[lua_path_c]}" "$ref_c"
+goal c_over_table "$goal_c_over_table" x "ratio of the medians" "$ratio"
