@@ -252,17 +252,18 @@ static void finalize_all(wq_store *s)
     }
 }
 
-/* Reads one integer from a query; def when there is no row. */
-static int64_t query_int(wq_store *s, const char *sql, int64_t def)
+/* Reads one integer from a query into *v (unchanged when NULL or no row). SQLite result code. */
+static int query_int(wq_store *s, const char *sql, int64_t *v)
 {
     sqlite3_stmt *st;
-    int64_t v = def;
-    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK)
-        return def;
-    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
-        v = sqlite3_column_int64(st, 0);
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return rc;
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+        *v = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
-    return v;
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
 /* Records who owns the file, for the second runner's message and `wqrun status`. */
@@ -390,17 +391,31 @@ int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timeb
              "PRAGMA synchronous = %s; PRAGMA cache_size = -65536;"
              " PRAGMA wal_autocheckpoint = 10000; PRAGMA journal_size_limit = 67108864",
              sync == WQ_SYNC_FULL ? "FULL" : "NORMAL");
-    if (exec(s, pragmas) != SQLITE_OK || prepare_all(s) < 0 || write_owner(s) != SQLITE_OK) {
+    if (exec(s, pragmas) != SQLITE_OK || prepare_all(s) < 0) {
         r = fail_buf(err, errlen, WQ_EIO, "cannot set up state file %s: %s", path,
                      sqlite3_errmsg(db));
         goto fail;
     }
-    s->next_seq = query_int(s, "SELECT max(seq) FROM items", 0) + 1;
+    int64_t max_seq = 0;
+    int rc = query_int(s, "SELECT max(seq) FROM items", &max_seq);
+    if (wq_schema_damaged(rc)) {
+        r = fail_buf(err, errlen, WQ_EFORMAT, "state file %s is damaged (%s); %s", path,
+                     sqlite3_errmsg(db), WQ_STORE_DAMAGED_HINT);
+        goto fail;
+    }
+    if (rc != SQLITE_OK || write_owner(s) != SQLITE_OK) {
+        r = fail_buf(err, errlen, WQ_EIO, "cannot set up state file %s: %s", path,
+                     sqlite3_errmsg(db));
+        goto fail;
+    }
+    s->next_seq = max_seq + 1;
     s->next_open = open_stores;
     open_stores = s;
     *out = s;
     return 0;
 fail:
+    if (r == WQ_EFORMAT) /* damaged: leave its bytes as they are */
+        sqlite3_db_config(s->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)NULL);
     finalize_all(s);
     sqlite3_close(s->db);
     close(fd);

@@ -27,11 +27,12 @@ typedef enum { WQ_SYNC_NORMAL, WQ_SYNC_FULL } wq_sync;
 
 /*
  * Opens (creating if missing) the state file at path for running: checks it
- * is a wqrun state file of a schema version this build knows (migrating an
- * older one), takes exclusive ownership (a second runner fails with
- * WQ_EBUSY and a message naming the other process), sets WAL, busy_timeout
- * and the sync level. On failure returns a WQ_E* code, writes a message
- * naming the file into err, and leaves a foreign file unmodified.
+ * is an undamaged (PRAGMA quick_check) wqrun state file of a schema version
+ * this build knows (migrating an older one), takes exclusive ownership (a
+ * second runner fails with WQ_EBUSY and a message naming the other
+ * process), sets WAL, busy_timeout and the sync level. On failure returns a
+ * WQ_E* code (WQ_EFORMAT: foreign, newer or damaged), writes a message
+ * naming the file into err, and leaves a foreign or damaged file unmodified.
  */
 int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timebase *tb, char *err,
                   size_t errlen);

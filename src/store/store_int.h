@@ -19,6 +19,11 @@
 /* PRAGMA user_version this build writes and understands. */
 #define WQ_STORE_VERSION 1
 
+/* Ends the message refusing a damaged file: what the user can do about it. */
+#define WQ_STORE_DAMAGED_HINT                                                                      \
+    "refusing to touch it (restore a backup, or salvage what is left with the sqlite3 "            \
+    "shell's .recover)"
+
 /* SQL for "now" as Unix seconds (REAL), valid in SQLite 3.40. */
 #define WQ_SQL_NOW "((julianday('now') - 2440587.5) * 86400.0)"
 
@@ -169,6 +174,8 @@ int wq_schema_open_rw(const char *path, sqlite3 **out, char *err, size_t errlen)
 int wq_schema_open_ro(const char *path, sqlite3 **out, char *err, size_t errlen);
 /* Reads the owner recorded in meta ("pid 123 on host, since ..."); "" when unknown. */
 void wq_schema_owner(sqlite3 *db, char *buf, size_t len);
+/* Whether an SQLite result code says the file is damaged (SQLITE_CORRUPT, SQLITE_NOTADB). */
+int wq_schema_damaged(int rc);
 /* Whether name is a valid queue name: 1-64 chars of [A-Za-z0-9_.-]. */
 int wq_schema_valid_queue(const char *name, size_t len);
 
