@@ -3,7 +3,9 @@
  * (an flock on the database file, held until close), the per-queue
  * handles, and the Bloom filter of keys whose items row may exist, which
  * lets the group commit (commit.c) skip deleting rows that were never
- * written.
+ * written. Once the file cannot be trusted (the path names another file or
+ * none) the store breaks: it never writes to the file again, not even the
+ * checkpoint at close.
  */
 #include "store/store_int.h"
 
@@ -32,6 +34,28 @@ int wq_store_fail(wq_store *s, int code, const char *fmt, ...)
     vsnprintf(s->errmsg, sizeof s->errmsg, fmt, ap);
     va_end(ap);
     return code;
+}
+
+int wq_store_break(wq_store *s, int code, const char *fmt, ...)
+{
+    if (!s->broken) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(s->broken_msg, sizeof s->broken_msg, fmt, ap);
+        va_end(ap);
+        s->broken = code;
+        /* Closing would otherwise copy the WAL into the file, and delete a -wal file that may now
+         * belong to another database at the path. */
+        sqlite3_db_config(s->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)NULL);
+    }
+    return wq_store_broken(s);
+}
+
+int wq_store_broken(wq_store *s)
+{
+    if (s->broken)
+        snprintf(s->errmsg, sizeof s->errmsg, "%s", s->broken_msg);
+    return s->broken;
 }
 
 static int fail_buf(char *err, size_t errlen, int code, const char *fmt, ...)
@@ -409,6 +433,11 @@ int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timeb
         goto fail;
     }
     s->next_seq = max_seq + 1;
+    /* SQLite opened path after the lock was taken: make sure both name the same file. */
+    if (wq_store_check_path(s) < 0) {
+        r = fail_buf(err, errlen, WQ_EIO, "%s", s->errmsg);
+        goto fail;
+    }
     s->next_open = open_stores;
     open_stores = s;
     *out = s;
@@ -423,6 +452,30 @@ fail:
     wq_free(s->bloom_mem);
     wq_free(s);
     return r;
+}
+
+int wq_store_check_path(wq_store *s)
+{
+    if (!s)
+        return 0;
+    if (s->broken)
+        return wq_store_broken(s);
+    /* SQLite's absolute name of the file: what -wal and -shm are named after, whatever the cwd. */
+    const char *name = sqlite3_db_filename(s->db, "main");
+    if (!name || !*name)
+        name = s->path;
+    struct stat st;
+    const char *why;
+    if (stat(name, &st) < 0)
+        why = errno == ENOENT ? "no file at that path now" : strerror(errno);
+    else if (st.st_dev != s->dev || st.st_ino != s->ino)
+        why = "another file is at that path now";
+    else
+        return 0;
+    return wq_store_break(s, WQ_EIO,
+                          "state file %s was deleted or replaced while running (%s); nothing more "
+                          "is written to it",
+                          s->path, why);
 }
 
 void wq_store_set_busy_timeout(wq_store *s, int ms)
@@ -444,7 +497,7 @@ void wq_store_close(wq_store *s)
 {
     if (!s)
         return;
-    if (wq_store_flush(s) == 0)
+    if (wq_store_flush(s) == 0 && wq_store_check_path(s) == 0)
         exec(s, "DELETE FROM meta WHERE name LIKE 'owner^_%' ESCAPE '^'");
     for (wq_store **pp = &open_stores; *pp; pp = &(*pp)->next_open) {
         if (*pp == s) {

@@ -40,6 +40,14 @@ int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timeb
 void wq_store_close(wq_store *s);
 /* The last error message (for WQ_EIO from flush and friends). */
 const char *wq_store_errmsg(const wq_store *s);
+/*
+ * Cheap (one stat): 0 while the path still names the file the store has
+ * open; else WQ_EIO with "state file X was deleted or replaced while
+ * running" in errmsg. After a failure the store never writes to the file
+ * again: flush fails the same way and close writes nothing. Call it
+ * periodically.
+ */
+int wq_store_check_path(wq_store *s);
 
 /* How long a commit waits for a lock another connection holds (SQLite
  * busy_timeout; WQ_STORE_BUSY_MS unless changed). */
@@ -110,10 +118,13 @@ void wq_store_undead(wq_store_queue *sq, const char *key, size_t len);
 int wq_store_dirty(const wq_store *s);
 /*
  * Writes every pending change in one transaction. 0, WQ_EIO (disk full, I/O
- * error: rolled back), WQ_EBUSY (another connection held the write lock past
- * the 5 s busy timeout: nothing written), or WQ_ENOMEM (some failure-count or
- * dead-letter changes were lost; the rest is written). Message in errmsg.
- * After an error the pending set is kept, so a later flush writes it all.
+ * error: rolled back; or the path no longer names the file, see
+ * wq_store_check_path), WQ_EBUSY (another connection held the write lock
+ * past the 5 s busy timeout: nothing written), or WQ_ENOMEM (some
+ * failure-count or dead-letter changes were lost; the rest is written).
+ * Message in errmsg. After an error the pending set is kept, so a later
+ * flush writes it all (except after a moved path: nothing is written any
+ * more).
  */
 int wq_store_flush(wq_store *s);
 

@@ -152,6 +152,8 @@ struct wq_store {
 
     wq_store_stats stats;
     char errmsg[512];
+    int broken; /* a WQ_E* code once the file cannot be trusted: nothing more is written to it */
+    char broken_msg[512];
 };
 
 /* ---- schema.c ---- */
@@ -184,6 +186,16 @@ int wq_schema_valid_queue(const char *name, size_t len);
 /* Formats the store's error message; returns code. */
 int wq_store_fail(wq_store *s, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/*
+ * Stops the store from ever writing to its file again (the path no longer
+ * names it): every later flush and check fails with code and this message,
+ * and close neither writes nor checkpoints. The first break's message
+ * stays. Returns code.
+ */
+int wq_store_break(wq_store *s, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The code of a broken store (its message put back into errmsg), or 0. */
+int wq_store_broken(wq_store *s);
 /* Wall-clock Unix seconds. */
 double wq_store_wall(void);
 /* Monotonic nanoseconds of the real clock (for measuring commits). */

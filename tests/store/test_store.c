@@ -1,9 +1,9 @@
 /*
  * The store against real SQLite files in a temporary directory, with a
  * fake engine clock and a fake timebase: open and refusal (foreign, newer
- * and damaged files), ownership, group commit and coalescing, restore order
- * and times, failures and dead letters, the inbox, and the add/status
- * command lines.
+ * and damaged files), ownership, a file deleted or replaced while open,
+ * group commit and coalescing, restore order and times, failures and dead
+ * letters, the inbox, and the add/status command lines.
  */
 #include "store/store.h"
 #include "store/store_int.h"
@@ -534,6 +534,70 @@ Test(store, cli_add_and_status_refuse_a_damaged_file_with_status_1_and_leave_it_
     cr_assert(same_bytes(path, before, n0), "the damaged file was modified");
     cr_assert(!exists("-wal") && !exists("-shm") && !exists("-journal"));
     free(before);
+}
+
+/* ---- the file deleted or replaced while open ---- */
+
+Test(store, a_state_file_deleted_while_open_fails_the_check_and_every_flush)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    add(&p, "a", NULL, 0);
+    cr_assert_eq(wq_store_check_path(s), 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+
+    cr_assert_eq(unlink(path), 0);
+    add(&p, "b", NULL, 0);
+    cr_assert_eq(wq_store_flush(s), WQ_EIO, "a commit into the deleted file is no success");
+    const char *msg = wq_store_errmsg(s);
+    cr_assert(strstr(msg, path) && strstr(msg, "was deleted or replaced while running"), "%s", msg);
+    cr_assert(strstr(msg, "no file at that path"), "%s", msg);
+    cr_assert_eq(wq_store_check_path(s), WQ_EIO, "it stays failed");
+    cr_assert(strstr(wq_store_errmsg(s), "was deleted or replaced while running"), "%s",
+              wq_store_errmsg(s));
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    cr_assert(!exists(""), "closing does not bring the file back");
+}
+
+Test(store, the_check_alone_notices_a_deleted_state_file)
+{
+    wq_store *s = open_ok();
+    cr_assert_eq(wq_store_check_path(s), 0);
+    cr_assert_eq(unlink(path), 0);
+    cr_assert_eq(wq_store_check_path(s), WQ_EIO);
+    const char *msg = wq_store_errmsg(s);
+    cr_assert(strstr(msg, path) && strstr(msg, "was deleted or replaced while running"), "%s", msg);
+    wq_store_close(s);
+    cr_assert(!exists(""), "closing does not bring the file back");
+}
+
+Test(store, a_state_file_replaced_while_open_fails_the_check_and_the_new_file_is_left_alone)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    add(&p, "a", NULL, 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+
+    char other[256];
+    snprintf(other, sizeof other, "%s/other.db", dir);
+    FILE *f = fopen(other, "wb");
+    fputs("someone else's file\n", f);
+    fclose(f);
+    cr_assert_eq(rename(other, path), 0);
+    add(&p, "b", NULL, 0);
+    cr_assert_eq(wq_store_flush(s), WQ_EIO);
+    cr_assert(strstr(wq_store_errmsg(s), "was deleted or replaced while running") &&
+                  strstr(wq_store_errmsg(s), path),
+              "%s", wq_store_errmsg(s));
+    cr_assert_eq(wq_store_check_path(s), WQ_EIO);
+    cr_assert(strstr(wq_store_errmsg(s), "another file is at that path"), "%s", wq_store_errmsg(s));
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    const char *want = "someone else's file\n";
+    cr_assert(same_bytes(path, want, strlen(want)), "the file now at the path was touched");
 }
 
 /* ---- group commit ---- */
