@@ -716,8 +716,10 @@ failed:
                              "state file %s stayed locked by another connection (an open write "
                              "transaction in a sqlite3 session?); nothing was written, try again",
                              s->path);
-    wq_store_fail(s, WQ_EIO, "cannot write state file %s: %s", s->path, sqlite3_errmsg(s->db));
+    int r = wq_schema_damaged(rc) ? wq_store_sqlite_fail(s, rc, "write pending changes")
+                                  : wq_store_fail(s, WQ_EIO, "cannot write state file %s: %s",
+                                                  s->path, sqlite3_errmsg(s->db));
     if (!sqlite3_get_autocommit(s->db))
         wq_store_run(s->st[ST_ROLLBACK]);
-    return WQ_EIO;
+    return r;
 }

@@ -3,9 +3,9 @@
  * (an flock on the database file, held until close), the per-queue
  * handles, and the Bloom filter of keys whose items row may exist, which
  * lets the group commit (commit.c) skip deleting rows that were never
- * written. Once the file cannot be trusted (the path names another file or
- * none) the store breaks: it never writes to the file again, not even the
- * checkpoint at close.
+ * written. Once the file cannot be trusted (SQLite finds it damaged, or the
+ * path names another file or none) the store breaks: it never writes to
+ * the file again, not even the checkpoint at close.
  */
 #include "store/store_int.h"
 
@@ -56,6 +56,17 @@ int wq_store_broken(wq_store *s)
     if (s->broken)
         snprintf(s->errmsg, sizeof s->errmsg, "%s", s->broken_msg);
     return s->broken;
+}
+
+int wq_store_sqlite_fail(wq_store *s, int rc, const char *what)
+{
+    if (wq_schema_damaged(rc))
+        return wq_store_break(s, WQ_EFORMAT,
+                              "state file %s is damaged (%s, trying to %s); nothing more is "
+                              "written to it",
+                              s->path, sqlite3_errmsg(s->db), what);
+    return wq_store_fail(s, WQ_EIO, "cannot %s (state file %s): %s", what, s->path,
+                         sqlite3_errmsg(s->db));
 }
 
 static int fail_buf(char *err, size_t errlen, int code, const char *fmt, ...)
@@ -588,15 +599,19 @@ wq_store_queue *wq_store_attach(wq_store *s, const char *name, wq_queue *q)
     /* With no rows in the file, the (empty) filter and fail_set are already exact. */
     sqlite3_stmt *st;
     sq->complete = 0;
-    if (sqlite3_prepare_v2(s->db,
-                           "SELECT EXISTS (SELECT 1 FROM items WHERE queue = ?1)"
-                           " OR EXISTS (SELECT 1 FROM failures WHERE queue = ?1)",
-                           -1, &st, NULL) == SQLITE_OK) {
+    int rc = sqlite3_prepare_v2(s->db,
+                                "SELECT EXISTS (SELECT 1 FROM items WHERE queue = ?1)"
+                                " OR EXISTS (SELECT 1 FROM failures WHERE queue = ?1)",
+                                -1, &st, NULL);
+    if (rc == SQLITE_OK) {
         sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
-        if (sqlite3_step(st) == SQLITE_ROW)
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW)
             sq->complete = sqlite3_column_int(st, 0) == 0;
         sqlite3_finalize(st);
     }
+    if (wq_schema_damaged(rc))
+        wq_store_sqlite_fail(s, rc, "attach a queue"); /* the restore that follows fails */
     s->queues[s->nqueues++] = sq;
     wq_store_known_queue(s, name);
     return sq;

@@ -42,10 +42,10 @@ void wq_store_close(wq_store *s);
 const char *wq_store_errmsg(const wq_store *s);
 /*
  * Cheap (one stat): 0 while the path still names the file the store has
- * open; else WQ_EIO with "state file X was deleted or replaced while
- * running" in errmsg. After a failure the store never writes to the file
- * again: flush fails the same way and close writes nothing. Call it
- * periodically.
+ * open and nothing found that file damaged; else WQ_EIO ("state file X
+ * was deleted or replaced while running") or WQ_EFORMAT (damaged), message
+ * in errmsg. After a failure the store never writes to the file again:
+ * flush fails the same way and close writes nothing. Call it periodically.
  */
 int wq_store_check_path(wq_store *s);
 
@@ -94,7 +94,9 @@ typedef struct wq_restored {
  * resulting touches): queued and processing rows in order, then waiting
  * ones with their absolute time. Calls fail_fn for each failures row and
  * dead_fn for each dead row so the caller can rebuild its maps.
- * Returns the number of items restored or a WQ_E* code.
+ * Returns the number of items restored or a WQ_E* code: WQ_EFORMAT when
+ * SQLite finds the file damaged (the rows passed to item_fn are then not
+ * all of them, and the store writes nothing more to the file).
  */
 int wq_store_restore(wq_store_queue *sq, void (*item_fn)(void *ud, const wq_restored *r),
                      void (*fail_fn)(void *ud, const char *key, size_t len, int64_t requeues,
@@ -119,12 +121,12 @@ int wq_store_dirty(const wq_store *s);
 /*
  * Writes every pending change in one transaction. 0, WQ_EIO (disk full, I/O
  * error: rolled back; or the path no longer names the file, see
- * wq_store_check_path), WQ_EBUSY (another connection held the write lock
- * past the 5 s busy timeout: nothing written), or WQ_ENOMEM (some
- * failure-count or dead-letter changes were lost; the rest is written).
- * Message in errmsg. After an error the pending set is kept, so a later
- * flush writes it all (except after a moved path: nothing is written any
- * more).
+ * wq_store_check_path), WQ_EFORMAT (the file is damaged), WQ_EBUSY (another
+ * connection held the write lock past the 5 s busy timeout: nothing
+ * written), or WQ_ENOMEM (some failure-count or dead-letter changes were
+ * lost; the rest is written). Message in errmsg. After an error the pending
+ * set is kept, so a later flush writes it all (except after WQ_EFORMAT or a
+ * moved path: nothing is written any more).
  */
 int wq_store_flush(wq_store *s);
 

@@ -187,15 +187,21 @@ int wq_schema_valid_queue(const char *name, size_t len);
 int wq_store_fail(wq_store *s, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /*
- * Stops the store from ever writing to its file again (the path no longer
- * names it): every later flush and check fails with code and this message,
- * and close neither writes nor checkpoints. The first break's message
- * stays. Returns code.
+ * Stops the store from ever writing to its file again (it is damaged, or
+ * deleted or replaced): every later flush, restore, inbox poll and check
+ * fails with code and this message, and close neither writes nor
+ * checkpoints. The first break's message stays. Returns code.
  */
 int wq_store_break(wq_store *s, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* The code of a broken store (its message put back into errmsg), or 0. */
 int wq_store_broken(wq_store *s);
+/*
+ * Fails with SQLite result rc met while trying to do what (e.g. "restore
+ * queue 'jobs'"): breaks the store and returns WQ_EFORMAT when rc says the
+ * file is damaged, else returns WQ_EIO. The message names the file.
+ */
+int wq_store_sqlite_fail(wq_store *s, int rc, const char *what);
 /* Wall-clock Unix seconds. */
 double wq_store_wall(void);
 /* Monotonic nanoseconds of the real clock (for measuring commits). */

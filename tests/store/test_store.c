@@ -536,6 +536,51 @@ Test(store, cli_add_and_status_refuse_a_damaged_file_with_status_1_and_leave_it_
     free(before);
 }
 
+static void count_item(void *ud, const wq_restored *r)
+{
+    (void)r;
+    ++*(int *)ud;
+}
+
+static int take_nothing(void *ud, const char *queue, const char *key, size_t keylen,
+                        const char *payload, size_t paylen, double after)
+{
+    (void)ud, (void)queue, (void)key, (void)keylen, (void)payload, (void)paylen, (void)after;
+    return 0;
+}
+
+Test(store, damage_met_by_the_restore_fails_it_and_nothing_more_is_written)
+{
+    fill_file(3000);
+    long page_size, pg = items_leaf_page(&page_size);
+    wq_store *s = open_ok(); /* the file is sound now: its check passes */
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    /* Damaged behind the store's back (an invalid page type: reading the page fails), and a
+     * write by another connection so that the store reads the items pages again. */
+    damage(pg, page_size, 0, 1, 0x00);
+    sql("INSERT INTO inbox(queue, key) VALUES ('other', 'x')");
+    size_t n0;
+    char *before = slurp(path, &n0);
+
+    int items = 0;
+    cr_assert_eq(wq_store_restore(p.sq, count_item, NULL, NULL, &items), WQ_EFORMAT);
+    cr_assert_lt(items, 3000);
+    const char *msg = wq_store_errmsg(s);
+    cr_assert(strstr(msg, path) && strstr(msg, "damaged") && strstr(msg, "restore queue 'jobs'"),
+              "%s", msg);
+    /* From now on the store refuses everything, with the same message. */
+    cr_assert_eq(wq_store_check_path(s), WQ_EFORMAT);
+    add(&p, "new", NULL, 0);
+    cr_assert_eq(wq_store_flush(s), WQ_EFORMAT);
+    cr_assert(strstr(wq_store_errmsg(s), "damaged"), "%s", wq_store_errmsg(s));
+    cr_assert_eq(wq_store_poll_inbox(s, take_nothing, NULL), WQ_EFORMAT);
+    wq_store_close(s); /* no flush, no owner cleanup, no checkpoint */
+    wq_queue_free(p.q);
+    cr_assert(same_bytes(path, before, n0), "the damaged file was written to");
+    free(before);
+}
+
 /* ---- the file deleted or replaced while open ---- */
 
 Test(store, a_state_file_deleted_while_open_fails_the_check_and_every_flush)
