@@ -15,6 +15,10 @@
  * WQ_EV_GONE is known to have no record (the engine tells every drop), so
  * it is not looked up; rows the Bloom filter proves new go in as plain
  * multi-row INSERTs, and deletions as multi-key DELETEs.
+ *
+ * A flush commits only while the path still names the file the store has
+ * open (checked just before and just after COMMIT), so a commit never
+ * reports success into a state file that was deleted or replaced.
  */
 #include "store/store_int.h"
 
@@ -648,7 +652,11 @@ static int write_all(struct flush *f)
 
 int wq_store_flush(wq_store *s)
 {
-    if (!s || !wq_store_dirty(s))
+    if (!s)
+        return 0;
+    if (s->broken)
+        return wq_store_broken(s);
+    if (!wq_store_dirty(s))
         return 0;
     int64_t t0 = wq_store_mono_ns();
     struct flush f;
@@ -661,10 +669,19 @@ int wq_store_flush(wq_store *s)
     if (rc == SQLITE_OK)
         rc = write_all(&f);
     unbind(s);
+    if (rc == SQLITE_OK && wq_store_check_path(s) < 0) {
+        wq_store_run(s->st[ST_ROLLBACK]);
+        s->stats.flush_errors++;
+        return s->broken;
+    }
     if (rc == SQLITE_OK)
         rc = wq_store_run(s->st[ST_COMMIT]);
     if (rc != SQLITE_OK)
         goto failed;
+    if (wq_store_check_path(s) < 0) {
+        s->stats.flush_errors++; /* committed into a file that is no longer at the path */
+        return s->broken;
+    }
     uint64_t rows = f.rows;
 
     note_committed(s);
@@ -699,8 +716,10 @@ failed:
                              "state file %s stayed locked by another connection (an open write "
                              "transaction in a sqlite3 session?); nothing was written, try again",
                              s->path);
-    wq_store_fail(s, WQ_EIO, "cannot write state file %s: %s", s->path, sqlite3_errmsg(s->db));
+    int r = wq_schema_damaged(rc) ? wq_store_sqlite_fail(s, rc, "write pending changes")
+                                  : wq_store_fail(s, WQ_EIO, "cannot write state file %s: %s",
+                                                  s->path, sqlite3_errmsg(s->db));
     if (!sqlite3_get_autocommit(s->db))
         wq_store_run(s->st[ST_ROLLBACK]);
-    return WQ_EIO;
+    return r;
 }

@@ -3,7 +3,9 @@
  * in run order, failure counts, dead letters) and the inbox, which any
  * process may feed while the runner runs. Both hand rows to the caller
  * straight from SQLite's buffers, without copies, so a million items
- * restore in well under a second of store time.
+ * restore in well under a second of store time. Every step's result is
+ * checked: an error is never the end of the rows, and one that says the
+ * file is damaged breaks the store (nothing more is written to the file).
  */
 #include "store/store_int.h"
 
@@ -27,16 +29,18 @@ static double sane_time(double t)
     return t < 1e12 ? t : 1e12;
 }
 
+/* Feeds the queue's items rows to item_fn, counting them in *n. SQLite result code. */
 static int restore_items(wq_store_queue *sq, void (*item_fn)(void *ud, const wq_restored *r),
-                         void *ud, int *incomplete)
+                         void *ud, int *n, int *incomplete)
 {
     wq_store *s = sq->s;
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, restore_items_sql, -1, &st, NULL) != SQLITE_OK)
-        return SQLITE_ERROR;
+    int rc = sqlite3_prepare_v2(s->db, restore_items_sql, -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return rc;
     sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
     size_t records = sq->q ? wq_queue_records(sq->q) : 0;
-    int n = 0, rc;
+    *n = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         wq_restored r;
         memset(&r, 0, sizeof r);
@@ -59,17 +63,17 @@ static int restore_items(wq_store_queue *sq, void (*item_fn)(void *ud, const wq_
             r.ready_at_mono = s->tb.to_mono(s->tb.ud, sane_time(sqlite3_column_double(st, 4)));
         wq_store_bloom_add(s, wq_store_key_hash(sq, r.key, r.keylen));
         item_fn(ud, &r);
-        n++;
+        ++*n;
         wq_item_info info;
         if (only_waiting && sq->q && wq_queue_lookup(sq->q, r.key, r.keylen, &info) &&
             (info.state & WQ_ST_DIRTY))
             wq_store_touch_requeued(sq, r.key, r.keylen); /* its time has passed: queued now */
     }
     /* Each row is a distinct key: unless each became a new record, some rows are not ours. */
-    if (!sq->q || wq_queue_records(sq->q) - records != (size_t)n)
+    if (!sq->q || wq_queue_records(sq->q) - records != (size_t)*n)
         *incomplete = 1;
     sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? n : -1;
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
 static int restore_failures(wq_store_queue *sq,
@@ -78,12 +82,12 @@ static int restore_failures(wq_store_queue *sq,
                             void *ud, int *incomplete)
 {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(sq->s->db,
-                           "SELECT key, requeues, last_error FROM failures WHERE queue = ?1", -1,
-                           &st, NULL) != SQLITE_OK)
-        return SQLITE_ERROR;
+    int rc = sqlite3_prepare_v2(sq->s->db,
+                                "SELECT key, requeues, last_error FROM failures WHERE queue = ?1",
+                                -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return rc;
     sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
-    int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         const char *key = (const char *)sqlite3_column_text(st, 0);
         size_t len = (size_t)sqlite3_column_bytes(st, 0);
@@ -107,13 +111,13 @@ static int restore_dead(wq_store_queue *sq,
     if (!dead_fn)
         return SQLITE_OK;
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(sq->s->db,
-                           "SELECT key, payload, error, attempts, failed_at FROM dead"
-                           " WHERE queue = ?1 ORDER BY failed_at",
-                           -1, &st, NULL) != SQLITE_OK)
-        return SQLITE_ERROR;
+    int rc = sqlite3_prepare_v2(sq->s->db,
+                                "SELECT key, payload, error, attempts, failed_at FROM dead"
+                                " WHERE queue = ?1 ORDER BY failed_at",
+                                -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return rc;
     sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
-    int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         const char *key = (const char *)sqlite3_column_text(st, 0);
         size_t len = (size_t)sqlite3_column_bytes(st, 0);
@@ -135,16 +139,19 @@ int wq_store_restore(wq_store_queue *sq, void (*item_fn)(void *ud, const wq_rest
     if (!sq || !item_fn)
         return WQ_EINVAL;
     wq_store *s = sq->s;
+    if (s->broken)
+        return wq_store_broken(s);
+    char what[128];
+    snprintf(what, sizeof what, "restore queue '%s'", sq->name);
     /* One write transaction: a consistent read, and the processing rows rewritten with it. */
-    if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
-        return wq_store_fail(s, WQ_EIO, "cannot read state file %s: %s", s->path,
-                             sqlite3_errmsg(s->db));
-    int incomplete = 0;
+    int rc = sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return wq_store_sqlite_fail(s, rc, what);
+    int incomplete = 0, n = 0;
     wq_store_forget_gone(sq); /* keys it restores may have gone from another engine queue */
     sq->restoring = 1;
-    int n = restore_items(sq, item_fn, ud, &incomplete);
+    rc = restore_items(sq, item_fn, ud, &n, &incomplete);
     sq->restoring = 0;
-    int rc = n < 0 ? SQLITE_ERROR : SQLITE_OK;
     if (rc == SQLITE_OK) {
         /* At-least-once: what was in flight runs again, and the file says so. */
         sqlite3_stmt *st;
@@ -154,8 +161,9 @@ int wq_store_restore(wq_store_queue *sq, void (*item_fn)(void *ud, const wq_rest
                                 -1, &st, NULL);
         if (rc == SQLITE_OK) {
             sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
-            rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
+            rc = sqlite3_step(st);
             sqlite3_finalize(st);
+            rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
         }
     }
     if (rc == SQLITE_OK)
@@ -165,8 +173,7 @@ int wq_store_restore(wq_store_queue *sq, void (*item_fn)(void *ud, const wq_rest
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL);
     if (rc != SQLITE_OK) {
-        int r = wq_store_fail(s, WQ_EIO, "cannot restore queue '%s' from %s: %s", sq->name, s->path,
-                              sqlite3_errmsg(s->db));
+        int r = wq_store_sqlite_fail(s, rc, what);
         if (!sqlite3_get_autocommit(s->db))
             sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
         sq->complete = 0;
@@ -232,6 +239,8 @@ int wq_store_poll_inbox(wq_store *s,
 {
     if (!s || !fn)
         return WQ_EINVAL;
+    if (s->broken)
+        return wq_store_broken(s);
     if (wq_store_prepare(s, &s->st[ST_DATA_VERSION], "PRAGMA data_version") < 0 ||
         wq_store_prepare(s, &s->st[ST_SELECT_INBOX], select_inbox_sql) < 0)
         return WQ_EIO;
@@ -240,8 +249,7 @@ int wq_store_poll_inbox(wq_store *s,
     int64_t version = rc == SQLITE_ROW ? sqlite3_column_int64(dv, 0) : 0;
     sqlite3_reset(dv);
     if (rc != SQLITE_ROW)
-        return wq_store_fail(s, WQ_EIO, "cannot read the inbox of %s: %s", s->path,
-                             sqlite3_errmsg(s->db));
+        return wq_store_sqlite_fail(s, rc, "read the inbox");
     int all = !s->inbox_polled || s->inbox_rescan;
     if (!all && version == s->data_version)
         return 0; /* nobody else wrote to the file */
@@ -281,7 +289,6 @@ int wq_store_poll_inbox(wq_store *s,
     if (r < 0)
         return r;
     if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-        return wq_store_fail(s, WQ_EIO, "cannot read the inbox of %s: %s", s->path,
-                             sqlite3_errmsg(s->db));
+        return wq_store_sqlite_fail(s, rc, "read the inbox");
     return n;
 }

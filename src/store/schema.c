@@ -2,12 +2,14 @@
  * The state file's format: recognizing our files (application_id), the
  * schema version (user_version) and one migration per version. A file that
  * is not ours is inspected read-only and never written: garbage, another
- * application's database or a newer version is refused before anything,
- * even the switch to WAL, touches it.
+ * application's database, a newer version or a damaged state file (PRAGMA
+ * quick_check) is refused before anything, even the switch to WAL, touches
+ * it.
  */
 #include "store/store_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -129,16 +131,103 @@ static int classify(const char *path, int app, int ver, int nobj, char *err, siz
                path, app, ver, nobj);
 }
 
-/* Maps a failed read of a file that exists: garbage is a format error, the rest I/O. */
-static int read_error(const char *path, sqlite3 *db, int rc, char *err, size_t errlen)
+int wq_schema_damaged(int rc)
 {
     int prim = rc & 0xff;
-    if (prim == SQLITE_NOTADB || prim == SQLITE_CORRUPT)
+    return prim == SQLITE_CORRUPT || prim == SQLITE_NOTADB;
+}
+
+/* Whether path starts with SQLite's magic: a failed read is then damage, not garbage. */
+static int sqlite_magic(const char *path)
+{
+    char head[16];
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    size_t n = fread(head, 1, sizeof head, f);
+    fclose(f);
+    return n == sizeof head && memcmp(head, "SQLite format 3", sizeof head) == 0;
+}
+
+/* Maps a failed read of a file that exists: garbage and damage are format errors, the rest I/O. */
+static int read_error(const char *path, sqlite3 *db, int rc, char *err, size_t errlen)
+{
+    if (wq_schema_damaged(rc) && sqlite_magic(path))
+        return fmt(err, errlen, WQ_EFORMAT, "state file %s is damaged (%s); %s", path,
+                   db ? sqlite3_errmsg(db) : sqlite3_errstr(rc), WQ_STORE_DAMAGED_HINT);
+    if (wq_schema_damaged(rc))
         return fmt(err, errlen, WQ_EFORMAT,
                    "%s is not a wqrun state file (not an SQLite database); refusing to touch it",
                    path);
     return fmt(err, errlen, WQ_EIO, "cannot read state file %s: %s", path,
                db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+}
+
+/* Files up to this size are read ahead of the check (a bigger one may not fit the page cache). */
+#define WARM_MAX ((off_t)1 << 30)
+
+/*
+ * Reads the file once, front to back, in big blocks: quick_check (and the
+ * restore after it) then find its pages in the page cache instead of
+ * reading them one at a time in b-tree order. For a 128 MB file (a million
+ * items) not yet cached that is about 0.3 s instead of 2 s.
+ */
+static void warm(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    struct stat st;
+    if (fstat(fd, &st) < 0 || st.st_size > WARM_MAX) {
+        close(fd);
+        return;
+    }
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    char buf[1 << 16];
+    while (read(fd, buf, sizeof buf) > 0)
+        ;
+    close(fd);
+}
+
+/*
+ * Reads every page of the file (PRAGMA quick_check: b-tree structure, cell
+ * bounds, the freelist; not index contents, and our WITHOUT ROWID tables
+ * have no separate indexes). A damaged b-tree otherwise reads back as fewer
+ * rows without any error, and the runner would carry on with part of its
+ * state and write that back. O(file size): about 0.13 s for a million items.
+ */
+static int check_pages(const char *path, sqlite3 *db, char *err, size_t errlen)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(db, "PRAGMA quick_check(1)", -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return read_error(path, db, rc, err, errlen);
+    rc = sqlite3_step(st);
+    int r = 0;
+    if (rc != SQLITE_ROW) {
+        r = read_error(path, db, rc, err, errlen);
+    } else {
+        const char *res = (const char *)sqlite3_column_text(st, 0);
+        if (!res || strcmp(res, "ok") != 0) {
+            /* "*** in database main ***\nOn tree page 20 cell 2: ..." on one line */
+            static const char prefix[] = "*** in database main ***";
+            if (res && strncmp(res, prefix, sizeof prefix - 1) == 0)
+                res += sizeof prefix - 1;
+            char what[256];
+            snprintf(what, sizeof what, "%s", res ? res : "?");
+            char *w = what;
+            while (*w == '\n' || *w == ' ')
+                w++;
+            for (char *c = w; *c; c++)
+                if (*c == '\n')
+                    *c = ' ';
+            r = fmt(err, errlen, WQ_EFORMAT,
+                    "state file %s is damaged (PRAGMA quick_check: %s); %s", path, w,
+                    WQ_STORE_DAMAGED_HINT);
+        }
+    }
+    sqlite3_finalize(st);
+    return r;
 }
 
 int wq_schema_open_ro(const char *path, sqlite3 **out, char *err, size_t errlen)
@@ -165,9 +254,11 @@ int wq_schema_open_ro(const char *path, sqlite3 **out, char *err, size_t errlen)
 }
 
 /*
- * Reads a file's header through SQLite without leaving a trace: immutable
- * takes no locks and creates no -wal or -shm file (but may see a torn page
- * while another process writes); otherwise an ordinary read-only connection.
+ * Reads a file's header, and checks the pages of a state file, through
+ * SQLite without leaving a trace: immutable takes no locks, creates no -wal
+ * or -shm file and ignores a -wal file (but may see a torn page while
+ * another process writes); otherwise an ordinary read-only connection, in
+ * one read transaction.
  */
 static int inspect(const char *path, int immutable, char *err, size_t errlen)
 {
@@ -190,13 +281,19 @@ static int inspect(const char *path, int immutable, char *err, size_t errlen)
         sqlite3_extended_result_codes(db, 1);
         sqlite3_busy_timeout(db, 5000);
         int app = 0, ver = 0, nobj = 0;
-        rc = read_header(db, &app, &ver, &nobj);
+        rc = immutable ? SQLITE_OK : sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
+        if (rc == SQLITE_OK)
+            rc = read_header(db, &app, &ver, &nobj);
         if (rc != SQLITE_OK)
             r = read_error(path, db, rc, err, errlen);
         else
             r = classify(path, app, ver, nobj, err, errlen);
+        if (r == 0 && (uint32_t)app == WQ_STORE_APP_ID) {
+            warm(path);
+            r = check_pages(path, db, err, errlen);
+        }
     }
-    sqlite3_close(db);
+    sqlite3_close(db); /* ends the read transaction */
     return r;
 }
 
@@ -207,6 +304,15 @@ static int has_wal(const char *path)
     struct stat st;
     snprintf(wal, sizeof wal, "%s-wal", path);
     return stat(wal, &st) == 0 && st.st_size > 0;
+}
+
+/* Whether path is no longer as st saw it (written, replaced, or given a -wal file meanwhile). */
+static int changed(const char *path, const struct stat *st)
+{
+    struct stat now;
+    return stat(path, &now) < 0 || now.st_dev != st->st_dev || now.st_ino != st->st_ino ||
+           now.st_size != st->st_size || now.st_mtim.tv_sec != st->st_mtim.tv_sec ||
+           now.st_mtim.tv_nsec != st->st_mtim.tv_nsec || has_wal(path);
 }
 
 int wq_schema_check(const char *path, char *err, size_t errlen)
@@ -223,10 +329,15 @@ int wq_schema_check(const char *path, char *err, size_t errlen)
     int wal = has_wal(path);
     if (st.st_size == 0 && !wal)
         return 0;
-    int r = inspect(path, 1, err, errlen);
-    /* A refusal may come from a page torn by a live writer, or an outdated header: read again
-     * properly. */
-    if (r < 0 && wal)
+    /*
+     * Without a -wal file, the file alone is the database: read it as it is,
+     * leaving no trace. With one, its newest pages live there: read it
+     * properly (the -wal and -shm files exist already). A refusal of a file
+     * that changed while it was read may come from a page torn by a live
+     * writer: read it again properly.
+     */
+    int r = inspect(path, !wal, err, errlen);
+    if (r < 0 && !wal && changed(path, &st))
         r = inspect(path, 0, err, errlen);
     return r;
 }

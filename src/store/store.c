@@ -3,7 +3,9 @@
  * (an flock on the database file, held until close), the per-queue
  * handles, and the Bloom filter of keys whose items row may exist, which
  * lets the group commit (commit.c) skip deleting rows that were never
- * written.
+ * written. Once the file cannot be trusted (SQLite finds it damaged, or the
+ * path names another file or none) the store breaks: it never writes to
+ * the file again, not even the checkpoint at close.
  */
 #include "store/store_int.h"
 
@@ -32,6 +34,39 @@ int wq_store_fail(wq_store *s, int code, const char *fmt, ...)
     vsnprintf(s->errmsg, sizeof s->errmsg, fmt, ap);
     va_end(ap);
     return code;
+}
+
+int wq_store_break(wq_store *s, int code, const char *fmt, ...)
+{
+    if (!s->broken) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(s->broken_msg, sizeof s->broken_msg, fmt, ap);
+        va_end(ap);
+        s->broken = code;
+        /* Closing would otherwise copy the WAL into the file, and delete a -wal file that may now
+         * belong to another database at the path. */
+        sqlite3_db_config(s->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)NULL);
+    }
+    return wq_store_broken(s);
+}
+
+int wq_store_broken(wq_store *s)
+{
+    if (s->broken)
+        snprintf(s->errmsg, sizeof s->errmsg, "%s", s->broken_msg);
+    return s->broken;
+}
+
+int wq_store_sqlite_fail(wq_store *s, int rc, const char *what)
+{
+    if (wq_schema_damaged(rc))
+        return wq_store_break(s, WQ_EFORMAT,
+                              "state file %s is damaged (%s, trying to %s); nothing more is "
+                              "written to it",
+                              s->path, sqlite3_errmsg(s->db), what);
+    return wq_store_fail(s, WQ_EIO, "cannot %s (state file %s): %s", what, s->path,
+                         sqlite3_errmsg(s->db));
 }
 
 static int fail_buf(char *err, size_t errlen, int code, const char *fmt, ...)
@@ -252,17 +287,18 @@ static void finalize_all(wq_store *s)
     }
 }
 
-/* Reads one integer from a query; def when there is no row. */
-static int64_t query_int(wq_store *s, const char *sql, int64_t def)
+/* Reads one integer from a query into *v (unchanged when NULL or no row). SQLite result code. */
+static int query_int(wq_store *s, const char *sql, int64_t *v)
 {
     sqlite3_stmt *st;
-    int64_t v = def;
-    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK)
-        return def;
-    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
-        v = sqlite3_column_int64(st, 0);
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        return rc;
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+        *v = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
-    return v;
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
 /* Records who owns the file, for the second runner's message and `wqrun status`. */
@@ -390,17 +426,36 @@ int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timeb
              "PRAGMA synchronous = %s; PRAGMA cache_size = -65536;"
              " PRAGMA wal_autocheckpoint = 10000; PRAGMA journal_size_limit = 67108864",
              sync == WQ_SYNC_FULL ? "FULL" : "NORMAL");
-    if (exec(s, pragmas) != SQLITE_OK || prepare_all(s) < 0 || write_owner(s) != SQLITE_OK) {
+    if (exec(s, pragmas) != SQLITE_OK || prepare_all(s) < 0) {
         r = fail_buf(err, errlen, WQ_EIO, "cannot set up state file %s: %s", path,
                      sqlite3_errmsg(db));
         goto fail;
     }
-    s->next_seq = query_int(s, "SELECT max(seq) FROM items", 0) + 1;
+    int64_t max_seq = 0;
+    int rc = query_int(s, "SELECT max(seq) FROM items", &max_seq);
+    if (wq_schema_damaged(rc)) {
+        r = fail_buf(err, errlen, WQ_EFORMAT, "state file %s is damaged (%s); %s", path,
+                     sqlite3_errmsg(db), WQ_STORE_DAMAGED_HINT);
+        goto fail;
+    }
+    if (rc != SQLITE_OK || write_owner(s) != SQLITE_OK) {
+        r = fail_buf(err, errlen, WQ_EIO, "cannot set up state file %s: %s", path,
+                     sqlite3_errmsg(db));
+        goto fail;
+    }
+    s->next_seq = max_seq + 1;
+    /* SQLite opened path after the lock was taken: make sure both name the same file. */
+    if (wq_store_check_path(s) < 0) {
+        r = fail_buf(err, errlen, WQ_EIO, "%s", s->errmsg);
+        goto fail;
+    }
     s->next_open = open_stores;
     open_stores = s;
     *out = s;
     return 0;
 fail:
+    if (r == WQ_EFORMAT) /* damaged: leave its bytes as they are */
+        sqlite3_db_config(s->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)NULL);
     finalize_all(s);
     sqlite3_close(s->db);
     close(fd);
@@ -408,6 +463,30 @@ fail:
     wq_free(s->bloom_mem);
     wq_free(s);
     return r;
+}
+
+int wq_store_check_path(wq_store *s)
+{
+    if (!s)
+        return 0;
+    if (s->broken)
+        return wq_store_broken(s);
+    /* SQLite's absolute name of the file: what -wal and -shm are named after, whatever the cwd. */
+    const char *name = sqlite3_db_filename(s->db, "main");
+    if (!name || !*name)
+        name = s->path;
+    struct stat st;
+    const char *why;
+    if (stat(name, &st) < 0)
+        why = errno == ENOENT ? "no file at that path now" : strerror(errno);
+    else if (st.st_dev != s->dev || st.st_ino != s->ino)
+        why = "another file is at that path now";
+    else
+        return 0;
+    return wq_store_break(s, WQ_EIO,
+                          "state file %s was deleted or replaced while running (%s); nothing more "
+                          "is written to it",
+                          s->path, why);
 }
 
 void wq_store_set_busy_timeout(wq_store *s, int ms)
@@ -429,7 +508,7 @@ void wq_store_close(wq_store *s)
 {
     if (!s)
         return;
-    if (wq_store_flush(s) == 0)
+    if (wq_store_flush(s) == 0 && wq_store_check_path(s) == 0)
         exec(s, "DELETE FROM meta WHERE name LIKE 'owner^_%' ESCAPE '^'");
     for (wq_store **pp = &open_stores; *pp; pp = &(*pp)->next_open) {
         if (*pp == s) {
@@ -520,15 +599,19 @@ wq_store_queue *wq_store_attach(wq_store *s, const char *name, wq_queue *q)
     /* With no rows in the file, the (empty) filter and fail_set are already exact. */
     sqlite3_stmt *st;
     sq->complete = 0;
-    if (sqlite3_prepare_v2(s->db,
-                           "SELECT EXISTS (SELECT 1 FROM items WHERE queue = ?1)"
-                           " OR EXISTS (SELECT 1 FROM failures WHERE queue = ?1)",
-                           -1, &st, NULL) == SQLITE_OK) {
+    int rc = sqlite3_prepare_v2(s->db,
+                                "SELECT EXISTS (SELECT 1 FROM items WHERE queue = ?1)"
+                                " OR EXISTS (SELECT 1 FROM failures WHERE queue = ?1)",
+                                -1, &st, NULL);
+    if (rc == SQLITE_OK) {
         sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
-        if (sqlite3_step(st) == SQLITE_ROW)
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW)
             sq->complete = sqlite3_column_int(st, 0) == 0;
         sqlite3_finalize(st);
     }
+    if (wq_schema_damaged(rc))
+        wq_store_sqlite_fail(s, rc, "attach a queue"); /* the restore that follows fails */
     s->queues[s->nqueues++] = sq;
     wq_store_known_queue(s, name);
     return sq;

@@ -27,11 +27,12 @@ typedef enum { WQ_SYNC_NORMAL, WQ_SYNC_FULL } wq_sync;
 
 /*
  * Opens (creating if missing) the state file at path for running: checks it
- * is a wqrun state file of a schema version this build knows (migrating an
- * older one), takes exclusive ownership (a second runner fails with
- * WQ_EBUSY and a message naming the other process), sets WAL, busy_timeout
- * and the sync level. On failure returns a WQ_E* code, writes a message
- * naming the file into err, and leaves a foreign file unmodified.
+ * is an undamaged (PRAGMA quick_check) wqrun state file of a schema version
+ * this build knows (migrating an older one), takes exclusive ownership (a
+ * second runner fails with WQ_EBUSY and a message naming the other
+ * process), sets WAL, busy_timeout and the sync level. On failure returns a
+ * WQ_E* code (WQ_EFORMAT: foreign, newer or damaged), writes a message
+ * naming the file into err, and leaves a foreign or damaged file unmodified.
  */
 int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timebase *tb, char *err,
                   size_t errlen);
@@ -39,6 +40,14 @@ int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timeb
 void wq_store_close(wq_store *s);
 /* The last error message (for WQ_EIO from flush and friends). */
 const char *wq_store_errmsg(const wq_store *s);
+/*
+ * Cheap (one stat): 0 while the path still names the file the store has
+ * open and nothing found that file damaged; else WQ_EIO ("state file X
+ * was deleted or replaced while running") or WQ_EFORMAT (damaged), message
+ * in errmsg. After a failure the store never writes to the file again:
+ * flush fails the same way and close writes nothing. Call it periodically.
+ */
+int wq_store_check_path(wq_store *s);
 
 /* How long a commit waits for a lock another connection holds (SQLite
  * busy_timeout; WQ_STORE_BUSY_MS unless changed). */
@@ -85,7 +94,9 @@ typedef struct wq_restored {
  * resulting touches): queued and processing rows in order, then waiting
  * ones with their absolute time. Calls fail_fn for each failures row and
  * dead_fn for each dead row so the caller can rebuild its maps.
- * Returns the number of items restored or a WQ_E* code.
+ * Returns the number of items restored or a WQ_E* code: WQ_EFORMAT when
+ * SQLite finds the file damaged (the rows passed to item_fn are then not
+ * all of them, and the store writes nothing more to the file).
  */
 int wq_store_restore(wq_store_queue *sq, void (*item_fn)(void *ud, const wq_restored *r),
                      void (*fail_fn)(void *ud, const char *key, size_t len, int64_t requeues,
@@ -109,10 +120,13 @@ void wq_store_undead(wq_store_queue *sq, const char *key, size_t len);
 int wq_store_dirty(const wq_store *s);
 /*
  * Writes every pending change in one transaction. 0, WQ_EIO (disk full, I/O
- * error: rolled back), WQ_EBUSY (another connection held the write lock past
- * the 5 s busy timeout: nothing written), or WQ_ENOMEM (some failure-count or
- * dead-letter changes were lost; the rest is written). Message in errmsg.
- * After an error the pending set is kept, so a later flush writes it all.
+ * error: rolled back; or the path no longer names the file, see
+ * wq_store_check_path), WQ_EFORMAT (the file is damaged), WQ_EBUSY (another
+ * connection held the write lock past the 5 s busy timeout: nothing
+ * written), or WQ_ENOMEM (some failure-count or dead-letter changes were
+ * lost; the rest is written). Message in errmsg. After an error the pending
+ * set is kept, so a later flush writes it all (except after WQ_EFORMAT or a
+ * moved path: nothing is written any more).
  */
 int wq_store_flush(wq_store *s);
 

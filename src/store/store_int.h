@@ -19,6 +19,11 @@
 /* PRAGMA user_version this build writes and understands. */
 #define WQ_STORE_VERSION 1
 
+/* Ends the message refusing a damaged file: what the user can do about it. */
+#define WQ_STORE_DAMAGED_HINT                                                                      \
+    "refusing to touch it (restore a backup, or salvage what is left with the sqlite3 "            \
+    "shell's .recover)"
+
 /* SQL for "now" as Unix seconds (REAL), valid in SQLite 3.40. */
 #define WQ_SQL_NOW "((julianday('now') - 2440587.5) * 86400.0)"
 
@@ -147,6 +152,8 @@ struct wq_store {
 
     wq_store_stats stats;
     char errmsg[512];
+    int broken; /* a WQ_E* code once the file cannot be trusted: nothing more is written to it */
+    char broken_msg[512];
 };
 
 /* ---- schema.c ---- */
@@ -169,6 +176,8 @@ int wq_schema_open_rw(const char *path, sqlite3 **out, char *err, size_t errlen)
 int wq_schema_open_ro(const char *path, sqlite3 **out, char *err, size_t errlen);
 /* Reads the owner recorded in meta ("pid 123 on host, since ..."); "" when unknown. */
 void wq_schema_owner(sqlite3 *db, char *buf, size_t len);
+/* Whether an SQLite result code says the file is damaged (SQLITE_CORRUPT, SQLITE_NOTADB). */
+int wq_schema_damaged(int rc);
 /* Whether name is a valid queue name: 1-64 chars of [A-Za-z0-9_.-]. */
 int wq_schema_valid_queue(const char *name, size_t len);
 
@@ -177,6 +186,22 @@ int wq_schema_valid_queue(const char *name, size_t len);
 /* Formats the store's error message; returns code. */
 int wq_store_fail(wq_store *s, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/*
+ * Stops the store from ever writing to its file again (it is damaged, or
+ * deleted or replaced): every later flush, restore, inbox poll and check
+ * fails with code and this message, and close neither writes nor
+ * checkpoints. The first break's message stays. Returns code.
+ */
+int wq_store_break(wq_store *s, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The code of a broken store (its message put back into errmsg), or 0. */
+int wq_store_broken(wq_store *s);
+/*
+ * Fails with SQLite result rc met while trying to do what (e.g. "restore
+ * queue 'jobs'"): breaks the store and returns WQ_EFORMAT when rc says the
+ * file is damaged, else returns WQ_EIO. The message names the file.
+ */
+int wq_store_sqlite_fail(wq_store *s, int rc, const char *what);
 /* Wall-clock Unix seconds. */
 double wq_store_wall(void);
 /* Monotonic nanoseconds of the real clock (for measuring commits). */

@@ -1,6 +1,7 @@
 /*
  * The store against real SQLite files in a temporary directory, with a
- * fake engine clock and a fake timebase: open and refusal, ownership,
+ * fake engine clock and a fake timebase: open and refusal (foreign, newer
+ * and damaged files), ownership, a file deleted or replaced while open,
  * group commit and coalescing, restore order and times, failures and dead
  * letters, the inbox, and the add/status command lines.
  */
@@ -195,12 +196,26 @@ static void sql(const char *s)
 
 static char *slurp(const char *p, size_t *len)
 {
+    struct stat st;
+    cr_assert_eq(stat(p, &st), 0, "%s", p);
     FILE *f = fopen(p, "rb");
     cr_assert_not_null(f);
-    char *buf = malloc(1 << 20);
-    *len = fread(buf, 1, 1 << 20, f);
+    char *buf = malloc((size_t)st.st_size + 1);
+    cr_assert_not_null(buf);
+    *len = fread(buf, 1, (size_t)st.st_size, f);
+    cr_assert_eq(*len, (size_t)st.st_size);
     fclose(f);
     return buf;
+}
+
+/* Whether the file at p holds exactly len bytes of want. */
+static int same_bytes(const char *p, const char *want, size_t len)
+{
+    size_t n;
+    char *now = slurp(p, &n);
+    int same = n == len && memcmp(now, want, len) == 0;
+    free(now);
+    return same;
 }
 
 static int exists(const char *suffix)
@@ -217,6 +232,8 @@ static void make_foreign_db(const char *setup_sql)
     cr_assert_eq(sqlite3_exec(db, setup_sql, NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
 }
+
+static int cli(int (*fn)(int, char **, FILE *, FILE *), char *out, size_t outlen, int argc, ...);
 
 /* Opening path must fail with code, name the file, and leave its bytes alone. */
 static void assert_refused_unchanged(int code, const char *needle)
@@ -397,6 +414,236 @@ Test(store, a_second_runner_process_is_busy_and_names_the_owner_pid)
     sql("INSERT INTO inbox(queue, key) VALUES ('jobs', 'from-shell')");
     wq_store_close(s);
     wq_queue_free(p.q);
+}
+
+/* ---- damaged files ---- */
+
+/* Writes a state file holding n items of queue "jobs" through the store, and closes it. */
+static void fill_file(int n)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    for (int i = 0; i < n; i++) {
+        char key[32], payload[64];
+        snprintf(key, sizeof key, "key-%06d", i);
+        snprintf(payload, sizeof payload, "{\"n\":%d,\"pad\":\"%s\"}", i, "xxxxxxxxxxxxxxxxxxxx");
+        add(&p, key, payload, 0);
+    }
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    cr_assert(!exists("-wal") && !exists("-shm"), "a clean close leaves the file alone");
+}
+
+/* The first row of sql run on path without locks or side files (the file may be damaged). */
+static const char *qtext_immutable(const char *sql_text)
+{
+    static char buf[1024];
+    char uri[256];
+    snprintf(uri, sizeof uri, "file:%s?immutable=1", path);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL),
+                 SQLITE_OK);
+    sqlite3_stmt *st;
+    snprintf(buf, sizeof buf, "(error)");
+    if (sqlite3_prepare_v2(db, sql_text, -1, &st, NULL) == SQLITE_OK) {
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW)
+            snprintf(buf, sizeof buf, "%s", (const char *)sqlite3_column_text(st, 0));
+        else
+            snprintf(buf, sizeof buf, "(error %d: %s)", rc, sqlite3_errmsg(db));
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(db);
+    return buf;
+}
+
+/*
+ * A leaf page of the items b-tree, found from its root page (sqlite_schema)
+ * by following the middle child of each interior page: items is WITHOUT
+ * ROWID, so its pages are index b-tree pages (0x02 interior, 0x0a leaf).
+ */
+static long items_leaf_page(long *page_size)
+{
+    *page_size = (long)qint("PRAGMA page_size");
+    long pg = (long)qint("SELECT rootpage FROM sqlite_schema WHERE name = 'items'");
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    unsigned char *page = malloc((size_t)*page_size);
+    for (int depth = 0; depth < 10; depth++) {
+        cr_assert_eq(fseek(f, (pg - 1) * *page_size, SEEK_SET), 0);
+        cr_assert_eq(fread(page, 1, (size_t)*page_size, f), (size_t)*page_size);
+        if (page[0] == 0x0a)
+            break;
+        cr_assert_eq(page[0], 0x02, "page %ld of items has type %d", pg, page[0]);
+        unsigned ncells = (unsigned)page[3] << 8 | page[4];
+        unsigned at = 12 + 2 * (ncells / 2);
+        unsigned cell = (unsigned)page[at] << 8 | page[at + 1];
+        pg = (long)page[cell] << 24 | (long)page[cell + 1] << 16 | (long)page[cell + 2] << 8 |
+             page[cell + 3];
+    }
+    cr_assert_eq(page[0], 0x0a, "found no leaf page of items");
+    free(page);
+    fclose(f);
+    return pg;
+}
+
+/* Overwrites n bytes at offset off of page pg with byte b. */
+static void damage(long pg, long page_size, long off, int n, int b)
+{
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f);
+    cr_assert_eq(fseek(f, (pg - 1) * page_size + off, SEEK_SET), 0);
+    for (int i = 0; i < n; i++)
+        fputc(b, f);
+    fclose(f);
+}
+
+Test(store, a_damaged_state_file_is_refused_at_open_and_left_unchanged)
+{
+    fill_file(3000);
+    long page_size, pg = items_leaf_page(&page_size);
+    cr_assert_gt(pg, 2);
+    cr_assert_str_eq(qtext_immutable("PRAGMA integrity_check"), "ok");
+    /* Six bytes of the leaf's cell pointer array now point past the end of the page. */
+    damage(pg, page_size, 8, 6, 0xff);
+    const char *ic = qtext_immutable("PRAGMA integrity_check");
+    cr_assert_str_neq(ic, "ok", "integrity_check sees the damage");
+
+    assert_refused_unchanged(WQ_EFORMAT, "damaged");
+    cr_assert(!exists("-shm"), "no -shm file is left next to it");
+    char err[512] = "";
+    wq_store *s = NULL;
+    wq_store_open(&s, path, WQ_SYNC_NORMAL, &tb, err, sizeof err);
+    cr_assert(strstr(err, "quick_check") && strstr(err, "out of range"), "says what: %s", err);
+}
+
+Test(store, cli_add_and_status_refuse_a_damaged_file_with_status_1_and_leave_it_alone)
+{
+    fill_file(3000);
+    long page_size, pg = items_leaf_page(&page_size);
+    damage(pg, page_size, 8, 6, 0xff);
+    size_t n0;
+    char *before = slurp(path, &n0);
+    char out[2048];
+    cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 4, "--db", path, "jobs", "k"), 1, "%s",
+                 out);
+    cr_assert(strstr(out, path) && strstr(out, "damaged"), "%s", out);
+    cr_assert_eq(cli(wq_store_cli_status_io, out, sizeof out, 2, "--db", path), 1, "%s", out);
+    cr_assert(strstr(out, path) && strstr(out, "damaged"), "%s", out);
+    cr_assert(same_bytes(path, before, n0), "the damaged file was modified");
+    cr_assert(!exists("-wal") && !exists("-shm") && !exists("-journal"));
+    free(before);
+}
+
+static void count_item(void *ud, const wq_restored *r)
+{
+    (void)r;
+    ++*(int *)ud;
+}
+
+static int take_nothing(void *ud, const char *queue, const char *key, size_t keylen,
+                        const char *payload, size_t paylen, double after)
+{
+    (void)ud, (void)queue, (void)key, (void)keylen, (void)payload, (void)paylen, (void)after;
+    return 0;
+}
+
+Test(store, damage_met_by_the_restore_fails_it_and_nothing_more_is_written)
+{
+    fill_file(3000);
+    long page_size, pg = items_leaf_page(&page_size);
+    wq_store *s = open_ok(); /* the file is sound now: its check passes */
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    /* Damaged behind the store's back (an invalid page type: reading the page fails), and a
+     * write by another connection so that the store reads the items pages again. */
+    damage(pg, page_size, 0, 1, 0x00);
+    sql("INSERT INTO inbox(queue, key) VALUES ('other', 'x')");
+    size_t n0;
+    char *before = slurp(path, &n0);
+
+    int items = 0;
+    cr_assert_eq(wq_store_restore(p.sq, count_item, NULL, NULL, &items), WQ_EFORMAT);
+    cr_assert_lt(items, 3000);
+    const char *msg = wq_store_errmsg(s);
+    cr_assert(strstr(msg, path) && strstr(msg, "damaged") && strstr(msg, "restore queue 'jobs'"),
+              "%s", msg);
+    /* From now on the store refuses everything, with the same message. */
+    cr_assert_eq(wq_store_check_path(s), WQ_EFORMAT);
+    add(&p, "new", NULL, 0);
+    cr_assert_eq(wq_store_flush(s), WQ_EFORMAT);
+    cr_assert(strstr(wq_store_errmsg(s), "damaged"), "%s", wq_store_errmsg(s));
+    cr_assert_eq(wq_store_poll_inbox(s, take_nothing, NULL), WQ_EFORMAT);
+    wq_store_close(s); /* no flush, no owner cleanup, no checkpoint */
+    wq_queue_free(p.q);
+    cr_assert(same_bytes(path, before, n0), "the damaged file was written to");
+    free(before);
+}
+
+/* ---- the file deleted or replaced while open ---- */
+
+Test(store, a_state_file_deleted_while_open_fails_the_check_and_every_flush)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    add(&p, "a", NULL, 0);
+    cr_assert_eq(wq_store_check_path(s), 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+
+    cr_assert_eq(unlink(path), 0);
+    add(&p, "b", NULL, 0);
+    cr_assert_eq(wq_store_flush(s), WQ_EIO, "a commit into the deleted file is no success");
+    const char *msg = wq_store_errmsg(s);
+    cr_assert(strstr(msg, path) && strstr(msg, "was deleted or replaced while running"), "%s", msg);
+    cr_assert(strstr(msg, "no file at that path"), "%s", msg);
+    cr_assert_eq(wq_store_check_path(s), WQ_EIO, "it stays failed");
+    cr_assert(strstr(wq_store_errmsg(s), "was deleted or replaced while running"), "%s",
+              wq_store_errmsg(s));
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    cr_assert(!exists(""), "closing does not bring the file back");
+}
+
+Test(store, the_check_alone_notices_a_deleted_state_file)
+{
+    wq_store *s = open_ok();
+    cr_assert_eq(wq_store_check_path(s), 0);
+    cr_assert_eq(unlink(path), 0);
+    cr_assert_eq(wq_store_check_path(s), WQ_EIO);
+    const char *msg = wq_store_errmsg(s);
+    cr_assert(strstr(msg, path) && strstr(msg, "was deleted or replaced while running"), "%s", msg);
+    wq_store_close(s);
+    cr_assert(!exists(""), "closing does not bring the file back");
+}
+
+Test(store, a_state_file_replaced_while_open_fails_the_check_and_the_new_file_is_left_alone)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    add(&p, "a", NULL, 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+
+    char other[256];
+    snprintf(other, sizeof other, "%s/other.db", dir);
+    FILE *f = fopen(other, "wb");
+    fputs("someone else's file\n", f);
+    fclose(f);
+    cr_assert_eq(rename(other, path), 0);
+    add(&p, "b", NULL, 0);
+    cr_assert_eq(wq_store_flush(s), WQ_EIO);
+    cr_assert(strstr(wq_store_errmsg(s), "was deleted or replaced while running") &&
+                  strstr(wq_store_errmsg(s), path),
+              "%s", wq_store_errmsg(s));
+    cr_assert_eq(wq_store_check_path(s), WQ_EIO);
+    cr_assert(strstr(wq_store_errmsg(s), "another file is at that path"), "%s", wq_store_errmsg(s));
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    const char *want = "someone else's file\n";
+    cr_assert(same_bytes(path, want, strlen(want)), "the file now at the path was touched");
 }
 
 /* ---- group commit ---- */
