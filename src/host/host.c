@@ -433,6 +433,15 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     (void)what;
     wq_host *h = arg;
     wq_monotime_calibrate();
+    /* The state file deleted or replaced under us: nothing acknowledged
+     * from now on could be kept, so stop (exit 1) instead of going on. */
+    if (h->store && !h->store_failed && wq_store_check_path(h->store) < 0) {
+        wq_progress_clear(h);
+        fprintf(stderr, "wqrun: %s; stopping\n", wq_store_errmsg(h->store));
+        h->store_failed = 1;
+        wq_host_exit(h, 1);
+        return;
+    }
     wq_inbox_poll(h);
     wq_progress_draw(h, 0);
     wq_host_settle(h);
