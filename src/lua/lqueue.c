@@ -592,25 +592,12 @@ static int queue_stats(lua_State *L)
     return 1;
 }
 
-/* Orders dead letters by failure time, then key. */
-static int dead_less(lua_State *L)
-{
-    lua_getfield(L, 1, "failed_at");
-    lua_getfield(L, 2, "failed_at");
-    if (lua_compare(L, -2, -1, LUA_OPEQ)) {
-        lua_getfield(L, 1, "key");
-        lua_getfield(L, 2, "key");
-    }
-    lua_pushboolean(L, lua_compare(L, -2, -1, LUA_OPLT));
-    return 1;
-}
-
-static int queue_dead(lua_State *L)
+/* The dead letters, unsorted (lua/wq.lua's q:dead() sorts them). */
+static int queue_dead_list(lua_State *L)
 {
     lqueue *lq = check_queue(L, "dead");
     lworker_push_dead(L, lq);
     int dead = lua_gettop(L);
-    /* Oldest first, so the listing is stable. */
     lua_newtable(L);
     int out = dead + 1, n = 0;
     lua_pushnil(L);
@@ -632,12 +619,6 @@ static int queue_dead(lua_State *L)
         lua_rawseti(L, out, ++n);
         lua_pop(L, 1);
     }
-    lua_getglobal(L, "table");
-    lua_getfield(L, -1, "sort");
-    lua_pushvalue(L, out);
-    lua_pushcfunction(L, dead_less);
-    lua_call(L, 2, 0);
-    lua_pop(L, 1);
     return 1;
 }
 
@@ -778,17 +759,21 @@ static const luaL_Reg queue_methods[] = {{"add", queue_add},
                                          {"forget", queue_forget},
                                          {"num_requeues", queue_num_requeues},
                                          {"stats", queue_stats},
-                                         {"dead", queue_dead},
                                          {"retry_dead", queue_retry_dead},
                                          {"name", queue_name},
                                          {NULL, NULL}};
 
-void wq_lua_open_queue(lua_State *L)
+void wq_lua_open_queue(lua_State *L, int internals)
 {
+    internals = lua_absindex(L, internals);
     luaL_newmetatable(L, "wq.Queue");
     queue_mt = lua_topointer(L, -1);
     luaL_newlib(L, queue_methods);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, internals, "queue_methods"); /* lua/wq.lua adds methods */
     lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, queue_dead_list);
+    lua_setfield(L, internals, "dead_list");
     lua_pushcfunction(L, queue_tostring);
     lua_setfield(L, -2, "__tostring");
     lua_pop(L, 1);

@@ -39,8 +39,11 @@ typedef struct lqueue {
     int keys_reset; /* the queue emptied: start a new key table */
 } lqueue;
 
-/* Registers the queue type and wq.queue in the table at the top of L. */
-void wq_lua_open_queue(lua_State *L);
+/*
+ * Registers the queue type and wq.queue in the table at the top of L; puts
+ * the method table and the C half of q:dead() in the internals table.
+ */
+void wq_lua_open_queue(lua_State *L, int internals);
 /* The queue's name. */
 const char *wq_lqueue_name(const lqueue *lq);
 /* Detaches lq from the state file and frees its engine queue (before lua_close). */

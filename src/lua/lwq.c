@@ -1,12 +1,14 @@
 /*
  * The `wq` module table and its runtime functions: spawn, sleep, now,
- * time, after, every, requeue, log, exit (exec lives in lexec.c, queues
- * in lqueue.c, limiters in llimiter.c). Also the argument checks
- * and JSON payload helpers every binding shares (the codec is ljson.c).
+ * time, after, every, requeue, exit, json (exec lives in lexec.c, queues
+ * in lqueue.c, limiters in llimiter.c, wq.log and q:dead() in lua/wq.lua).
+ * Also the argument checks and JSON payload helpers every binding shares
+ * (the codec is ljson.c).
  */
 #include "lua/lwq.h"
 
 #include "host/timer.h"
+#include "lua/embedded.h"
 #include "lua/lexec.h"
 #include "lua/ljson.h"
 #include "lua/llimiter.h"
@@ -278,23 +280,70 @@ static int wq_requeue(lua_State *L)
     return 1;
 }
 
-static int wq_log(lua_State *L)
+/* The C half of wq.log (lua/wq.lua formats): writes one line. */
+static int raw_log(lua_State *L)
 {
-    if (lua_isnone(L, 1))
-        wq_argerror(L, "log", "fmt", "value expected");
-    const char *msg;
-    if (lua_gettop(L) == 1) {
-        msg = luaL_tolstring(L, 1, NULL);
-    } else {
-        lua_getglobal(L, "string");
-        lua_getfield(L, -1, "format");
-        lua_insert(L, 1);
-        lua_pop(L, 1);
-        lua_call(L, lua_gettop(L) - 1, 1);
-        msg = lua_tostring(L, -1);
-    }
-    wq_host_log(wq_host_of(L), "%s", msg ? msg : "");
+    wq_host_log(wq_host_of(L), "%s", luaL_checkstring(L, 1));
     return 0;
+}
+
+/* ---- wq.json: the payload codec, for scripts ---- */
+
+static int json_encode(lua_State *L)
+{
+    luaL_checkany(L, 1);
+    lua_settop(L, 1);
+    int status = wq_ljson_encode(L, 1);
+    if (status == LUA_ERRMEM)
+        return lua_error(L);
+    if (status != LUA_OK)
+        return wq_argerror(L, "json.encode", "value", lua_tostring(L, -1));
+    return 1;
+}
+
+/* Text that is not JSON is an outcome, not a misuse: nil and why. */
+static int json_decode(lua_State *L)
+{
+    if (lua_type(L, 1) != LUA_TSTRING)
+        return wq_argerror(L, "json.decode", "text",
+                           lua_pushfstring(L, "string expected, got %s", luaL_typename(L, 1)));
+    size_t len;
+    const char *text = lua_tolstring(L, 1, &len);
+    int status = wq_ljson_decode(L, text, len);
+    if (status == LUA_ERRMEM)
+        return lua_error(L);
+    if (status != LUA_OK) {
+        lua_pushnil(L);
+        lua_insert(L, -2);
+        return 2;
+    }
+    return 1;
+}
+
+static void open_json(lua_State *L)
+{
+    lua_createtable(L, 0, 3);
+    lua_pushcfunction(L, json_encode);
+    lua_setfield(L, -2, "encode");
+    lua_pushcfunction(L, json_decode);
+    lua_setfield(L, -2, "decode");
+    lua_pushlightuserdata(L, NULL); /* the same null as cjson.null */
+    lua_setfield(L, -2, "null");
+    lua_setfield(L, -2, "json");
+}
+
+/* Runs the embedded Lua files (lua/ in the source tree) with (wq, internals). */
+static void run_embedded(lua_State *L, int wq, int internals)
+{
+    for (const wq_embedded *e = wq_embedded_lua; e->name; e++) {
+        lua_pushfstring(L, "=[wq]/%s.lua", e->name);
+        if (luaL_loadbufferx(L, e->src, e->len, lua_tostring(L, -1), "t") != LUA_OK)
+            lua_error(L);
+        lua_remove(L, -2);
+        lua_pushvalue(L, wq);
+        lua_pushvalue(L, internals);
+        lua_call(L, 2, 0);
+    }
 }
 
 static int exit_k(lua_State *L, int status, lua_KContext ctx)
@@ -326,9 +375,9 @@ static int wq_exit(lua_State *L)
 }
 
 static const luaL_Reg wq_funcs[] = {
-    {"spawn", wq_spawn},     {"sleep", wq_sleep}, {"now", wq_now}, {"time", wq_time},
-    {"after", wq_after},     {"every", wq_every}, {"log", wq_log}, {"exit", wq_exit},
-    {"requeue", wq_requeue}, {NULL, NULL}};
+    {"spawn", wq_spawn}, {"sleep", wq_sleep},     {"now", wq_now},
+    {"time", wq_time},   {"after", wq_after},     {"every", wq_every},
+    {"exit", wq_exit},   {"requeue", wq_requeue}, {NULL, NULL}};
 
 static const luaL_Reg timer_methods[] = {
     {"cancel", timer_cancel}, {"pending", timer_pending}, {NULL, NULL}};
@@ -353,13 +402,21 @@ void wq_lua_open(lua_State *L)
     luaL_newmetatable(L, "wq.Requeue");
     lua_pop(L, 1);
 
+    lua_createtable(L, 0, 4); /* internals, for lua/wq.lua */
+    int internals = lua_gettop(L);
+    lua_pushcfunction(L, raw_log);
+    lua_setfield(L, internals, "log");
     luaL_newlib(L, wq_funcs);
+    int wq = lua_gettop(L);
     lua_pushliteral(L, WQ_VERSION);
     lua_setfield(L, -2, "version");
-    wq_lua_open_queue(L);
+    wq_lua_open_queue(L, internals);
     wq_lua_open_limiter(L);
     wq_lua_open_exec(L);
+    open_json(L);
+    run_embedded(L, wq, internals);
     lua_setglobal(L, "wq");
+    lua_pop(L, 1);
 
     luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
     lua_pushcfunction(L, open_wq);

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# `cmake --install` gives a wqrun that works anywhere: the Lua half of the
+# wq module is inside the binary, and nothing of the build machine is (no
+# source path on package.path, none in the file at all).
+. "$(dirname "$0")/lib.sh"
+
+BUILD=$(dirname "$WQRUN")
+PREFIX=$TMP/prefix
+if cmake --install "$BUILD" --prefix "$PREFIX" >"$TMP/install.log" 2>&1; then
+    pass
+else
+    fail "cmake --install failed: $(cat "$TMP/install.log")"
+fi
+BIN=$PREFIX/bin/wqrun
+[ -x "$BIN" ] && pass || fail "no $BIN"
+
+mkdir -p "$TMP/elsewhere"
+cat >"$TMP/elsewhere/job.lua" <<'LUA'
+local seen = {}
+local q = wq.queue("q", {handler = function(key, payload) seen[#seen + 1] = key .. "=" .. payload.n end})
+q:add("a", {n = (1 << 53) + 1})
+wq.sleep(0.01)
+print(seen[1], wq.json.encode({x = 0.1}), type(q.dead))
+print(pcall(require, "wqtest"))
+LUA
+# Run from another directory, with no LUA_PATH pointing into the source tree.
+out=$(cd "$TMP/elsewhere" && env -u LUA_PATH "$BIN" --quiet job.lua 2>&1)
+rc=$?
+[ $rc -eq 0 ] && pass || fail "installed wqrun exited $rc: $out"
+case $out in
+*"a=9007199254740993	{\"x\":0.1}	function"*) pass ;;
+*) fail "unexpected output: $out" ;;
+esac
+case $out in
+*"false	module 'wqtest' not found"*) pass ;;
+*) fail "the test helper is reachable from an installed wqrun: $out" ;;
+esac
+if grep -a -q -F "$WQ_SOURCE_DIR" "$BIN"; then
+    fail "the binary contains the source path $WQ_SOURCE_DIR"
+else
+    pass
+fi
+
+finish
