@@ -248,8 +248,11 @@ void wq_host_settle(wq_host *h)
         return;
     }
     int64_t next = wq_timer_next(h);
+    /* Delayed items nobody waits for (a queue without handler or getter)
+     * fire when their time comes, but do not keep the process alive. */
+    int64_t alive = next == WQ_NEVER ? WQ_NEVER : wq_timer_next_awaited(h);
     if (h->opts.virtual_time) {
-        if (next != WQ_NEVER && (busy ? next <= h->vnow : h->children == 0)) {
+        if (alive != WQ_NEVER && (busy ? next <= h->vnow : h->children == 0)) {
             if (h->armed != WQ_NEVER) {
                 evtimer_del(h->timer_ev);
                 h->armed = WQ_NEVER;
@@ -273,12 +276,15 @@ void wq_host_settle(wq_host *h)
             arm_real(h, next - mono_ns());
         h->armed = next;
     }
-    if (!busy && next == WQ_NEVER && idle(h)) {
-        /* Rows another process put in the inbox are work too: look once more. */
-        if (h->store) {
+    if (!busy && alive == WQ_NEVER && idle(h)) {
+        /* Rows another process put in the inbox are work too, delayed ones
+         * included: look once more, and settle again if they changed anything. */
+        if (h->store && !h->inbox_checked) {
+            h->inbox_checked = 1;
             wq_inbox_poll(h);
-            if (!idle(h))
-                return;
+            wq_host_settle(h);
+            h->inbox_checked = 0;
+            return;
         }
         wq_host_exit(h, 0);
     }

@@ -57,8 +57,11 @@ typedef struct wq_queue_ops {
     int64_t (*next_ready)(void *q); /* earliest delayed item, WQ_NEVER when none */
     void (*fire_due)(void *q);      /* adds the delayed items that are due */
     int (*busy)(void *q);           /* work that keeps the process alive */
-    size_t (*processing)(void *q);  /* items handed out (a graceful stop waits for them) */
-    void (*stop)(void *q);          /* a graceful stop began */
+    /* Its delayed items keep the process alive: it has a handler, or a task
+     * waits in its get (SPEC section 2). */
+    int (*awaited)(void *q);
+    size_t (*processing)(void *q); /* items handed out (a graceful stop waits for them) */
+    void (*stop)(void *q);         /* a graceful stop began */
     /* External add: 1 queued, 0 already pending, WQ_ESHUTDOWN or another WQ_E* code. */
     int (*add)(void *q, const wq_ext_item *it);
 } wq_queue_ops;
@@ -120,9 +123,10 @@ struct wq_host {
     int children; /* running child processes */
     void *procs;  /* list of running child process records (proc.c) */
 
-    int store_failed; /* a commit failed: no more writes, exit 1 */
-    int stopping;     /* a signal asked for a graceful stop */
-    int exiting;      /* the loop is breaking */
+    int store_failed;  /* a commit failed: no more writes, exit 1 */
+    int inbox_checked; /* settle is looking at the inbox before exiting */
+    int stopping;      /* a signal asked for a graceful stop */
+    int exiting;       /* the loop is breaking */
     int exit_code;
     uint64_t grace_timer;
 

@@ -88,6 +88,20 @@ int64_t wq_timer_next(wq_host *h)
     return next;
 }
 
+int64_t wq_timer_next_awaited(wq_host *h)
+{
+    int64_t next = wq_delay_next(&h->timers);
+    for (int i = 0; i < h->nqueues; i++) {
+        const wq_hqueue *hq = &h->queues[i];
+        if (!hq->ops->awaited(hq->q))
+            continue;
+        int64_t t = hq->ops->next_ready(hq->q);
+        if (t < next)
+            next = t;
+    }
+    return next;
+}
+
 void wq_timer_run_due(wq_host *h)
 {
     int64_t now = wq_host_now(h);

@@ -13,6 +13,8 @@ uint64_t wq_timer_start(wq_host *h, int64_t when, wq_timer_fn fn, void *data);
 void wq_timer_stop(wq_host *h, uint64_t id);
 /* Earliest pending timer or delayed item, WQ_NEVER when none. */
 int64_t wq_timer_next(wq_host *h);
+/* The same, counting only delayed items someone waits for (they keep the process alive). */
+int64_t wq_timer_next_awaited(wq_host *h);
 /* Fires every due timer and delayed item. */
 void wq_timer_run_due(wq_host *h);
 /* An empty timer set (no allocation). */

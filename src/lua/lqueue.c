@@ -699,6 +699,12 @@ static int op_busy(void *q)
            (wq_queue_len(lq->q) > 0 || wq_queue_processing(lq->q) > 0);
 }
 
+static int op_awaited(void *q)
+{
+    const lqueue *lq = q;
+    return (lq->handler_ref != LUA_NOREF && !lq->stopping) || lq->getters.head != NULL;
+}
+
 static size_t op_processing(void *q)
 {
     return wq_queue_processing(((lqueue *)q)->q);
@@ -724,8 +730,17 @@ static int op_add(void *q, const wq_ext_item *it)
     return wq_queue_add(lq->q, it->key, it->keylen, &o);
 }
 
-static const wq_queue_ops lqueue_ops = {op_stats, op_work_ages,  op_next_ready, op_fire_due,
-                                        op_busy,  op_processing, op_stop,       op_add};
+static const wq_queue_ops lqueue_ops = {
+    .stats = op_stats,
+    .work_ages = op_work_ages,
+    .next_ready = op_next_ready,
+    .fire_due = op_fire_due,
+    .busy = op_busy,
+    .awaited = op_awaited,
+    .processing = op_processing,
+    .stop = op_stop,
+    .add = op_add,
+};
 
 const char *wq_lqueue_name(const lqueue *lq)
 {

@@ -452,6 +452,29 @@ run --quiet --db "$DB" "$LUA/persist_fill.lua" 0
 expect_rc 0 "full disk: the next run starts"
 expect_eq "$(sql "$DB" "SELECT count(*) FROM items WHERE queue = 'big'")" "$kept" "full disk: the next run sees the kept items"
 
+# ====================================================== delayed items nobody waits for, and delayed inbox rows
+# A producer leaving a delayed item in a handler-less queue exits at once;
+# the item waits in the file with its ready time.
+DB=$TMP/later.db
+t0=$(now)
+run --quiet --db "$DB" "$LUA/persist_later.lua"
+expect_rc 0 "later: the producer exits"
+check "later: it exits at once, not in an hour ($(since "$t0") s)" \
+    awk -v s="$(since "$t0")" 'BEGIN { exit !(s < 5) }'
+expect_eq "$(sql "$DB" "SELECT key, state, json_extract(payload, '$.made_by') FROM items WHERE queue = 'later'")" \
+    "later waiting producer" "later: the delayed item stays in the file, waiting"
+# A delayed row put in the inbox before a runner starts (no --serve) is waited for.
+DB=$TMP/inbox-delayed.db
+"$WQRUN" add --db "$DB" jobs k1 '{"a": 7}' --after 1 >/dev/null
+t0=$(now)
+run --quiet --db "$DB" "$LUA/persist_inbox_delayed.lua"
+expect_rc 0 "delayed inbox row: the runner exits 0"
+expect_in "$OUT" "ran k1 7" "delayed inbox row: handled before exiting"
+check "delayed inbox row: after its delay ($(since "$t0") s)" \
+    awk -v s="$(since "$t0")" 'BEGIN { exit !(s >= 0.9 && s < 10) }'
+expect_eq "$(sql "$DB" "SELECT count(*) FROM items")$(sql "$DB" "SELECT count(*) FROM inbox")" "00" \
+    "delayed inbox row: nothing left in items or inbox"
+
 # ====================================================== the file locked by someone else while running
 # A sqlite3 session takes the write lock 0.15 s into the run and holds it
 # 1.5 s. Commits wait only briefly and retry with backoff, so timers keep
