@@ -295,6 +295,12 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     wq_host *h = arg;
+    /* How late the loop got here: script code that does not yield delays
+     * every timer, delayed item and HTTP request. */
+    if (!h->opts.virtual_time && h->armed != WQ_NEVER) {
+        int64_t lag = mono_ns() - h->armed;
+        wq_histogram_observe(&h->loop_lag, lag > 0 ? (double)lag / 1e9 : 0);
+    }
     /* Virtual time armed on the real clock (children running): jump to it. */
     if (h->opts.virtual_time && h->armed != WQ_NEVER && h->armed > h->vnow)
         h->vnow = h->armed;
@@ -320,6 +326,20 @@ static void on_grace(wq_host *h, void *data, uint64_t id)
  */
 static int sig_pipe[2] = {-1, -1};
 static void (*volatile preempt)(void);
+static void (*volatile watch)(void);
+static timer_t watch_timer;
+static int watch_armed;
+
+/* The watchdog's tick: a POSIX timer's signal, since the loop itself cannot
+ * run while script code holds it. */
+static void on_watch_raw(int sig)
+{
+    (void)sig;
+    int saved_errno = errno;
+    if (watch)
+        watch();
+    errno = saved_errno;
+}
 
 static volatile sig_atomic_t stop_signals, force_exit_sig;
 
@@ -405,6 +425,17 @@ static int install_signals(wq_host *h)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGALRM, &sa, NULL);
+    sa.sa_handler = on_watch_raw;
+    sigaction(SIGRTMIN, &sa, NULL);
+    struct sigevent sev;
+    memset(&sev, 0, sizeof sev);
+    sev.sigev_notify = SIGEV_SIGNAL;
+    sev.sigev_signo = SIGRTMIN;
+    if (timer_create(CLOCK_MONOTONIC, &sev, &watch_timer) == 0) {
+        struct itimerspec its = {{0, WQ_WATCH_MS * 1000000L}, {0, WQ_WATCH_MS * 1000000L}};
+        timer_settime(watch_timer, 0, &its, NULL);
+        watch_armed = 1;
+    }
     return 0;
 }
 
@@ -413,9 +444,13 @@ static void remove_signals(wq_host *h)
     struct itimerval off;
     memset(&off, 0, sizeof off);
     setitimer(ITIMER_REAL, &off, NULL);
+    if (watch_armed)
+        timer_delete(watch_timer);
+    watch_armed = 0;
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGALRM, SIG_DFL);
+    signal(SIGRTMIN, SIG_DFL);
     if (h->sig_ev)
         event_free(h->sig_ev);
     for (int i = 0; i < 2; i++)
@@ -473,6 +508,7 @@ void wq_host_set_hooks(wq_host *h, const wq_host_hooks *hooks)
 {
     h->hooks = *hooks;
     preempt = hooks->preempt;
+    watch = hooks->watch;
 }
 
 wq_host *wq_host_new(const wq_host_opts *opts)

@@ -80,8 +80,13 @@ typedef struct wq_host_hooks {
     /* From a signal handler (async-signal-safe): make running script code
      * give control back to the loop soon. */
     void (*preempt)(void);
+    /* From a signal handler, every WQ_WATCH_MS while the process runs: lets
+     * the runtime notice script code that holds the loop. */
+    void (*watch)(void);
     void *ud;
 } wq_host_hooks;
+
+#define WQ_WATCH_MS 250
 
 /* What a timer does when it fires; id is the timer's id. */
 typedef void (*wq_timer_fn)(wq_host *h, void *data, uint64_t id);
@@ -113,9 +118,8 @@ struct wq_host {
     wq_delay timers;
     wq_timer_slot *slots;
     uint32_t nslots, free_slot;
-    int64_t armed;      /* deadline timer_ev is armed for, WQ_NEVER when none */
-    int64_t armed_real; /* real-clock time it was armed for (loop lag), 0 when none */
-    wq_histogram loop_lag;
+    int64_t armed;         /* deadline timer_ev is armed for, WQ_NEVER when none */
+    wq_histogram loop_lag; /* how late timer_ev fired */
 
     wq_hqueue *queues;
     int nqueues, queues_cap;

@@ -134,6 +134,11 @@ void wq_prom_render(wq_host *h, struct evbuffer *out)
     per_queue(h, out, "wqrun_requeues_total", COUNTER, "Handler runs that returned wq.requeue.",
               v_requeued);
 
+    evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s histogram\n", "wqrun_loop_lag_seconds",
+                        "How late timers fired: time the loop was held by code that did not yield.",
+                        "wqrun_loop_lag_seconds");
+    histogram_samples(out, "wqrun_loop_lag_seconds", "", &h->loop_lag);
+
     if (h->store) {
         wq_store_stats st;
         wq_store_get_stats(h->store, &st);

@@ -263,6 +263,7 @@ static int worker_k(lua_State *L, int status, lua_KContext ctx)
     int budget = WORKER_BUDGET;
     for (;;) {
         if (phase == PH_RAN) {
+            t->job_key = NULL;
             finish_job(L, lq, t, status);
             lua_settop(L, 1);
             if (--budget == 0) /* a plain yield: the scheduler runs us again later */
@@ -280,7 +281,8 @@ static int worker_k(lua_State *L, int status, lua_KContext ctx)
             wq_waitlist_push(&lq->getters, t);
             return wq_task_wait(L, t, lqueue_get_cancel, PH_GET, worker_k);
         }
-        lqueue_push_taken(L, lq, &info); /* W_KEY, W_JSON */
+        lqueue_push_taken(L, lq, &info);                      /* W_KEY, W_JSON */
+        t->job_key = lua_tolstring(L, W_KEY, &t->job_keylen); /* for the watchdog */
         lua_pushcfunction(L, msgh);
         lua_rawgeti(L, LUA_REGISTRYINDEX, lq->handler_ref);
         lua_pushvalue(L, W_KEY);

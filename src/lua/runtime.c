@@ -183,7 +183,7 @@ int wq_runtime_main(const wq_host_opts *opts, const char *script, int argc, char
         return 1;
     }
     lua_atpanic(L, on_panic);
-    wq_host_hooks hooks = {hook_runnable, wq_sched_preempt, s};
+    wq_host_hooks hooks = {hook_runnable, wq_sched_preempt, wq_sched_watch, s};
     wq_host_set_hooks(h, &hooks);
 
     int status = 1;

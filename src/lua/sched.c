@@ -15,6 +15,7 @@
 #include <string.h>
 
 lua_State *volatile wq_running;
+static volatile unsigned long resume_seq; /* counts resumes, for the watchdog */
 
 static int tostring_k(lua_State *L)
 {
@@ -210,6 +211,7 @@ static void resume(wq_sched *h, wq_task *t)
     t->nargs = 0;
     if (h->gcstress)
         lua_gc(h->L, LUA_GCCOLLECT);
+    resume_seq++;
     wq_running = t->co;
     int st = lua_resume(t->co, h->L, nargs, &nres);
     wq_running = NULL;
@@ -356,4 +358,74 @@ void wq_sched_preempt(void)
         saved_count = lua_gethookcount(L);
         lua_sethook(L, preempt_hook, LUA_MASKCOUNT, 1);
     }
+}
+
+/*
+ * The watchdog: a task that runs for over a second without yielding holds
+ * the loop (timers, HTTP, delayed items all wait). The signal only counts
+ * ticks; the report is made by a one-instruction hook on the running
+ * thread, in ordinary context, where it can read the position.
+ */
+#define STALL_TICKS (1000 / WQ_WATCH_MS) /* ticks of one resume: 1 s */
+
+static lua_Hook stall_saved_hook;
+static int stall_saved_mask, stall_saved_count;
+static volatile unsigned long watched_seq, reported_seq;
+static volatile int watched_ticks;
+
+static void stall_hook(lua_State *L, lua_Debug *ar)
+{
+    lua_sethook(L, stall_saved_hook, stall_saved_mask, stall_saved_count);
+    char where[256] = "?";
+    if (lua_getinfo(L, "Sl", ar) && ar->currentline > 0)
+        snprintf(where, sizeof where, "%s:%d", ar->short_src, ar->currentline);
+    wq_task *t = wq_running ? *(wq_task **)lua_getextraspace(wq_running) : NULL;
+    if (!t || t->kind == TASK_ROOT)
+        return;
+    char who[160];
+    wq_task_describe(t, who, sizeof who);
+    char key[4 * 48 + 8] = "";
+    if (t->kind == TASK_WORKER && t->job_key) {
+        static const char hex[] = "0123456789abcdef";
+        char *o = key;
+        o += sprintf(o, " (key '");
+        for (size_t i = 0; i < t->job_keylen && i < 48; i++) {
+            unsigned char c = (unsigned char)t->job_key[i];
+            if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
+                *o++ = (char)c;
+            } else {
+                *o++ = '\\';
+                *o++ = 'x';
+                *o++ = hex[c >> 4];
+                *o++ = hex[c & 15];
+            }
+        }
+        strcpy(o, t->job_keylen > 48 ? "...')" : "')");
+    }
+    wq_host_log(t->host,
+                "wqrun: %s%s has held the loop for over %d s without yielding, at %s; timers, "
+                "HTTP and delayed items wait meanwhile (a long loop should call wq.sleep(0) "
+                "now and then)",
+                who, key, STALL_TICKS * WQ_WATCH_MS / 1000, where);
+}
+
+void wq_sched_watch(void)
+{
+    lua_State *L = wq_running;
+    unsigned long seq = resume_seq;
+    if (!L || seq != watched_seq) {
+        watched_seq = seq;
+        watched_ticks = 0;
+        return;
+    }
+    if (++watched_ticks < STALL_TICKS || reported_seq == seq)
+        return;
+    reported_seq = seq;
+    lua_Hook cur = lua_gethook(L);
+    if (cur == stall_hook || cur == preempt_hook)
+        return;
+    stall_saved_hook = cur;
+    stall_saved_mask = lua_gethookmask(L);
+    stall_saved_count = lua_gethookcount(L);
+    lua_sethook(L, stall_hook, LUA_MASKCOUNT, 1);
 }

@@ -36,7 +36,9 @@ struct wq_task {
     uint64_t deadline_timer;    /* its timer id, 0 when none */
     const char *interrupt;      /* error to raise when resumed, or NULL */
     struct lqueue *queue;       /* worker: its queue */
-    wq_task *anext, *aprev;     /* every live task, for teardown */
+    const char *job_key;        /* worker: the key of the job it runs, NULL between jobs */
+    size_t job_keylen;
+    wq_task *anext, *aprev; /* every live task, for teardown */
     int id;
 };
 
@@ -70,6 +72,12 @@ void wq_sched_destroy(wq_sched *s);
 int wq_sched_runnable(const wq_sched *s);
 /* From a signal handler: makes the running thread yield at its next instruction. */
 void wq_sched_preempt(void);
+/*
+ * From a signal handler, every WQ_WATCH_MS: when one resume has run for
+ * over a second, has the running thread log (once) who holds the loop and
+ * where.
+ */
+void wq_sched_watch(void);
 
 /* The scheduler of a Lua state (any thread of it). */
 static inline wq_sched *wq_sched_of(lua_State *L)

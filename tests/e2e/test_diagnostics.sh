@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Loop-blocking diagnostics: code that holds the loop for over a second
+# without yielding gets one log line naming it (main chunk, or the queue and
+# key of a handler) and where it was; wqrun_loop_lag_seconds shows how late
+# timers fired meanwhile.
+. "$(dirname "$0")/lib.sh"
+
+PORT=$((20000 + RANDOM % 20000))
+run --quiet --listen "127.0.0.1:$PORT" "$E2E_DIR/lua/diag_stall.lua" "$PORT"
+expect_rc 0 "the script ends normally"
+expect_re "$ERR" "main chunk has held the loop for over 1 s without yielding, at [^ ]*diag_stall.lua:7" \
+    "the main chunk is named, with its line"
+expect_re "$ERR" "worker of queue 'slow' \\(key 'k/\\\\xc3\\\\xa9'\\) has held the loop for over 1 s without yielding, at [^ ]*diag_stall.lua:12" \
+    "the handler's queue, key and line are named"
+expect_count "$ERR" "held the loop" 2 "one line per stall"
+count=$(printf '%s\n' "$OUT" | awk '$1 == "wqrun_loop_lag_seconds_count" { print $2 }')
+sum=$(printf '%s\n' "$OUT" | awk '$1 == "wqrun_loop_lag_seconds_sum" { print $2 }')
+check "timers fired late were observed (count ${count:-none})" test "${count:-0}" -ge 1
+check "the lag includes the 1.2 s the main chunk held the loop (sum ${sum:-none} s)" \
+    awk -v s="${sum:-0}" 'BEGIN { exit !(s >= 1.0) }'
+expect_in "$OUT" 'wqrun_loop_lag_seconds_bucket{le="10"}' "the histogram has the usual buckets"
+
+finish
