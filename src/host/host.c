@@ -138,6 +138,47 @@ static int any_processing(wq_host *h)
 
 #define RUN_BUSY_MS 20 /* busy_timeout of a commit while running */
 
+/* ---- acknowledged means durable ---- */
+
+typedef struct durable_waiter {
+    wq_durable_fn fn;
+    void *ud;
+} durable_waiter;
+
+int wq_host_when_durable(wq_host *h, wq_durable_fn fn, void *ud)
+{
+    if (!h->store || !wq_store_dirty(h->store) || h->store_failed) {
+        fn(ud, !h->store_failed);
+        return 0;
+    }
+    if (h->nwaiters == h->waiters_cap) {
+        int ncap = h->waiters_cap ? h->waiters_cap * 2 : 16;
+        durable_waiter *n = realloc(h->waiters, (size_t)ncap * sizeof *n);
+        if (!n)
+            return -1;
+        h->waiters = n;
+        h->waiters_cap = ncap;
+    }
+    durable_waiter *w = h->waiters;
+    w[h->nwaiters++] = (durable_waiter){fn, ud};
+    return 0;
+}
+
+/* Tells every waiter whether what it waited for is committed. */
+static void release_waiters(wq_host *h, int ok)
+{
+    /* A callback may register again (a new request): take the list first. */
+    while (h->nwaiters) {
+        int n = h->nwaiters;
+        durable_waiter *w = h->waiters;
+        h->waiters = NULL;
+        h->nwaiters = h->waiters_cap = 0;
+        for (int i = 0; i < n; i++)
+            w[i].fn(w[i].ud, ok);
+        free(w);
+    }
+}
+
 /*
  * Commits pending state changes: 0 done (or nothing to do), 1 the file is
  * locked by another connection (the changes stay pending and the next
@@ -145,8 +186,10 @@ static int any_processing(wq_host *h)
  */
 static int flush_store(wq_host *h, int wait_ms)
 {
-    if (!h->store || h->store_failed || !wq_store_dirty(h->store))
+    if (!h->store || h->store_failed || !wq_store_dirty(h->store)) {
+        release_waiters(h, !h->store_failed);
         return 0;
+    }
     h->last_flush = wq_real_now();
     /* While running, wait briefly for a lock held by someone else (a user's
      * sqlite3 session): the loop must go on; the changes stay pending. */
@@ -169,8 +212,10 @@ static int flush_store(wq_host *h, int wait_ms)
         /* The failed transaction rolled back: what was committed stays. */
         fprintf(stderr, "wqrun: %s; stopping\n", wq_store_errmsg(h->store));
         h->store_failed = 1;
+        release_waiters(h, 0);
         return -1;
     }
+    release_waiters(h, 1);
     if (h->busy_since) {
         wq_host_log(h, "wqrun: state file writable again after %.1f s; pending changes written",
                     (double)(h->last_flush - h->busy_since) / 1e9);
@@ -185,6 +230,7 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     wq_host *h = arg;
+    h->flush_now = 0;
     if (flush_store(h, RUN_BUSY_MS) < 0)
         wq_host_exit(h, 1);
     wq_host_settle(h);
@@ -199,7 +245,18 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
 
 static void schedule_flush(wq_host *h)
 {
-    if (!h->store || !wq_store_dirty(h->store) || evtimer_pending(h->flush_ev, NULL))
+    if (!h->store || !wq_store_dirty(h->store) || h->flush_now)
+        return;
+    /* Someone waits for an acknowledgement: commit once this loop turn has
+     * taken in everything that is ready (so concurrent requests share the
+     * commit), not after the window. */
+    if (h->nwaiters && !h->flush_backoff) {
+        h->flush_now = 1;
+        evtimer_del(h->flush_ev);
+        event_active(h->flush_ev, EV_TIMEOUT, 0);
+        return;
+    }
+    if (evtimer_pending(h->flush_ev, NULL))
         return;
     int64_t window = h->flush_backoff > FLUSH_WINDOW_NS ? h->flush_backoff : FLUSH_WINDOW_NS;
     int64_t wait = h->last_flush + window - wq_real_now();
@@ -592,6 +649,9 @@ int wq_host_run(wq_host *h)
     }
     if (h->store_failed && status == 0)
         status = 1;
+    /* The loop is over: whoever still waits is not answered (the
+     * connection closes without an acknowledgement). */
+    release_waiters(h, 0);
     wq_progress_finish(h);
     return status;
 }
@@ -621,5 +681,6 @@ void wq_host_free(wq_host *h)
     if (h->base)
         event_base_free(h->base);
     free(h->queues);
+    free(h->waiters);
     free(h);
 }

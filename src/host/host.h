@@ -127,7 +127,10 @@ struct wq_host {
     int children; /* running child processes */
     void *procs;  /* list of running child process records (proc.c) */
 
-    int store_failed;  /* a commit failed: no more writes, exit 1 */
+    int store_failed;               /* a commit failed: no more writes, exit 1 */
+    int flush_now;                  /* flush_ev is active for waiting acknowledgements */
+    struct durable_waiter *waiters; /* wq_host_when_durable callers */
+    int nwaiters, waiters_cap;
     int inbox_checked; /* settle is looking at the inbox before exiting */
     int stopping;      /* a signal asked for a graceful stop */
     int exiting;       /* the loop is breaking */
@@ -168,6 +171,16 @@ void wq_host_exit(wq_host *h, int code);
 void wq_host_log(wq_host *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Re-arms the timer and checks for idle/virtual-time jumps; call after state changes. */
 void wq_host_settle(wq_host *h);
+
+/* Told whether what it waited for is committed (1) or cannot be (0). */
+typedef void (*wq_durable_fn)(void *ud, int ok);
+/*
+ * Calls fn(ud, 1) once every change made so far is committed to the state
+ * file (with --sync full, on disk), fn(ud, 0) if it cannot be (the file
+ * failed, or the process ends first). At once when there is no state file
+ * or nothing is pending. 0, or -1 on OOM (fn not called).
+ */
+int wq_host_when_durable(wq_host *h, wq_durable_fn fn, void *ud);
 
 /* Registers a queue (ops and q borrowed for the host's life). 0, or -1 on OOM. */
 int wq_host_add_queue(wq_host *h, const wq_queue_ops *ops, void *q, const char *name, int persist);

@@ -21,7 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_BODY (1024 * 1024)
+#define MAX_BODY (1024 * 1024)            /* one item */
+#define MAX_BATCH_BODY (16 * 1024 * 1024) /* a batch */
+#define MAX_BATCH 10000                   /* items in a batch */
 #define MAX_HEADERS (16 * 1024)
 #define CLIENT_TIMEOUT 10 /* seconds to send a request */
 
@@ -190,51 +192,165 @@ static const char *read_item(json_object *body, wq_ext_item *it, json_object **p
     return NULL;
 }
 
-/* POST /queues/NAME/items with {"key": "...", "payload": ..., "after": s, "priority": n}. */
-static void post_item(wq_host *h, struct evhttp_request *req, const char *name)
+/* A reply held until the items it acknowledges are committed. */
+typedef struct held_reply {
+    struct evhttp_request *req;
+    json_object *body; /* sent with 202 once durable */
+} held_reply;
+
+static void send_held(void *ud, int ok)
 {
-    const wq_hqueue *hq = wq_host_find_queue(h, name);
-    if (!hq) {
-        reply_error(req, 404, "Not Found", "no such queue");
+    held_reply *hr = ud;
+    if (ok)
+        reply_json(hr->req, 202, "Accepted", hr->body);
+    else {
+        json_object_put(hr->body);
+        reply_error(hr->req, 503, "Service Unavailable",
+                    "not stored: the state file cannot be written");
+    }
+    free(hr);
+}
+
+/* Answers 202 with body (which it takes) once the adds are durable (SPEC 7.6). */
+static void reply_when_durable(wq_host *h, struct evhttp_request *req, json_object *body)
+{
+    held_reply *hr = malloc(sizeof *hr);
+    if (!hr || !body) {
+        free(hr);
+        json_object_put(body);
+        reply_error(req, 500, "Internal Server Error", "out of memory");
         return;
     }
+    hr->req = req;
+    hr->body = body;
+    if (wq_host_when_durable(h, send_held, hr) < 0) {
+        json_object_put(body);
+        free(hr);
+        reply_error(req, 500, "Internal Server Error", "out of memory");
+    }
+}
+
+/* The body as JSON (the caller puts it), or NULL after replying 400/413. */
+static json_object *read_body(struct evhttp_request *req, size_t max)
+{
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t n = evbuffer_get_length(in);
-    if (n > MAX_BODY) {
-        reply_error(req, 413, "Payload Too Large", "body over 1 MiB");
-        return;
+    if (n > max) {
+        reply_error(req, 413, "Payload Too Large",
+                    max == MAX_BODY ? "body over 1 MiB" : "body over 16 MiB");
+        return NULL;
     }
     const char *body = n ? (const char *)evbuffer_pullup(in, -1) : "";
     json_object *root = NULL;
-    if (!body || wq_json_parse(body, n, &root) || !root) {
+    const char *why = body ? wq_json_parse(body, n, &root) : "out of memory";
+    if (why || !root) {
         json_object_put(root);
-        reply_error(req, 400, "Bad Request", "body must be a JSON object");
-        return;
+        char msg[160];
+        snprintf(msg, sizeof msg, "body is not JSON: %s", why ? why : "null");
+        reply_error(req, 400, "Bad Request", msg);
+        return NULL;
     }
+    return root;
+}
+
+/*
+ * Adds one item object to hq: NULL and *queued, or why not (nothing
+ * changed). *status is the HTTP status a single add answers with.
+ */
+static const char *add_one(const wq_hqueue *hq, json_object *item, int *queued, int *status)
+{
     wq_ext_item it;
     json_object *payload;
-    const char *err = read_item(root, &it, &payload);
-    if (!err && payload) {
+    *status = 400;
+    const char *err = read_item(item, &it, &payload);
+    if (err)
+        return err;
+    if (payload) {
         it.payload = json_object_to_json_string_ext(payload, TO_STRING_FLAGS);
         if (!it.payload)
-            err = "payload cannot be stored";
-        else
-            it.paylen = strlen(it.payload);
-    }
-    if (err) {
-        json_object_put(root);
-        reply_error(req, 400, "Bad Request", err);
-        return;
+            return "payload cannot be stored";
+        it.paylen = strlen(it.payload);
     }
     int r = hq->ops->add(hq->q, &it);
+    if (r == WQ_ESHUTDOWN) {
+        *status = 503;
+        return "queue is shutting down";
+    }
+    if (r < 0) {
+        *status = 500;
+        return wq_strerror(r);
+    }
+    *queued = r > 0;
+    return NULL;
+}
+
+static json_object *queued_body(int queued)
+{
+    json_object *o = json_object_new_object();
+    if (o)
+        json_object_object_add(o, "queued", json_object_new_boolean(queued));
+    return o;
+}
+
+/* POST /queues/NAME/items with {"key": "...", "payload": ..., "after": s, "priority": n}. */
+static void post_item(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq)
+{
+    json_object *root = read_body(req, MAX_BODY);
+    if (!root)
+        return;
+    int queued = 0, status;
+    const char *err = add_one(hq, root, &queued, &status);
+    if (err) {
+        /* err may point into root: answer first */
+        reply_error(req, status,
+                    status == 503   ? "Service Unavailable"
+                    : status == 500 ? "Internal Server Error"
+                                    : "Bad Request",
+                    err);
+        json_object_put(root);
+        return;
+    }
     json_object_put(root);
-    if (r == WQ_ESHUTDOWN)
-        reply_error(req, 503, "Service Unavailable", "queue is shutting down");
-    else if (r < 0)
-        reply_error(req, 500, "Internal Server Error", wq_strerror(r));
-    else
-        reply(req, 202, "Accepted", "application/json",
-              r ? "{\"queued\":true}" : "{\"queued\":false}");
+    reply_when_durable(h, req, queued_body(queued));
+}
+
+/* POST /queues/NAME/items:batch with [item, ...]: one result per item, in order. */
+static void post_batch(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq)
+{
+    json_object *root = read_body(req, MAX_BATCH_BODY);
+    if (!root)
+        return;
+    if (!json_object_is_type(root, json_type_array)) {
+        json_object_put(root);
+        reply_error(req, 400, "Bad Request", "body must be a JSON array of items");
+        return;
+    }
+    size_t n = json_object_array_length(root);
+    if (n > MAX_BATCH) {
+        json_object_put(root);
+        reply_error(req, 413, "Payload Too Large", "more than 10000 items");
+        return;
+    }
+    json_object *results = json_object_new_array_ext((int)n);
+    json_object *body = json_object_new_object();
+    if (!results || !body) {
+        json_object_put(results);
+        json_object_put(body);
+        json_object_put(root);
+        reply_error(req, 500, "Internal Server Error", "out of memory");
+        return;
+    }
+    json_object_object_add(body, "results", results);
+    for (size_t i = 0; i < n; i++) {
+        int queued = 0, status;
+        const char *err = add_one(hq, json_object_array_get_idx(root, i), &queued, &status);
+        json_object *r = err ? json_object_new_object() : queued_body(queued);
+        if (r && err)
+            json_object_object_add(r, "error", json_object_new_string(err));
+        json_object_array_add(results, r);
+    }
+    json_object_put(root);
+    reply_when_durable(h, req, body);
 }
 
 static void handle(struct evhttp_request *req, void *arg)
@@ -267,15 +383,20 @@ static void handle(struct evhttp_request *req, void *arg)
         else
             reply(req, 405, "Method Not Allowed", "text/plain", "method not allowed\n");
     } else if (sscanf(path, "/queues/%64[A-Za-z0-9_.-]/items%n", name, &nlen) == 1 &&
-               path[nlen] == '\0') {
+               (path[nlen] == '\0' || strcmp(path + nlen, ":batch") == 0)) {
+        const wq_hqueue *hq;
         if (cmd != EVHTTP_REQ_POST)
             reply(req, 405, "Method Not Allowed", "text/plain", "method not allowed\n");
         else if (!authorized(s, req)) {
             evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
                               "Bearer realm=\"wqrun\"");
             reply_error(req, 401, "Unauthorized", "missing or wrong bearer token");
-        } else
-            post_item(h, req, name);
+        } else if (!(hq = wq_host_find_queue(h, name)))
+            reply_error(req, 404, "Not Found", "no such queue");
+        else if (path[nlen] == '\0')
+            post_item(h, req, hq);
+        else
+            post_batch(h, req, hq);
     } else {
         reply(req, 404, "Not Found", "text/plain", "not found\n");
     }
@@ -314,7 +435,7 @@ int wq_http_start(wq_host *h, const char *addr)
         fprintf(stderr, "wqrun: --listen: out of memory\n");
         return -1;
     }
-    evhttp_set_max_body_size(s->http, MAX_BODY);
+    evhttp_set_max_body_size(s->http, MAX_BATCH_BODY);
     evhttp_set_max_headers_size(s->http, MAX_HEADERS);
     evhttp_set_timeout(s->http, CLIENT_TIMEOUT);
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |

@@ -243,4 +243,13 @@ do -- wq.exec reaps only its own children: io.popen keeps its exit status
     t.eq({ok, how, code}, {nil, "exit", 3}, "io.popen's close still sees its status")
 end
 
+do -- argv's length is its raw length: a __len metamethod cannot size the copy
+    local argv = setmetatable({"echo", "raw"}, {__len = function() return 1 << 40 end})
+    local r = wq.exec(argv)
+    t.eq(r.status, 0)
+    t.eq(r.stdout, "raw\n", "only the two real elements are passed")
+    local empty = setmetatable({}, {__len = function() return 3 end})
+    t.raises(function() wq.exec(empty) end, "exec: bad argument 'argv' (must name a program)")
+end
+
 t.done()

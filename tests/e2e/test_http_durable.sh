@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Acknowledged means durable (SPEC 7.6, issue 9): with --db, a 202 is sent
+# only after the commit holding the item; kill -9 right after loses none of
+# them; a state file that cannot be written (full, deleted) gets no 202.
+# Plus the batch endpoint, and JSON the parser must refuse or keep exact.
+. "$(dirname "$0")/lib.sh"
+
+command -v sqlite3 >/dev/null || { echo "FAIL: needs sqlite3" >&2; exit 1; }
+command -v curl >/dev/null || { echo "FAIL: needs curl" >&2; exit 1; }
+SCRIPT=$E2E_DIR/lua/http_serve.lua
+PIDS=()
+trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$TMP"' EXIT
+
+# serve DB [wrapper...]: starts a --serve runner on a free port; sets PID, BASE, ERRF, OUTF.
+serve() {
+    local db=$1 i try
+    shift
+    for try in 1 2 3 4 5; do
+        PORT=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+        BASE=http://127.0.0.1:$PORT
+        ERRF=$TMP/serve.$try.err
+        OUTF=$TMP/serve.$try.out
+        "$@" "$WQRUN" --quiet --serve --db "$db" --listen "127.0.0.1:$PORT" "$SCRIPT" \
+            >"$OUTF" 2>"$ERRF" </dev/null &
+        PID=$!
+        PIDS+=("$PID")
+        for ((i = 0; i < 100; i++)); do
+            kill -0 "$PID" 2>/dev/null || break
+            [ "$(curl -s -m 1 "$BASE/healthz")" = ok ] && return 0
+            sleep 0.05
+        done
+        kill -9 "$PID" 2>/dev/null
+        wait "$PID" 2>/dev/null
+        grep -q "cannot listen" "$ERRF" || break
+    done
+    fail "runner did not start: $(cat "$ERRF")"
+    return 1
+}
+
+sql() { sqlite3 -batch -cmd '.timeout 5000' "$@"; }
+
+# post PATH BODY: sets CODE and BODY_OUT
+post() {
+    BODY_OUT=$(curl -s -m 10 -o - -w '\n%{http_code}' -H 'Content-Type: application/json' \
+        --data-binary "$2" "$BASE$1")
+    CODE=${BODY_OUT##*$'\n'}
+    BODY_OUT=${BODY_OUT%$'\n'*}
+}
+
+# ---------------------------------------------------------------- kill -9 after 202
+# Posters send unique keys and note each one answered 202; the runner is
+# killed mid-stream. Every noted key must be in the file.
+DB=$TMP/acked.db
+lost_total=0 acked_total=0
+for round in 1 2 3; do
+    serve "$DB"
+    for w in 1 2 3 4; do
+        (
+            i=0
+            while :; do
+                i=$((i + 1))
+                k="r$round-w$w-$i"
+                code=$(curl -s -m 5 -o /dev/null -w '%{http_code}' --data-binary "{\"key\":\"$k\",\"payload\":{\"i\":$i}}" "$BASE/queues/jobs/items") || break
+                [ "$code" = 202 ] && echo "$k" >>"$TMP/acked.$round.$w"
+                [ "$code" = 000 ] && break
+            done
+        ) &
+        PIDS+=("$!")
+    done
+    sleep 1
+    kill -9 "$PID"
+    wait "$PID" 2>/dev/null
+    sleep 0.2
+    acked=$(cat "$TMP"/acked."$round".* 2>/dev/null | sort -u)
+    n=$(printf '%s\n' "$acked" | grep -c . || true)
+    stored=$(sql "$DB" "SELECT key FROM items WHERE queue = 'jobs' AND key LIKE 'r$round-%'" | sort -u)
+    lost=$(comm -23 <(printf '%s\n' "$acked" | grep .) <(printf '%s\n' "$stored") | wc -l)
+    acked_total=$((acked_total + n))
+    lost_total=$((lost_total + lost))
+done
+check "posts were acknowledged before the kills ($acked_total)" test "$acked_total" -ge 50
+check "no acknowledged item lost over 3 kill -9 ($lost_total of $acked_total lost)" test "$lost_total" -eq 0
+check "the file is sound after the kills" test "$(sql "$DB" 'PRAGMA integrity_check')" = ok
+echo "acked $acked_total, lost $lost_total over 3 kills"
+
+# ---------------------------------------------------------------- batch
+DB=$TMP/batch.db
+serve "$DB"
+post /queues/jobs/items:batch '[{"key":"b1","payload":{"n":1}},{"key":7},{"key":"b2","after":60},{"key":"b1"}]'
+expect_rc_code() { check "$1 (got $CODE: $BODY_OUT)" test "$CODE" = "$2"; }
+expect_rc_code "batch: 202" 202
+expect_in "$BODY_OUT" '{"results":[{"queued":true},{"error":"key must be a string"},{"queued":true},{"queued":false}]}' \
+    "batch: one result per item, in order"
+expect_in "$(sql "$DB" "SELECT key || ':' || state FROM items WHERE queue = 'jobs' ORDER BY key")" "b1:queued"
+expect_in "$(sql "$DB" "SELECT key || ':' || state FROM items WHERE queue = 'jobs' ORDER BY key")" "b2:waiting"
+post /queues/jobs/items:batch '{"key":"x"}'
+expect_rc_code "batch: a body that is not an array is 400" 400
+post /queues/nope/items:batch '[]'
+expect_rc_code "batch: unknown queue is 404" 404
+awk 'BEGIN { printf "["; for (i = 0; i <= 10000; i++) printf "%s{\"key\":\"k%d\"}", i ? "," : "", i; printf "]" }' >"$TMP/big.json"
+post /queues/jobs/items:batch "@$TMP/big.json"
+expect_rc_code "batch: over 10000 items is 413" 413
+expect_eq_n() { check "$1 (got $2)" test "$2" = "$3"; }
+expect_eq_n "batch: a refused batch changes nothing" "$(sql "$DB" "SELECT count(*) FROM items WHERE key = 'k1'")" 0
+
+# ---------------------------------------------------------------- JSON the parser must refuse, or keep exact
+post /queues/jobs/items "$(printf '{"key":"tab\tinside"}')"
+expect_rc_code "a raw control character inside a string is 400" 400
+expect_eq_n "the refused key is not stored" "$(sql "$DB" "SELECT count(*) FROM items WHERE key LIKE 'tab%'")" 0
+# A refused body ending inside an escape must leave nothing behind for the next request.
+post /queues/seen/items '{"key":"s1","payload":"\ud800\u'
+expect_rc_code "a truncated escape is 400" 400
+post /queues/seen/items '{"key":"caf\u00e9","payload":"A\u0001B"}'
+expect_rc_code "the next request is accepted" 202
+for i in $(seq 50); do grep -q "^seen" "$OUTF" && break; sleep 0.05; done
+expect_in "$(cat "$OUTF")" 'seen café "A\1B"' "the next request's key and payload arrive exactly"
+
+# ---------------------------------------------------------------- the file deleted while serving
+rm -f "$DB" "$DB-wal" "$DB-shm"
+post /queues/jobs/items '{"key":"after-rm"}'
+check "a post after the file was deleted is not acknowledged (got $CODE)" test "$CODE" != 202
+for i in $(seq 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.05; done
+wait_exit "$PID" 5
+check "the runner stops with status 1 (got $RC)" test "$RC" = 1
+expect_in "$(cat "$ERRF")" "deleted or replaced" "it says why"
+
+# ---------------------------------------------------------------- a full disk: no 202 for what was not stored
+DB=$TMP/full.db
+serve "$DB" bash -c 'ulimit -f 2000; trap "" XFSZ; exec "$@"' _
+pad=$(head -c 20000 /dev/zero | tr '\0' x)
+: >"$TMP/full.acked"
+for i in $(seq 300); do
+    code=$(curl -s -m 5 -o /dev/null -w '%{http_code}' --data-binary "{\"key\":\"f$i\",\"payload\":\"$pad\"}" "$BASE/queues/jobs/items")
+    [ "$code" = 202 ] && echo "f$i" >>"$TMP/full.acked"
+    [ "$code" = 000 ] && break
+done
+wait_exit "$PID" 10
+check "the full disk stops the runner with status 1 (got $RC)" test "$RC" = 1
+n=$(grep -c . "$TMP/full.acked")
+stored=$(sql "$DB" "SELECT count(*) FROM items WHERE key IN ($(sed "s/.*/'&'/" "$TMP/full.acked" | paste -sd, -))")
+check "some posts were acknowledged before the disk filled ($n)" test "$n" -ge 10
+check "every acknowledged post is stored ($stored of $n)" test "$stored" = "$n"
+check "the file is sound" test "$(sql "$DB" 'PRAGMA integrity_check')" = ok
+
+finish
