@@ -193,6 +193,8 @@ static int backoff_new(lua_State *L)
         if (!lua_isinteger(L, -1))
             wq_argerror(L, "backoff", "steps", "integer expected");
         b.steps = lua_tointeger(L, -1);
+        if (b.steps < 0)
+            wq_argerror(L, "backoff", "steps", "must be >= 0");
     }
     lua_pop(L, 1);
     b.rand = backoff_rand;
