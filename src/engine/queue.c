@@ -887,7 +887,12 @@ size_t wq_queue_processing(const wq_queue *q)
 
 size_t wq_queue_waiting(const wq_queue *q)
 {
-    return wq_delay_len(&q->delay);
+    /*
+     * Shutdown drops pending delayed adds (WORKQUEUE.md). The heap entries
+     * stay, frozen and without GONE events, so a store keeps them for the
+     * next run; they just no longer wait for anything here.
+     */
+    return q->shutting_down ? 0 : wq_delay_len(&q->delay);
 }
 
 size_t wq_queue_records(const wq_queue *q)

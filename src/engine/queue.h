@@ -129,7 +129,7 @@ int wq_queue_fire_due(wq_queue *q);
 int wq_queue_lookup(const wq_queue *q, const char *key, size_t len, wq_item_info *info);
 /* Number of keys processing. */
 size_t wq_queue_processing(const wq_queue *q);
-/* Number of pending delayed adds. */
+/* Number of pending delayed adds; 0 once shut down (they are dropped, see WORKQUEUE.md). */
 size_t wq_queue_waiting(const wq_queue *q);
 /* Number of records (keys with anything pending). */
 size_t wq_queue_records(const wq_queue *q);

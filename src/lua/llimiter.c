@@ -11,8 +11,12 @@
 
 #include <lauxlib.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 typedef struct llimiter {
     wq_limiter *l;
@@ -166,10 +170,55 @@ static int lim_gc(lua_State *L)
 
 /* ---- wq.backoff ---- */
 
+/*
+ * Jitter draws from a file-local xoshiro256** seeded once per process from
+ * getrandom(2), so two runs never share their "random" delays. libc's
+ * rand() is left alone: it is unseeded (the same sequence in every process)
+ * and belongs to whoever else calls srand().
+ */
+static uint64_t rng[4];
+static int rng_seeded;
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static void rng_seed(void)
+{
+    uint64_t seed;
+    /* GRND_NONBLOCK: early at boot, fall back rather than hang the runner. */
+    if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
+        seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    /* splitmix64 spreads any seed (even 0) into a non-zero state. */
+    for (int i = 0; i < 4; i++)
+        rng[i] = splitmix64(&seed);
+    rng_seeded = 1;
+}
+
 static double backoff_rand(void *ud)
 {
     (void)ud;
-    return (double)rand() / ((double)RAND_MAX + 1.0);
+    if (!rng_seeded)
+        rng_seed();
+    uint64_t r = rotl(rng[1] * 5, 7) * 9;
+    uint64_t t = rng[1] << 17;
+    rng[2] ^= rng[0];
+    rng[3] ^= rng[1];
+    rng[1] ^= rng[2];
+    rng[0] ^= rng[3];
+    rng[2] ^= t;
+    rng[3] = rotl(rng[3], 45);
+    /* The top 53 bits as a double in [0, 1). */
+    return (double)(r >> 11) * 0x1.0p-53;
 }
 
 static double opt_field(lua_State *L, const char *name, double def, int nonneg)
@@ -195,6 +244,8 @@ static int backoff_new(lua_State *L)
         if (!lua_isinteger(L, -1))
             wq_argerror(L, "backoff", "steps", "integer expected");
         b.steps = lua_tointeger(L, -1);
+        if (b.steps < 0)
+            wq_argerror(L, "backoff", "steps", "must be >= 0");
     }
     lua_pop(L, 1);
     b.rand = backoff_rand;

@@ -1265,6 +1265,33 @@ Test(queue, delayed_entries_freeze_after_shutdown)
     finish();
 }
 
+Test(queue, pending_delayed_entries_no_longer_count_as_waiting_after_shutdown)
+{
+    add_after("a", S);
+    add_after("b", 2 * S);
+    add("c");
+    get();
+    add_after("c", S); /* processing and waiting */
+    cr_assert_eq(wq_queue_waiting(q), 3);
+    take_events();
+    wq_queue_shutdown(q);
+    cr_assert_eq(wq_queue_waiting(q), 0, "dropped in memory (WORKQUEUE.md)");
+    cr_assert_eq(wq_queue_check(q), 0);
+    /* The records stay, with no event, so a store keeps them for the next run. */
+    cr_assert_str_eq(take_events(), "shutdown");
+    cr_assert_eq(state_of("a"), WQ_ST_WAITING);
+    cr_assert_eq(state_of("b"), WQ_ST_WAITING);
+    cr_assert_eq(wq_queue_records(q), 3);
+    step(10 * S);
+    cr_assert_eq(wq_queue_fire_due(q), 0);
+    cr_assert_eq(wq_queue_waiting(q), 0, "time passing brings nothing back");
+    cr_assert_eq(wq_queue_processing(q), 1);
+    done("c");
+    cr_assert_eq(wq_queue_waiting(q), 0);
+    cr_assert_eq(wq_queue_check(q), 0);
+    finish();
+}
+
 Test(queue, add_after_never_blocks_beyond_a_thousand_entries)
 {
     wq_queue_set_observer(q, NULL, NULL); /* checking at each event would be quadratic */
@@ -1341,7 +1368,7 @@ Test(queue, cancel_after_works_after_shutdown)
 {
     add_after("a", S);
     wq_queue_shutdown(q);
-    cr_assert_eq(wq_queue_waiting(q), 1);
+    cr_assert_eq(state_of("a"), WQ_ST_WAITING, "the frozen entry is still there");
     cr_assert_eq(cancel("a"), 1);
     cr_assert_eq(wq_queue_waiting(q), 0);
     cr_assert_eq(wq_queue_records(q), 0);

@@ -168,6 +168,12 @@ do -- limiters and backoff
     bad(function() wq.backoff({jitter = -1}) end, "backoff: bad argument 'jitter'")
     bad(function() wq.backoff({cap = inf}) end, "backoff: bad argument 'cap'")
     bad(function() wq.backoff({steps = 1.5}) end, "backoff: bad argument 'steps'")
+    -- every negative parameter raises, naming it (SPEC: backoff parameters are >= 0)
+    for _, name in ipairs({"duration", "factor", "jitter", "steps", "cap"}) do
+        bad(function() wq.backoff({[name] = -1}) end, "backoff: bad argument '" .. name .. "' (must be >= 0)")
+    end
+    bad(function() wq.backoff({steps = math.mininteger}) end, "backoff: bad argument 'steps' (must be >= 0)")
+    t.eq(wq.backoff({steps = 0}).steps, 0, "steps = 0 is accepted")
     t.eq(lim:when("ok"), 0.001, "the limiter works after the bad calls")
 end
 

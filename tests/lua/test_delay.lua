@@ -138,6 +138,15 @@ do -- after shutdown: add_after ignored and not counted; pending delayed entries
     wq.sleep(0.05)
     t.eq(q:len(), 0, "a pending delayed entry does not fire after shutdown")
     t.eq(q:get(), nil, "get returns nil")
+    t.eq(q:stats().waiting, 0, "a dropped delayed entry is no longer waiting")
+end
+
+do -- a delayed entry stops counting as waiting at shutdown itself
+    local q = newq()
+    q:add_after("k", 10)
+    t.eq(q:stats().waiting, 1, "waiting before shutdown")
+    q:shutdown()
+    t.eq(q:stats().waiting, 0, "not waiting after shutdown")
 end
 
 do -- add_rate_limited = add_after(key, limiter:when(key)); forget and num_requeues
