@@ -22,6 +22,8 @@ static void usage(FILE *f)
         "  --db PATH             persist queues to this SQLite file (created if missing)\n"
         "  --listen ADDR:PORT    serve the HTTP API (metrics, queues, enqueue)\n"
         "  --token TOKEN         require 'Authorization: Bearer TOKEN' for POST (or WQRUN_TOKEN)\n"
+        "  --max-connections N   HTTP connections at once (default 1024, at most a quarter\n"
+        "                        of the descriptor limit)\n"
         "  --grace SECONDS       how long a graceful shutdown waits for handlers (default 30)\n"
         "  --sync normal|full    SQLite durability (default normal)\n"
         "  --serve               keep running when idle, waiting for new items\n"
@@ -105,6 +107,12 @@ int main(int argc, char **argv)
             if (!*v)
                 return bad_usage("%s needs a value", "--token");
             o.token = v;
+        } else if ((v = opt_value(argc, argv, &i, "--max-connections"))) {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (!*v || *end || n < 1 || n > 1000000)
+                return bad_usage("--max-connections needs a number from 1 to 1000000, got '%s'", v);
+            o.max_connections = (int)n;
         } else if ((v = opt_value(argc, argv, &i, "--grace"))) {
             char *end;
             double g = strtod(v, &end);

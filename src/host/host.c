@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -597,6 +598,13 @@ wq_host *wq_host_new(const wq_host_opts *opts)
         return NULL;
     }
     signal(SIGPIPE, SIG_IGN);
+    /* Descriptors: take what the hard limit allows (HTTP connections,
+     * wq.exec pipes and the state file all need some). */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
     h->timer_ev = evtimer_new(h->base, on_timer, h);
     h->sigchld_ev = evsignal_new(h->base, SIGCHLD, on_child, h);
     h->tick_ev = event_new(h->base, -1, EV_PERSIST, on_tick, h);

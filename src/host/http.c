@@ -7,6 +7,7 @@
  */
 #include "host/http.h"
 
+#include "host/conns.h"
 #include "engine/queue.h"
 #include "host/json.h"
 #include "host/prom.h"
@@ -17,6 +18,9 @@
 #include <json-c/json_object.h>
 #include <json-c/linkhash.h>
 #include <math.h>
+#include <netdb.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +33,25 @@
 
 typedef struct http_server {
     struct evhttp *http;
+    wq_conns *conns;
     char *token;
     uint64_t requests;
 } http_server;
+
+/* The server's connection guard, for the reply paths (one server per process). */
+static wq_conns *conns;
+
+static void send_reply(struct evhttp_request *req, int code, const char *reason, struct evbuffer *b)
+{
+    wq_conns_answered(conns, req); /* before: the reply may free req */
+    evhttp_send_reply(req, code, reason, b);
+}
+
+static void send_error(struct evhttp_request *req, int code, const char *reason)
+{
+    wq_conns_answered(conns, req);
+    evhttp_send_error(req, code, reason);
+}
 
 static void reply(struct evhttp_request *req, int code, const char *reason, const char *type,
                   const char *body)
@@ -40,7 +60,7 @@ static void reply(struct evhttp_request *req, int code, const char *reason, cons
     if (b && body)
         evbuffer_add(b, body, strlen(body));
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", type);
-    evhttp_send_reply(req, code, reason, b);
+    send_reply(req, code, reason, b);
     if (b)
         evbuffer_free(b);
 }
@@ -54,7 +74,7 @@ static void reply_json(struct evhttp_request *req, int code, const char *reason,
     if (text)
         reply(req, code, reason, "application/json", text);
     else
-        evhttp_send_error(req, 500, "Out of memory");
+        send_error(req, 500, "Out of memory");
     json_object_put(o);
 }
 
@@ -91,13 +111,13 @@ static void get_metrics(wq_host *h, struct evhttp_request *req)
 {
     struct evbuffer *b = evbuffer_new();
     if (!b) {
-        evhttp_send_error(req, 500, "Out of memory");
+        send_error(req, 500, "Out of memory");
         return;
     }
     wq_prom_render(h, b);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "text/plain; version=0.0.4; charset=utf-8");
-    evhttp_send_reply(req, 200, "OK", b);
+    send_reply(req, 200, "OK", b);
     evbuffer_free(b);
 }
 
@@ -358,6 +378,8 @@ static void handle(struct evhttp_request *req, void *arg)
     wq_host *h = arg;
     http_server *s = h->http;
     s->requests++;
+    /* A whole request is in: no deadline until it is answered. */
+    wq_conns_request(s->conns, req, 1);
     const char *uri = evhttp_request_get_uri(req);
     struct evhttp_uri *u = uri ? evhttp_uri_parse(uri) : NULL;
     const char *path = u ? evhttp_uri_get_path(u) : NULL;
@@ -405,6 +427,51 @@ static void handle(struct evhttp_request *req, void *arg)
     wq_host_settle(h);
 }
 
+/* A listening socket on host:port (numeric or a name), or NULL. */
+static struct evconnlistener *listen_on(wq_host *h, const char *host, int port)
+{
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    if (getaddrinfo(host, service, &hints, &res) != 0 || !res)
+        return NULL;
+    struct evconnlistener *lev = NULL;
+    for (struct addrinfo *ai = res; ai && !lev; ai = ai->ai_next)
+        lev = evconnlistener_new_bind(
+            h->base, NULL, NULL, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
+            -1, ai->ai_addr, (int)ai->ai_addrlen);
+    freeaddrinfo(res);
+    return lev;
+}
+
+/*
+ * At most --max-connections at once, and never more than a quarter of the
+ * descriptors the process may open (the rest are for the state file,
+ * wq.exec's pipes and the scripts' own files).
+ */
+static int max_connections(const wq_host *h)
+{
+    int max = h->opts.max_connections > 0 ? h->opts.max_connections : 1024;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        (rlim_t)max > rl.rlim_cur / 4)
+        max = rl.rlim_cur / 4 > 4 ? (int)(rl.rlim_cur / 4) : 4;
+    return max;
+}
+
+/* Seconds a client has to send a whole request (WQ_TEST_HTTP_DEADLINE_MS for tests). */
+static int64_t client_deadline(void)
+{
+    const char *e = getenv("WQ_TEST_HTTP_DEADLINE_MS");
+    if (e && atoi(e) > 0)
+        return (int64_t)atoi(e) * 1000000;
+    return (int64_t)CLIENT_TIMEOUT * 1000000000;
+}
+
 int wq_http_start(wq_host *h, const char *addr)
 {
     char host[256];
@@ -441,7 +508,10 @@ int wq_http_start(wq_host *h, const char *addr)
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE);
     evhttp_set_gencb(s->http, handle, h);
-    if (!evhttp_bind_socket_with_handle(s->http, host, (ev_uint16_t)port)) {
+    struct evconnlistener *lev = listen_on(h, host, (int)port);
+    if (!lev || !evhttp_bind_listener(s->http, lev)) {
+        if (lev)
+            evconnlistener_free(lev);
         fprintf(stderr,
                 "wqrun: --listen %s: cannot listen there (in use, or not a local address)\n", addr);
         evhttp_free(s->http);
@@ -449,6 +519,16 @@ int wq_http_start(wq_host *h, const char *addr)
         free(s);
         return -1;
     }
+    s->conns = wq_conns_new(h, lev, max_connections(h), client_deadline());
+    if (!s->conns) {
+        fprintf(stderr, "wqrun: --listen: out of memory\n");
+        evhttp_free(s->http);
+        free(s->token);
+        free(s);
+        return -1;
+    }
+    conns = s->conns;
+    evhttp_set_bevcb(s->http, wq_conns_bevcb, s->conns);
     h->http = s;
     return 0;
 }
@@ -458,7 +538,9 @@ void wq_http_stop(wq_host *h)
     http_server *s = h->http;
     if (!s)
         return;
-    evhttp_free(s->http);
+    evhttp_free(s->http); /* first: it closes the connections the guard holds */
+    wq_conns_free(s->conns);
+    conns = NULL;
     free(s->token);
     free(s);
     h->http = NULL;

@@ -14,6 +14,7 @@ typedef struct wq_host_opts {
     int serve;           /* --serve */
     int quiet;           /* --quiet */
     int virtual_time;    /* --virtual-time */
+    int max_connections; /* --max-connections, 0: the default */
 } wq_host_opts;
 
 #endif

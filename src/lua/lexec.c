@@ -10,15 +10,31 @@
 #include "lua/lwq.h"
 #include "lua/sched.h"
 
+#include "host/timer.h"
+
+#include <errno.h>
 #include <lauxlib.h>
 #include <string.h>
 
 extern char **environ;
 
-/* The child's record while the task waits, freed by the continuation or the collector. */
+/*
+ * The call's state while the task waits: the child's record (freed by the
+ * continuation or the collector), and what a retry of the spawn needs (the
+ * strings spec points to stay on the task's stack while it waits).
+ */
 typedef struct box {
     wq_proc *p;
+    wq_proc_spec spec;
+    int64_t first_try; /* host clock */
+    int64_t backoff;   /* ns before the next try */
 } box;
+
+/* Whether a spawn error is the machine being short of something for now. */
+static int transient(int err)
+{
+    return err == EMFILE || err == ENFILE || err == EAGAIN || err == ENOMEM;
+}
 
 static int box_gc(lua_State *L)
 {
@@ -141,6 +157,66 @@ static char **build_env(lua_State *L, int idx)
     return env; /* strings anchored by the table below the userdata */
 }
 
+static int try_spawn(lua_State *L, wq_task *t, box *b);
+
+static void retry_fire(wq_host *h, void *data, uint64_t id)
+{
+    (void)h;
+    (void)id;
+    wq_task *t = data;
+    t->wait_timer = 0;
+    wq_task_wake(t, 0);
+}
+
+static void retry_cancel(wq_task *t)
+{
+    wq_timer_stop(t->host, t->wait_timer);
+    t->wait_timer = 0;
+}
+
+static int retry_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    wq_task *t = wq_task_of(L);
+    wq_task_check_interrupt(L, t);
+    return try_spawn(L, t, (box *)ctx);
+}
+
+/*
+ * Spawns the child and waits for it. Out of descriptors or processes for
+ * now (another part of the process, or the machine, holds them): wait and
+ * try again, 20 ms doubling to 1 s, within opts.timeout if there is one,
+ * rather than fail the job for a shortage that is not its own.
+ */
+static int try_spawn(lua_State *L, wq_task *t, box *b)
+{
+    wq_host *h = t->host;
+    int err = wq_proc_spawn(h, &b->spec, on_finished, t, &b->p);
+    if (!err) {
+        t->wait = b;
+        return wq_task_wait(L, t, exec_cancel, (lua_KContext)b, exec_k);
+    }
+    int64_t now = wq_host_now(h);
+    if (transient(err) &&
+        (b->spec.timeout_ns == 0 || now - b->first_try + b->backoff < b->spec.timeout_ns)) {
+        if (b->backoff == 0) {
+            b->first_try = now;
+            wq_host_log(h, "wqrun: exec: cannot start '%s' now (%s); trying again shortly",
+                        b->spec.argv[0], strerror(err));
+        }
+        b->backoff = b->backoff ? b->backoff * 2 : 20 * 1000000LL;
+        if (b->backoff > 1000 * 1000000LL)
+            b->backoff = 1000 * 1000000LL;
+        t->wait_timer = wq_timer_start(h, wq_add_sat(now, b->backoff), retry_fire, t);
+        if (!t->wait_timer)
+            return luaL_error(L, "exec: out of memory");
+        return wq_task_wait(L, t, retry_cancel, (lua_KContext)b, retry_k);
+    }
+    lua_pushnil(L);
+    lua_pushfstring(L, "exec: cannot run '%s': %s", b->spec.argv[0], strerror(err));
+    return 2;
+}
+
 static int exec_lua(lua_State *L)
 {
     lua_settop(L, 2);
@@ -170,16 +246,10 @@ static int exec_lua(lua_State *L)
     }
     wq_task *t = wq_task_require(L, "exec");
     box *b = lua_newuserdatauv(L, sizeof *b, 0);
-    b->p = NULL;
+    memset(b, 0, sizeof *b);
     luaL_setmetatable(L, "wq.Exec");
-    int err = wq_proc_spawn(t->host, &spec, on_finished, t, &b->p);
-    if (err) {
-        lua_pushnil(L);
-        lua_pushfstring(L, "exec: cannot run '%s': %s", argv[0], strerror(err));
-        return 2;
-    }
-    t->wait = b;
-    return wq_task_wait(L, t, exec_cancel, (lua_KContext)b, exec_k);
+    b->spec = spec;
+    return try_spawn(L, t, b);
 }
 
 void wq_lua_open_exec(lua_State *L)
