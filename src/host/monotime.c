@@ -24,7 +24,7 @@ static int usable; /* the counter may be used once a rate is known */
 static int ready;  /* a rate is known */
 static uint64_t tsc_anchor;
 static int64_t ns_anchor;
-static double ns_per_tick;
+static uint64_t mult;  /* ns per tick, times 2^32 */
 static int64_t last;   /* the latest value returned */
 static uint32_t reads; /* since the last calibration */
 
@@ -85,7 +85,7 @@ void wq_monotime_calibrate(void)
     uint64_t dt = t - tsc_anchor;
     int64_t dns = ns - ns_anchor;
     if (dns >= 1000000 && dt > 0) { /* at least 1 ms: a meaningful rate */
-        ns_per_tick = (double)dns / (double)dt;
+        mult = (uint64_t)((double)dns / (double)dt * 4294967296.0);
         tsc_anchor = t;
         ns_anchor = ns;
         ready = 1;
@@ -103,7 +103,7 @@ int64_t wq_monotime_now(void)
     if (usable && ++reads >= READS_PER_CALIBRATION)
         wq_monotime_calibrate();
     if (ready)
-        ns = ns_anchor + (int64_t)((double)(ticks() - tsc_anchor) * ns_per_tick);
+        ns = ns_anchor + (int64_t)(((unsigned __int128)(ticks() - tsc_anchor) * mult) >> 32);
     else
         ns = sys_now();
     if (ns < last)

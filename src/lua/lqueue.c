@@ -24,15 +24,24 @@ static int bad_self(lua_State *L, const char *fn)
                       fn, luaL_typename(L, 1), fn);
 }
 
-/* self of method fn: a wq.Queue (a q.fn(...) call instead of q:fn(...) is the usual slip). */
+/*
+ * self of method fn: a wq.Queue (a q.fn(...) call instead of q:fn(...) is
+ * the usual slip). Queues live as long as the Lua state (the registry holds
+ * them), so an address once found to be a queue stays one: the last one
+ * checked skips the metatable test.
+ */
 static lqueue *check_queue(lua_State *L, const char *fn)
 {
+    static lqueue *last;
     lqueue *lq = lua_touserdata(L, 1);
-    if (!lq || !lua_getmetatable(L, 1))
-        bad_self(L, fn);
-    if (lua_topointer(L, -1) != queue_mt)
-        bad_self(L, fn);
-    lua_pop(L, 1);
+    if (lq != last || !lq) {
+        if (!lq || !lua_getmetatable(L, 1))
+            bad_self(L, fn);
+        if (lua_topointer(L, -1) != queue_mt)
+            bad_self(L, fn);
+        lua_pop(L, 1);
+        last = lq;
+    }
     if (!lq->q)
         luaL_error(L, "q:%s: queue is closed", fn);
     return lq;
