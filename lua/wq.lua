@@ -35,3 +35,34 @@ function c.queue_methods.dead(q)
     sort(list, older)
     return list
 end
+
+-- wq.on_shutdown(fn): fn() runs when a graceful stop begins (the first
+-- SIGINT/SIGTERM, or wq.shutdown()), while handlers drain, within --grace.
+-- The hooks run one after the other in one task, in registration order; a
+-- hook that raises is reported, the others still run, and the process then
+-- exits with status 1.
+local hooks = {}
+
+function wq.on_shutdown(fn)
+    if type(fn) ~= "function" then
+        error(format("on_shutdown: bad argument 'fn' (function expected, got %s)", type(fn)), 2)
+    end
+    hooks[#hooks + 1] = fn
+end
+
+function c.shutdown_hooks()
+    if #hooks == 0 then
+        return nil
+    end
+    return function()
+        local failed = false
+        for i = 1, #hooks do
+            local ok, err = pcall(hooks[i])
+            if not ok then
+                failed = true
+                c.log("wqrun: error in an on_shutdown hook: " .. tostring(err))
+            end
+        end
+        c.hooks_done(failed)
+    end
+end

@@ -74,6 +74,8 @@ struct wq_queue {
     void *observer_ud;
     uint32_t ev_id;   /* record of the key event being reported */
     uint32_t last_id; /* record of the last add's key */
+    int last_created; /* ... and whether that add created it */
+    int64_t last_ns;  /* the clock reading of the last add */
 };
 
 static void emit(wq_queue *q, wq_event ev, const struct item *it)
@@ -534,6 +536,7 @@ static int64_t obtain(wq_queue *q, const char *key, size_t len, const wq_add_opt
     if (v) {
         *created = 0;
         q->last_id = slot_id(v);
+        q->last_created = 0;
         return slot_id(v);
     }
     uint32_t id = new_record(q, key, len, h, slot, o);
@@ -541,6 +544,7 @@ static int64_t obtain(wq_queue *q, const char *key, size_t len, const wq_add_opt
         return WQ_ENOMEM;
     *created = 1;
     q->last_id = id;
+    q->last_created = 1;
     return id;
 }
 
@@ -602,6 +606,7 @@ static int make_dirty(wq_queue *q, uint32_t id, wq_event *ev)
     it = &q->items[id];
     it->flags |= F_DIRTY;
     it->add_ns = now(q);
+    q->last_ns = it->add_ns;
     q->metrics.depth++;
     q->metrics.adds++;
     return 0;
@@ -780,8 +785,13 @@ int wq_queue_add_after(wq_queue *q, const char *key, size_t len, int64_t delay_n
     if (len > WQ_KEY_MAX || !payload_ok(o))
         return WQ_E2BIG;
     q->metrics.retries++;
-    int r = delay_ns <= 0 ? wq_queue_add(q, key, len, o)
-                          : schedule(q, key, len, wq_add_sat(now(q), delay_ns), o);
+    int r;
+    if (delay_ns <= 0) {
+        r = wq_queue_add(q, key, len, o);
+    } else {
+        q->last_ns = now(q);
+        r = schedule(q, key, len, wq_add_sat(q->last_ns, delay_ns), o);
+    }
     if (r == WQ_ENOMEM)
         q->metrics.retries--; /* nothing happened; the caller may try again */
     return r;
@@ -792,7 +802,8 @@ int wq_queue_add_at(wq_queue *q, const char *key, size_t len, int64_t ready_at,
 {
     if (q->shutting_down)
         return WQ_ESHUTDOWN;
-    if (ready_at <= now(q))
+    q->last_ns = now(q);
+    if (ready_at <= q->last_ns)
         return wq_queue_add(q, key, len, o);
     return schedule(q, key, len, ready_at, o);
 }
@@ -1018,6 +1029,12 @@ int wq_queue_check(const wq_queue *q)
 uint32_t wq_queue_last_id(const wq_queue *q)
 {
     return q->last_id;
+}
+
+int wq_queue_last_created(const wq_queue *q, int64_t *at)
+{
+    *at = q->last_ns;
+    return q->last_created;
 }
 
 uint32_t wq_queue_event_id(const wq_queue *q)

@@ -149,6 +149,8 @@ int wq_queue_foreach(const wq_queue *q, int (*fn)(void *ud, const wq_item_info *
  * told about, during the call; and a bound: every id is below it.
  */
 uint32_t wq_queue_last_id(const wq_queue *q);
+/* Whether that add created the record (1) or found it (0); *at is the clock's reading then. */
+int wq_queue_last_created(const wq_queue *q, int64_t *at);
 uint32_t wq_queue_event_id(const wq_queue *q);
 uint32_t wq_queue_id_bound(const wq_queue *q);
 /* Walks the whole structure checking its invariants; 0 if sound, else -1. */

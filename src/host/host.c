@@ -301,7 +301,8 @@ void wq_host_settle(wq_host *h)
      * still; timers still have to be armed (a task may yield in a loop
      * while another sleeps). */
     int busy = runnable(h);
-    if (!busy && h->stopping && !any_processing(h)) {
+    if (!busy && h->stopping && !any_processing(h) &&
+        !(h->hooks.holding && h->hooks.holding(h->hooks.ud))) {
         wq_host_exit(h, 0);
         return;
     }
@@ -423,19 +424,13 @@ static void on_signal_raw(int sig)
     errno = saved_errno;
 }
 
-static void stop_signal(wq_host *h, int sig)
+void wq_host_stop(wq_host *h, const char *why)
 {
-    if (h->stopping) {
-        wq_progress_clear(h);
-        fprintf(stderr, "wqrun: second signal, exiting now\n");
-        h->exiting = 1;
-        h->exit_code = 128 + (int)sig;
-        event_base_loopbreak(h->base);
+    if (h->stopping || h->exiting)
         return;
-    }
     h->stopping = 1;
-    wq_host_log(h, "wqrun: %s received, finishing running handlers (up to %gs; again to quit now)",
-                sig == SIGINT ? "SIGINT" : "SIGTERM", h->opts.grace);
+    wq_host_log(h, "wqrun: %s, finishing running handlers (up to %gs; again to quit now)", why,
+                h->opts.grace);
     for (int i = 0; i < h->nqueues; i++)
         h->queues[i].ops->stop(h->queues[i].q);
     int64_t grace = (int64_t)(h->opts.grace * 1e9);
@@ -451,7 +446,22 @@ static void stop_signal(wq_host *h, int sig)
             it.it_value.tv_usec = 1;
         setitimer(ITIMER_REAL, &it, NULL);
     }
+    if (h->hooks.stopping)
+        h->hooks.stopping(h->hooks.ud);
     wq_host_settle(h);
+}
+
+static void stop_signal(wq_host *h, int sig)
+{
+    if (h->stopping) {
+        wq_progress_clear(h);
+        fprintf(stderr, "wqrun: second signal, exiting now\n");
+        h->exiting = 1;
+        h->exit_code = 128 + (int)sig;
+        event_base_loopbreak(h->base);
+        return;
+    }
+    wq_host_stop(h, sig == SIGINT ? "SIGINT received" : "SIGTERM received");
 }
 
 static void on_signal_pipe(evutil_socket_t fd, short what, void *arg)
@@ -655,7 +665,7 @@ int wq_host_run(wq_host *h)
         if (r != 0 && status == 0)
             status = 1;
     }
-    if (h->store_failed && status == 0)
+    if ((h->store_failed || h->failed) && status == 0)
         status = 1;
     /* The loop is over: whoever still waits is not answered (the
      * connection closes without an acknowledgement). */

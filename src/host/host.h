@@ -83,6 +83,10 @@ typedef struct wq_host_hooks {
     /* From a signal handler, every WQ_WATCH_MS while the process runs: lets
      * the runtime notice script code that holds the loop. */
     void (*watch)(void);
+    /* A graceful stop began: start what should run meanwhile (on_shutdown hooks). */
+    void (*stopping)(void *ud);
+    /* Whether that still runs: the stop waits for it (within --grace). */
+    int (*holding)(void *ud);
     void *ud;
 } wq_host_hooks;
 
@@ -128,6 +132,7 @@ struct wq_host {
     void *procs;  /* list of running child process records (proc.c) */
 
     int store_failed;               /* a commit failed: no more writes, exit 1 */
+    int failed;                     /* something failed during a graceful stop: exit 1 at the end */
     int flush_now;                  /* flush_ev is active for waiting acknowledgements */
     struct durable_waiter *waiters; /* wq_host_when_durable callers */
     int nwaiters, waiters_cap;
@@ -169,6 +174,8 @@ double wq_host_unix(const wq_host *h, int64_t mono);
 void wq_host_exit(wq_host *h, int code);
 /* Writes a timestamped line to stderr (above the progress line). */
 void wq_host_log(wq_host *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Begins a graceful stop, as the first SIGINT/SIGTERM does (why names the cause in the log). */
+void wq_host_stop(wq_host *h, const char *why);
 /* Re-arms the timer and checks for idle/virtual-time jumps; call after state changes. */
 void wq_host_settle(wq_host *h);
 

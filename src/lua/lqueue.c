@@ -78,10 +78,10 @@ static void observe(void *ud, wq_queue *q, wq_event ev, const char *key, size_t 
     }
     case WQ_EV_GONE: {
         uint32_t id = wq_queue_event_id(q);
-        if (id < lq->kcap)
-            lq->kptr[id] = NULL;
+        if (id < lq->nslots)
+            lq->slots[id] = (lslot){NULL, 0};
         /* Emptied after holding many keys: let the collector have their strings. */
-        if (lq->kcap > 1024 && wq_queue_records(q) == 0)
+        if (lq->nslots > 1024 && wq_queue_records(q) == 0)
             lq->keys_reset = 1;
         break;
     }
@@ -101,25 +101,33 @@ static void observe(void *ud, wq_queue *q, wq_event ev, const char *key, size_t 
  * A key handed out by get is the Lua string an add received, not a new
  * copy of the engine's bytes: making one would intern it again, a hash and
  * a cache miss into Lua's string table per item. Strings are kept in a
- * table indexed by the engine's record id (kptr[id] says which are
+ * table indexed by the engine's record id (slots[id].key says which are
  * current); the observer forgets an id when its record goes, and the whole
  * table when a queue that held many keys holds none.
  */
 
+/* Makes room for record id in the slots; 0, or -1 on OOM. */
+static int grow_slots(lqueue *lq, uint32_t id)
+{
+    if (id < lq->nslots)
+        return 0;
+    uint32_t ncap = lq->nslots ? lq->nslots : 64;
+    while (ncap <= id)
+        ncap *= 2;
+    lslot *n = realloc(lq->slots, (size_t)ncap * sizeof *n);
+    if (!n)
+        return -1;
+    memset(n + lq->nslots, 0, (size_t)(ncap - lq->nslots) * sizeof *n);
+    lq->slots = n;
+    lq->nslots = ncap;
+    return 0;
+}
+
 /* Keeps the string at idx (absolute) as the key of record id. */
 static void anchor_key(lua_State *L, lqueue *lq, uint32_t id, int idx)
 {
-    if (id >= lq->kcap) {
-        uint32_t ncap = lq->kcap ? lq->kcap : 64;
-        while (ncap <= id)
-            ncap *= 2;
-        const char **n = realloc(lq->kptr, (size_t)ncap * sizeof *n);
-        if (!n)
-            return; /* not kept: get makes a copy */
-        memset(n + lq->kcap, 0, (size_t)(ncap - lq->kcap) * sizeof *n);
-        lq->kptr = n;
-        lq->kcap = ncap;
-    }
+    if (grow_slots(lq, id) < 0)
+        return; /* not kept: get makes a copy */
     if (lq->keys_reset) {
         lua_newtable(L);
         lua_rawseti(L, LUA_REGISTRYINDEX, lq->keys_ref);
@@ -129,14 +137,31 @@ static void anchor_key(lua_State *L, lqueue *lq, uint32_t id, int idx)
     lua_pushvalue(L, idx);
     lua_rawseti(L, -2, (lua_Integer)id + 1);
     lua_pop(L, 1);
-    lq->kptr[id] = lua_tostring(L, idx);
+    lq->slots[id].key = lua_tostring(L, idx);
+}
+
+void lqueue_note_add(lqueue *lq)
+{
+    int64_t at;
+    if (wq_queue_last_created(lq->q, &at)) {
+        uint32_t id = wq_queue_last_id(lq->q);
+        if (grow_slots(lq, id) == 0)
+            lq->slots[id].enqueued = at;
+    }
+}
+
+double lqueue_enqueued_at(const lqueue *lq, uint32_t id)
+{
+    int64_t at = id < lq->nslots ? lq->slots[id].enqueued : 0;
+    return wq_host_unix(lq->host, at ? at : wq_host_now(lq->host));
 }
 
 /* After an add of the key at idx that returned >= 0. */
 static void keep_added(lua_State *L, lqueue *lq, int idx)
 {
+    lqueue_note_add(lq);
     uint32_t id = wq_queue_last_id(lq->q);
-    if (id >= lq->kcap || !lq->kptr[id])
+    if (id >= lq->nslots || !lq->slots[id].key)
         anchor_key(L, lq, id, idx);
 }
 
@@ -144,7 +169,7 @@ static void keep_added(lua_State *L, lqueue *lq, int idx)
 static void push_key(lua_State *L, lqueue *lq, const wq_item_info *info)
 {
     uint32_t id = info->id;
-    if (id < lq->kcap && lq->kptr[id]) {
+    if (id < lq->nslots && lq->slots[id].key) {
         lua_rawgeti(L, LUA_REGISTRYINDEX, lq->keys_ref);
         lua_rawgeti(L, -1, (lua_Integer)id + 1);
         lua_replace(L, -2);
@@ -206,14 +231,14 @@ static void restore_item(void *ud, const wq_restored *r)
 {
     lqueue *lq = ((lworker_restore *)ud)->lq;
     wq_add_opts o = {r->payload, r->paylen, r->payload != NULL, 1, r->priority};
-    if (r->queued)
-        wq_queue_add(lq->q, r->key, r->keylen, &o);
-    if (r->waiting)
-        wq_queue_add_at(lq->q, r->key, r->keylen, r->ready_at_mono, &o);
+    if (r->queued && wq_queue_add(lq->q, r->key, r->keylen, &o) >= 0)
+        lqueue_note_add(lq);
+    if (r->waiting && wq_queue_add_at(lq->q, r->key, r->keylen, r->ready_at_mono, &o) >= 0)
+        lqueue_note_add(lq);
 }
 
 static const char *const queue_opts[] = {"handler", "workers", "limiter", "max_retries",
-                                         "timeout", "persist", NULL};
+                                         "timeout", "persist", "on_dead", NULL};
 
 static int queue_new(lua_State *L)
 {
@@ -280,10 +305,24 @@ static int queue_new(lua_State *L)
         lua_pop(L, 1);
         limiter = wq_lua_push_default_limiter(L); /* 8 */
     }
+    int on_dead = lua_getfield(L, 2, "on_dead"); /* 9 */
+    if (on_dead != LUA_TNIL && on_dead != LUA_TFUNCTION)
+        wq_argerror(L, "queue", "on_dead",
+                    lua_pushfstring(L, "function expected, got %s", luaL_typename(L, 9)));
+    /* A handler declaring a third parameter (or ...) gets the job table. */
+    int job_arg = 0;
+    if (handler == LUA_TFUNCTION) {
+        lua_Debug ar;
+        lua_pushvalue(L, 3);
+        if (lua_getinfo(L, ">u", &ar))
+            job_arg = ar.nparams >= 3 || ar.isvararg;
+    }
 
-    lqueue *lq = lua_newuserdatauv(L, sizeof *lq, 0); /* 9 */
+    lqueue *lq = lua_newuserdatauv(L, sizeof *lq, 0); /* 10 */
     memset(lq, 0, sizeof *lq);
     lq->handler_ref = lq->limiter_ref = lq->dead_ref = lq->keys_ref = lq->ref = LUA_NOREF;
+    lq->on_dead_ref = LUA_NOREF;
+    lq->job_arg = job_arg;
     luaL_setmetatable(L, "wq.Queue");
     lq->host = h;
     memcpy(lq->name, name, nlen + 1);
@@ -293,8 +332,12 @@ static int queue_new(lua_State *L)
     lq->persist = persist;
     lq->limiter = limiter;
     /* The Lua allocations first (they raise): then nothing of ours leaks. */
-    lua_pushvalue(L, 9);
+    lua_pushvalue(L, 10);
     lq->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    if (on_dead == LUA_TFUNCTION) {
+        lua_pushvalue(L, 9);
+        lq->on_dead_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    }
     lua_pushvalue(L, 8);
     lq->limiter_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_newtable(L);
@@ -329,7 +372,7 @@ static int queue_new(lua_State *L)
     if (h->stopping)
         lqueue_stop(lq);
     lworker_start(L, lq);
-    lua_settop(L, 9);
+    lua_settop(L, 10);
     return 1;
 }
 
@@ -650,6 +693,8 @@ static int queue_retry_dead(lua_State *L)
     int r = wq_queue_add(lq->q, key, len, &o);
     if (r < 0 && r != WQ_ESHUTDOWN)
         return lqueue_raise(L, "retry_dead", r);
+    if (r >= 0)
+        lqueue_note_add(lq);
     if (r == WQ_ESHUTDOWN) {
         lua_pushboolean(L, 0);
         return 1;
@@ -734,9 +779,12 @@ static int op_add(void *q, const wq_ext_item *it)
 {
     lqueue *lq = q;
     wq_add_opts o = {it->payload, it->paylen, it->payload != NULL, it->has_priority, it->priority};
-    if (it->after > 0)
-        return wq_queue_add_after(lq->q, it->key, it->keylen, wq_seconds_to_ns(it->after), &o);
-    return wq_queue_add(lq->q, it->key, it->keylen, &o);
+    int r = it->after > 0
+                ? wq_queue_add_after(lq->q, it->key, it->keylen, wq_seconds_to_ns(it->after), &o)
+                : wq_queue_add(lq->q, it->key, it->keylen, &o);
+    if (r >= 0)
+        lqueue_note_add(lq);
+    return r;
 }
 
 static const wq_queue_ops lqueue_ops = {
@@ -765,9 +813,9 @@ void lqueue_close(lqueue *lq)
     lq->q = NULL;
     wq_keymap_free(lq->failures);
     lq->failures = NULL;
-    free(lq->kptr);
-    lq->kptr = NULL;
-    lq->kcap = 0;
+    free(lq->slots);
+    lq->slots = NULL;
+    lq->nslots = 0;
 }
 
 static const luaL_Reg queue_methods[] = {{"add", queue_add},

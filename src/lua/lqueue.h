@@ -33,11 +33,19 @@ typedef struct lqueue {
     wq_waitlist getters;  /* tasks waiting in get */
     wq_waitlist drainers; /* tasks waiting in shutdown_with_drain */
     struct wq_store_queue *sq;
-    int keys_ref;      /* registry: record id + 1 -> the key's Lua string */
-    const char **kptr; /* kptr[id]: that string's bytes, NULL when not kept */
-    uint32_t kcap;
-    int keys_reset; /* the queue emptied: start a new key table */
+    int keys_ref;        /* registry: record id + 1 -> the key's Lua string */
+    struct lslot *slots; /* per engine record id, see lqueue.c */
+    uint32_t nslots;
+    int keys_reset;  /* the queue emptied: start a new key table */
+    int job_arg;     /* the handler takes a third argument (the job table) */
+    int on_dead_ref; /* registry: on_dead hook, LUA_NOREF without one */
 } lqueue;
+
+/* What the binding keeps per engine record id. */
+typedef struct lslot {
+    const char *key;  /* the kept Lua string's bytes, NULL when not kept */
+    int64_t enqueued; /* host clock when the record was made (job.enqueued_at) */
+} lslot;
 
 /*
  * Registers the queue type and wq.queue in the table at the top of L; puts
@@ -60,5 +68,9 @@ void lqueue_push_taken(lua_State *L, lqueue *lq, const wq_item_info *info);
 void lqueue_decode_top(lua_State *L);
 /* Cancels a task's wait in get (its wait data is the queue). */
 void lqueue_get_cancel(wq_task *t);
+/* Wall-clock Unix time the pending item of record id was first added. */
+double lqueue_enqueued_at(const lqueue *lq, uint32_t id);
+/* Notes the record an engine add just made or found (call after every add that returned >= 0). */
+void lqueue_note_add(lqueue *lq);
 
 #endif

@@ -96,12 +96,29 @@ static void show_key(char out[4 * 64 + 4], const char *key, size_t len)
     *o = '\0';
 }
 
+/* Runs the queue's on_dead hook as a task: on_dead(key, payload, err, attempts). */
+static void call_on_dead(lua_State *L, lqueue *lq, const char *key, size_t len, const char *json,
+                         size_t jlen, const char *err, int64_t attempts)
+{
+    if (lq->on_dead_ref == LUA_NOREF)
+        return;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, lq->on_dead_ref);
+    lua_pushlstring(L, key, len);
+    if (json)
+        wq_push_payload(L, json, jlen);
+    else
+        lua_pushnil(L);
+    lua_pushstring(L, err);
+    lua_pushinteger(L, attempts);
+    wq_task_spawn(L, 4, TASK_SPAWN);
+}
+
 static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len, const char *json,
-                           size_t jlen, const char *err, const char *tb)
+                           size_t jlen, const char *err, const char *tb, int permanent)
 {
     int64_t count = lworker_failures(lq, key, len);
     lq->nfailures++;
-    if (count < lq->max_retries) {
+    if (count < lq->max_retries && !permanent) {
         uint64_t *v = wq_keymap_put(lq->failures, key, len, NULL);
         if (!v)
             luaL_error(L, "out of memory");
@@ -123,8 +140,34 @@ static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len
         wq_store_dead(lq->sq, key, len, json, jlen, err, count + 1, at);
     char shown[4 * 64 + 4];
     show_key(shown, key, len);
-    wq_host_log(lq->host, "wqrun: %s: '%s' failed %lld times, dead-lettered: %s", lq->name, shown,
-                (long long)(count + 1), err);
+    if (permanent)
+        wq_host_log(lq->host, "wqrun: %s: '%s' failed for good (wq.fail), dead-lettered: %s",
+                    lq->name, shown, err);
+    else
+        wq_host_log(lq->host, "wqrun: %s: '%s' failed %lld times, dead-lettered: %s", lq->name,
+                    shown, (long long)(count + 1), err);
+    call_on_dead(L, lq, key, len, json, jlen, err, count + 1);
+}
+
+/* A key that succeeds loses its dead letter (it was re-added and fixed). */
+static void clear_dead(lua_State *L, lqueue *lq, const char *key, size_t len)
+{
+    if (lq->ndead == 0)
+        return;
+    lworker_push_dead(L, lq);
+    lua_pushlstring(L, key, len);
+    if (lua_rawget(L, -2) != LUA_TNIL) {
+        lua_pop(L, 1);
+        lua_pushlstring(L, key, len);
+        lua_pushnil(L);
+        lua_rawset(L, -3);
+        lq->ndead--;
+        if (lq->sq)
+            wq_store_undead(lq->sq, key, len);
+    } else {
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
 }
 
 static void done_key(lua_State *L, lqueue *lq, const char *key, size_t len)
@@ -145,8 +188,16 @@ enum { PH_GET, PH_RAN };
 #define W_MSGH 4
 #define W_RES 5
 
+/* The wq.Fail object at idx, or NULL. */
+static int is_fail(lua_State *L, int idx)
+{
+    return luaL_testudata(L, idx, "wq.Fail") != NULL;
+}
+
 static int msgh(lua_State *L)
 {
+    if (is_fail(L, 1)) /* error(wq.fail(msg)): kept as it is, no traceback */
+        return 1;
     const char *msg = lua_tostring(L, 1);
     if (!msg) {
         if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
@@ -209,7 +260,7 @@ static void clear_deadline(lua_State *L, wq_task *t)
 }
 
 /* Splits "msg\nstack traceback:..." into the message and the whole text. */
-static void outcome_failure(lua_State *L, lqueue *lq, const char *full)
+static void outcome_failure(lua_State *L, lqueue *lq, const char *full, int permanent)
 {
     size_t klen, jlen = 0;
     const char *key = lua_tolstring(L, W_KEY, &klen);
@@ -217,11 +268,20 @@ static void outcome_failure(lua_State *L, lqueue *lq, const char *full)
     const char *cut = strstr(full, "\nstack traceback:");
     if (cut) {
         lua_pushlstring(L, full, (size_t)(cut - full));
-        record_failure(L, lq, key, klen, json, jlen, lua_tostring(L, -1), full);
+        record_failure(L, lq, key, klen, json, jlen, lua_tostring(L, -1), full, permanent);
         lua_pop(L, 1);
     } else {
-        record_failure(L, lq, key, klen, json, jlen, full, NULL);
+        record_failure(L, lq, key, klen, json, jlen, full, NULL, permanent);
     }
+}
+
+/* A permanent failure with the message of the wq.Fail object at idx. */
+static void outcome_fail(lua_State *L, lqueue *lq, int idx)
+{
+    lua_getiuservalue(L, idx, 1);
+    const char *msg = lua_tostring(L, -1);
+    outcome_failure(L, lq, msg ? msg : "failed", 1);
+    lua_pop(L, 1);
 }
 
 static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
@@ -231,21 +291,34 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
     const char *key = lua_tolstring(L, W_KEY, &klen);
     int nres = lua_gettop(L) - W_RES + 1;
     if (status != LUA_OK && status != LUA_YIELD) {
-        outcome_failure(L, lq, lua_tostring(L, W_RES) ? lua_tostring(L, W_RES) : "error");
+        if (is_fail(L, W_RES))
+            outcome_fail(L, lq, W_RES);
+        else
+            outcome_failure(L, lq, lua_tostring(L, W_RES) ? lua_tostring(L, W_RES) : "error", 0);
     } else if (nres >= 1 && luaL_testudata(L, W_RES, "wq.Requeue")) {
         double s = *(double *)lua_touserdata(L, W_RES);
         lworker_forget(lq, key, klen);
         lq->nrequeued++;
-        int r = wq_queue_add_after(lq->q, key, klen, wq_seconds_to_ns(s), NULL);
+        wq_add_opts o;
+        memset(&o, 0, sizeof o);
+        if (lua_getiuservalue(L, W_RES, 1) == LUA_TSTRING) { /* a new payload */
+            o.payload = lua_tolstring(L, -1, &o.paylen);
+            o.set_payload = 1;
+        }
+        int r = wq_queue_add_after(lq->q, key, klen, wq_seconds_to_ns(s), &o);
+        lua_pop(L, 1);
         if (r < 0 && r != WQ_ESHUTDOWN)
             lqueue_raise(L, "requeue", r);
+    } else if (nres >= 1 && is_fail(L, W_RES)) {
+        outcome_fail(L, lq, W_RES);
     } else if (nres >= 1 && !lua_toboolean(L, W_RES) &&
                (lua_isboolean(L, W_RES) || (nres >= 2 && !lua_isnil(L, W_RES + 1)))) {
         const char *err = nres >= 2 ? wq_safe_tostring(L, W_RES + 1) : "handler returned false";
-        outcome_failure(L, lq, err);
+        outcome_failure(L, lq, err, 0);
     } else {
         lq->nsuccess++;
         lworker_forget(lq, key, klen);
+        clear_dead(L, lq, key, klen);
     }
     done_key(L, lq, key, klen);
 }
@@ -288,6 +361,17 @@ static int worker_k(lua_State *L, int status, lua_KContext ctx)
         lua_pushvalue(L, W_KEY);
         lua_pushvalue(L, W_JSON);
         lqueue_decode_top(L);
+        int nargs = 2;
+        if (lq->job_arg) { /* handler(key, payload, job) */
+            lua_createtable(L, 0, 3);
+            lua_pushinteger(L, lworker_failures(lq, t->job_key, t->job_keylen) + 1);
+            lua_setfield(L, -2, "attempt");
+            lua_rawgeti(L, LUA_REGISTRYINDEX, lq->ref);
+            lua_setfield(L, -2, "queue");
+            lua_pushnumber(L, lqueue_enqueued_at(lq, info.id));
+            lua_setfield(L, -2, "enqueued_at");
+            nargs = 3;
+        }
         if (lq->timeout_ns > 0) {
             wq_host *h = lq->host;
             t->deadline = wq_add_sat(wq_host_now(h), lq->timeout_ns);
@@ -295,7 +379,7 @@ static int worker_k(lua_State *L, int status, lua_KContext ctx)
             t->deadline_timer = wq_timer_start(h, t->deadline, deadline_fire, t);
             lua_sethook(L, timeout_hook, LUA_MASKCOUNT, 1000);
         }
-        status = lua_pcallk(L, 2, LUA_MULTRET, W_MSGH, PH_RAN, worker_k);
+        status = lua_pcallk(L, nargs, LUA_MULTRET, W_MSGH, PH_RAN, worker_k);
         phase = PH_RAN;
     }
     lq->live_workers--;

@@ -23,6 +23,21 @@
 
 int luaopen_cjson(lua_State *L); /* from liblua5.4-cjson */
 
+/* Registry key of the internals table lua/wq.lua fills. */
+static char internals_key;
+
+int wq_lua_internal(lua_State *L, const char *name)
+{
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &internals_key) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_pushnil(L);
+        return LUA_TNIL;
+    }
+    int t = lua_getfield(L, -1, name);
+    lua_remove(L, -2);
+    return t;
+}
+
 /* ---- shared helpers ---- */
 
 int wq_argerror(lua_State *L, const char *fn, const char *arg, const char *msg)
@@ -271,13 +286,56 @@ static int timer_pending(lua_State *L)
 
 /* ---- misc ---- */
 
+/* wq.requeue(seconds [, payload]): a handler outcome; the payload (JSON text) is its user value. */
 static int wq_requeue(lua_State *L)
 {
     double s = wq_checkduration(L, 1, "requeue", "seconds", 0);
-    double *d = lua_newuserdatauv(L, sizeof *d, 0);
+    lua_settop(L, 2);
+    wq_encode_payload(L, 2, "requeue"); /* 3: JSON text or nil */
+    double *d = lua_newuserdatauv(L, sizeof *d, 1);
     *d = s;
+    lua_pushvalue(L, 3);
+    lua_setiuservalue(L, -2, 1);
     luaL_setmetatable(L, "wq.Requeue");
     return 1;
+}
+
+/* wq.fail(message): a permanent failure, returned or raised; the message is its user value. */
+static int wq_fail(lua_State *L)
+{
+    if (lua_isnoneornil(L, 1))
+        lua_pushliteral(L, "failed");
+    else
+        wq_safe_tostring(L, 1);
+    lua_newuserdatauv(L, 0, 1);
+    lua_insert(L, -2);
+    lua_setiuservalue(L, -2, 1);
+    luaL_setmetatable(L, "wq.Fail");
+    return 1;
+}
+
+static int fail_tostring(lua_State *L)
+{
+    lua_getiuservalue(L, 1, 1);
+    return 1;
+}
+
+/* wq.shutdown(): the graceful stop a first SIGINT/SIGTERM begins. */
+static int wq_shutdown(lua_State *L)
+{
+    wq_host_stop(wq_host_of(L), "wq.shutdown()");
+    return 0;
+}
+
+/* The end of the on_shutdown hooks (lua/wq.lua calls it, true if one failed): the host may exit. */
+static int hooks_done(lua_State *L)
+{
+    wq_host *h = wq_host_of(L);
+    wq_sched_of(L)->hooks_running = 0;
+    if (lua_toboolean(L, 1))
+        h->failed = 1;
+    wq_host_settle(h);
+    return 0;
 }
 
 /* The C half of wq.log (lua/wq.lua formats): writes one line. */
@@ -375,9 +433,9 @@ static int wq_exit(lua_State *L)
 }
 
 static const luaL_Reg wq_funcs[] = {
-    {"spawn", wq_spawn}, {"sleep", wq_sleep},     {"now", wq_now},
-    {"time", wq_time},   {"after", wq_after},     {"every", wq_every},
-    {"exit", wq_exit},   {"requeue", wq_requeue}, {NULL, NULL}};
+    {"spawn", wq_spawn}, {"sleep", wq_sleep},       {"now", wq_now},   {"time", wq_time},
+    {"after", wq_after}, {"every", wq_every},       {"exit", wq_exit}, {"requeue", wq_requeue},
+    {"fail", wq_fail},   {"shutdown", wq_shutdown}, {NULL, NULL}};
 
 static const luaL_Reg timer_methods[] = {
     {"cancel", timer_cancel}, {"pending", timer_pending}, {NULL, NULL}};
@@ -401,11 +459,17 @@ void wq_lua_open(lua_State *L)
     lua_pop(L, 1);
     luaL_newmetatable(L, "wq.Requeue");
     lua_pop(L, 1);
+    luaL_newmetatable(L, "wq.Fail");
+    lua_pushcfunction(L, fail_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pop(L, 1);
 
     lua_createtable(L, 0, 4); /* internals, for lua/wq.lua */
     int internals = lua_gettop(L);
     lua_pushcfunction(L, raw_log);
     lua_setfield(L, internals, "log");
+    lua_pushcfunction(L, hooks_done);
+    lua_setfield(L, internals, "hooks_done");
     luaL_newlib(L, wq_funcs);
     int wq = lua_gettop(L);
     lua_pushliteral(L, WQ_VERSION);
@@ -416,7 +480,7 @@ void wq_lua_open(lua_State *L)
     open_json(L);
     run_embedded(L, wq, internals);
     lua_setglobal(L, "wq");
-    lua_pop(L, 1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &internals_key); /* the runtime finds hooks there */
 
     luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
     lua_pushcfunction(L, open_wq);

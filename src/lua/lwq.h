@@ -11,6 +11,8 @@
 
 /* Builds the wq table: global `wq`, package.loaded.wq, and preloads cjson. */
 void wq_lua_open(lua_State *L);
+/* Pushes the value lua/wq.lua left under name in the internals table; returns its type. */
+int wq_lua_internal(lua_State *L, const char *name);
 
 /* Argument errors in the documented form: "fn: bad argument 'name' (msg)". */
 int wq_argerror(lua_State *L, const char *fn, const char *arg, const char *msg);

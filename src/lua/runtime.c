@@ -157,9 +157,42 @@ static int protected(lua_State *L, lua_CFunction fn, void *ud)
     return -1;
 }
 
+static int protected(lua_State *L, lua_CFunction fn, void *ud);
+
 static int hook_runnable(void *ud)
 {
     return wq_sched_runnable(ud);
+}
+
+/* Starts the wq.on_shutdown hooks as one task (lua/wq.lua runs them in order). */
+static int start_shutdown_hooks(lua_State *L)
+{
+    if (wq_lua_internal(L, "shutdown_hooks") != LUA_TFUNCTION)
+        return 0;
+    lua_call(L, 0, 1);
+    if (lua_type(L, -1) != LUA_TFUNCTION)
+        return 0;
+    wq_sched_of(L)->hooks_running = 1;
+    wq_task_spawn(L, 0, TASK_SPAWN);
+    return 0;
+}
+
+static void hook_stopping(void *ud)
+{
+    wq_sched *s = ud;
+    lua_State *co = wq_running;
+    if (co) { /* wq.shutdown() in a task: errors are that task's */
+        lua_pushcfunction(co, start_shutdown_hooks);
+        lua_call(co, 0, 0);
+        return;
+    }
+    if (protected(s->L, start_shutdown_hooks, NULL) < 0)
+        s->host->failed = 1;
+}
+
+static int hook_holding(void *ud)
+{
+    return ((wq_sched *)ud)->hooks_running;
 }
 
 int wq_runtime_main(const wq_host_opts *opts, const char *script, int argc, char **argv)
@@ -183,7 +216,14 @@ int wq_runtime_main(const wq_host_opts *opts, const char *script, int argc, char
         return 1;
     }
     lua_atpanic(L, on_panic);
-    wq_host_hooks hooks = {hook_runnable, wq_sched_preempt, wq_sched_watch, s};
+    wq_host_hooks hooks = {
+        .runnable = hook_runnable,
+        .preempt = wq_sched_preempt,
+        .watch = wq_sched_watch,
+        .stopping = hook_stopping,
+        .holding = hook_holding,
+        .ud = s,
+    };
     wq_host_set_hooks(h, &hooks);
 
     int status = 1;

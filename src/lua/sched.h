@@ -58,7 +58,7 @@ struct wq_sched {
     int ntasks;
     int next_task_id;
     int gcstress;      /* collect garbage before every resume (tests) */
-    const char *fatal; /* an error outside any task (out of memory), reported once */
+    int hooks_running; /* wq.on_shutdown hooks are running: a graceful stop waits for them */
 };
 
 /* The thread being resumed right now, NULL between resumes (read by signal handlers). */

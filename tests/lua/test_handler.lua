@@ -18,17 +18,21 @@ local function idle(q)
 end
 
 do -- success: handler gets key and payload; done and succeeded counted
-    local calls = {}
-    local q = newq({
-        handler = function(key, payload, extra)
-            calls[#calls + 1] = {key, payload, extra}
+    local calls, jobs = {}, {}
+    local q
+    q = newq({
+        handler = function(key, payload, job)
+            calls[#calls + 1] = {key, payload}
+            jobs[#jobs + 1] = {job.attempt, job.queue == q, type(job.enqueued_at)}
         end,
     })
     q:add("a", {x = 1})
     q:add("b")
     q:add(7, "seven")
     t.ok(t.wait_until(idle(q)), "processed")
-    t.eq(calls, {{"a", {x = 1}}, {"b"}, {"7", "seven"}}, "handler(key, payload), in order")
+    t.eq(calls, {{"a", {x = 1}}, {"b"}, {"7", "seven"}}, "handler(key, payload, job), in order")
+    t.eq(jobs, {{1, true, "number"}, {1, true, "number"}, {1, true, "number"}},
+         "the job table: attempt, queue, enqueued_at")
     local s = q:stats()
     t.eq(s.done, 3, "stats.done")
     t.eq(s.adds, 3, "stats.adds")
