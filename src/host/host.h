@@ -47,7 +47,11 @@ typedef struct wq_ext_item {
     double after; /* seconds; <= 0 adds now */
     int has_priority;
     int32_t priority;
+    int force; /* add even if the key finished within keep_done */
 } wq_ext_item;
+
+/* What a queue's add answers when it skipped a key that finished within keep_done. */
+#define WQ_ADD_DONE 2
 
 /* What the host may ask of a queue; q is the pointer given to wq_host_add_queue. */
 typedef struct wq_queue_ops {
@@ -100,6 +104,7 @@ typedef struct wq_timer_slot {
     void *data;
     uint32_t gen;
     uint32_t next_free;
+    int weak; /* in weak_timers: does not keep the process alive */
 } wq_timer_slot;
 
 struct wq_host {
@@ -119,7 +124,8 @@ struct wq_host {
     int64_t busy_since;                /* real ns the state file became locked, 0 when not */
     int64_t flush_backoff;             /* wait before the next attempt while locked */
 
-    wq_delay timers;
+    wq_delay timers;      /* pending timers that keep the process alive */
+    wq_delay weak_timers; /* housekeeping timers that do not */
     wq_timer_slot *slots;
     uint32_t nslots, free_slot;
     int64_t armed;         /* deadline timer_ev is armed for, WQ_NEVER when none */

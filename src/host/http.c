@@ -201,8 +201,12 @@ static const char *read_item(json_object *body, wq_ext_item *it, json_object **p
             it->has_priority = 1;
         } else if (strcmp(f, "payload") == 0) {
             *payload = v; /* NULL for null */
+        } else if (strcmp(f, "force") == 0) {
+            if (!json_object_is_type(v, json_type_boolean))
+                return "force must be true or false";
+            it->force = json_object_get_boolean(v);
         } else {
-            return "unknown field (expected key, payload, after, priority)";
+            return "unknown field (expected key, payload, after, priority, force)";
         }
     }
     if (!has_key)
@@ -300,15 +304,18 @@ static const char *add_one(const wq_hqueue *hq, json_object *item, int *queued, 
         *status = 500;
         return wq_strerror(r);
     }
-    *queued = r > 0;
+    *queued = r; /* 1 queued, 0 already pending, WQ_ADD_DONE finished within keep_done */
     return NULL;
 }
 
 static json_object *queued_body(int queued)
 {
     json_object *o = json_object_new_object();
-    if (o)
-        json_object_object_add(o, "queued", json_object_new_boolean(queued));
+    if (o) {
+        json_object_object_add(o, "queued", json_object_new_boolean(queued == 1));
+        if (queued == WQ_ADD_DONE)
+            json_object_object_add(o, "reason", json_object_new_string("done"));
+    }
     return o;
 }
 

@@ -45,7 +45,8 @@ static int take(void *ud, const char *queue, const char *key, size_t keylen, con
         return 0;
     }
     /* After shutdown the add is refused (WQ_ESHUTDOWN): the row stays for the next run. */
-    wq_ext_item it = {key, keylen, payload, paylen, after, 0, 0};
+    wq_ext_item it = {
+        .key = key, .keylen = keylen, .payload = payload, .paylen = paylen, .after = after};
     return hq->ops->add(hq->q, &it) >= 0;
 }
 

@@ -16,6 +16,7 @@
 void wq_timer_init(wq_host *h)
 {
     wq_delay_init(&h->timers);
+    wq_delay_init(&h->weak_timers);
     h->slots = NULL;
     h->nslots = 0;
     h->free_slot = NO_SLOT;
@@ -25,11 +26,12 @@ void wq_timer_init(wq_host *h)
 void wq_timer_destroy(wq_host *h)
 {
     wq_delay_destroy(&h->timers);
+    wq_delay_destroy(&h->weak_timers);
     free(h->slots);
     h->slots = NULL;
 }
 
-uint64_t wq_timer_start(wq_host *h, int64_t when, wq_timer_fn fn, void *data)
+static uint64_t start(wq_host *h, int64_t when, wq_timer_fn fn, void *data, int weak)
 {
     uint32_t slot = h->free_slot;
     if (slot == NO_SLOT) {
@@ -47,7 +49,7 @@ uint64_t wq_timer_start(wq_host *h, int64_t when, wq_timer_fn fn, void *data)
     } else {
         h->free_slot = h->slots[slot].next_free;
     }
-    if (wq_delay_schedule(&h->timers, slot, when) < 0) {
+    if (wq_delay_schedule(weak ? &h->weak_timers : &h->timers, slot, when) < 0) {
         h->slots[slot].fn = NULL;
         h->slots[slot].next_free = h->free_slot;
         h->free_slot = slot;
@@ -56,8 +58,19 @@ uint64_t wq_timer_start(wq_host *h, int64_t when, wq_timer_fn fn, void *data)
     wq_timer_slot *s = &h->slots[slot];
     s->fn = fn;
     s->data = data;
+    s->weak = weak;
     s->gen++;
     return ((uint64_t)s->gen << 32) | (slot + 1);
+}
+
+uint64_t wq_timer_start(wq_host *h, int64_t when, wq_timer_fn fn, void *data)
+{
+    return start(h, when, fn, data, 0);
+}
+
+uint64_t wq_timer_start_weak(wq_host *h, int64_t when, wq_timer_fn fn, void *data)
+{
+    return start(h, when, fn, data, 1);
 }
 
 static void release(wq_host *h, uint32_t slot)
@@ -73,13 +86,16 @@ void wq_timer_stop(wq_host *h, uint64_t id)
     if (!id || slot >= h->nslots || !h->slots[slot].fn ||
         h->slots[slot].gen != (uint32_t)(id >> 32))
         return;
-    wq_delay_cancel(&h->timers, slot);
+    wq_delay_cancel(h->slots[slot].weak ? &h->weak_timers : &h->timers, slot);
     release(h, slot);
 }
 
 int64_t wq_timer_next(wq_host *h)
 {
     int64_t next = wq_delay_next(&h->timers);
+    int64_t weak = wq_delay_next(&h->weak_timers);
+    if (weak < next)
+        next = weak;
     for (int i = 0; i < h->nqueues; i++) {
         int64_t t = h->queues[i].ops->next_ready(h->queues[i].q);
         if (t < next)
@@ -106,7 +122,8 @@ void wq_timer_run_due(wq_host *h)
 {
     int64_t now = wq_host_now(h);
     wq_delay_entry e;
-    while (!h->exiting && wq_delay_pop_due(&h->timers, now, &e)) {
+    while (!h->exiting &&
+           (wq_delay_pop_due(&h->timers, now, &e) || wq_delay_pop_due(&h->weak_timers, now, &e))) {
         wq_timer_slot s = h->slots[e.id];
         uint64_t id = ((uint64_t)s.gen << 32) | (e.id + 1);
         release(h, e.id);

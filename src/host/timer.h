@@ -9,6 +9,8 @@
 
 /* Starts a timer at absolute host time when; returns its id (never 0) or 0 on OOM. */
 uint64_t wq_timer_start(wq_host *h, int64_t when, wq_timer_fn fn, void *data);
+/* As wq_timer_start, for housekeeping: a weak timer does not keep the process alive. */
+uint64_t wq_timer_start_weak(wq_host *h, int64_t when, wq_timer_fn fn, void *data);
 /* Stops a pending timer; a stale or zero id is ignored. */
 void wq_timer_stop(wq_host *h, uint64_t id);
 /* Earliest pending timer or delayed item, WQ_NEVER when none. */

@@ -6,6 +6,7 @@
  */
 #include "lua/lqueue.h"
 
+#include "host/timer.h"
 #include "lua/llimiter.h"
 #include "lua/lworker.h"
 #include "lua/lwq.h"
@@ -56,6 +57,7 @@ int lqueue_raise(lua_State *L, const char *fn, int err)
 
 static const wq_queue_ops lqueue_ops;
 static void lqueue_stop(lqueue *lq);
+static void prune_done(wq_host *h, void *data, uint64_t id);
 
 /* ---- observer: wakes waiters and feeds the store ---- */
 
@@ -237,8 +239,9 @@ static void restore_item(void *ud, const wq_restored *r)
         lqueue_note_add(lq);
 }
 
-static const char *const queue_opts[] = {"handler", "workers", "limiter", "max_retries",
-                                         "timeout", "persist", "on_dead", NULL};
+static const char *const queue_opts[] = {"handler",     "workers",   "limiter",
+                                         "max_retries", "timeout",   "persist",
+                                         "on_dead",     "keep_done", NULL};
 
 static int queue_new(lua_State *L)
 {
@@ -305,6 +308,10 @@ static int queue_new(lua_State *L)
         lua_pop(L, 1);
         limiter = wq_lua_push_default_limiter(L); /* 8 */
     }
+    double keep_done = 0;
+    if (lua_getfield(L, 2, "keep_done") != LUA_TNIL)
+        keep_done = wq_checkduration(L, -1, "queue", "keep_done", 1);
+    lua_pop(L, 1);
     int on_dead = lua_getfield(L, 2, "on_dead"); /* 9 */
     if (on_dead != LUA_TNIL && on_dead != LUA_TFUNCTION)
         wq_argerror(L, "queue", "on_dead",
@@ -323,6 +330,7 @@ static int queue_new(lua_State *L)
     lq->handler_ref = lq->limiter_ref = lq->dead_ref = lq->keys_ref = lq->ref = LUA_NOREF;
     lq->on_dead_ref = LUA_NOREF;
     lq->job_arg = job_arg;
+    lq->keep_done = keep_done;
     luaL_setmetatable(L, "wq.Queue");
     lq->host = h;
     memcpy(lq->name, name, nlen + 1);
@@ -350,12 +358,15 @@ static int queue_new(lua_State *L)
     }
     lq->q = wq_queue_new(&h->clock);
     lq->failures = wq_keymap_new();
-    if (!lq->q || !lq->failures ||
+    lq->done_mem = keep_done > 0 ? wq_keymap_new() : NULL;
+    if (!lq->q || !lq->failures || (keep_done > 0 && !lq->done_mem) ||
         wq_host_add_queue(h, &lqueue_ops, lq, lq->name, h->store && persist) < 0) {
         wq_queue_free(lq->q);
         wq_keymap_free(lq->failures);
+        wq_keymap_free(lq->done_mem);
         lq->q = NULL;
         lq->failures = NULL;
+        lq->done_mem = NULL;
         return luaL_error(L, "queue: out of memory");
     }
     wq_queue_set_observer(lq->q, observe, lq);
@@ -372,21 +383,138 @@ static int queue_new(lua_State *L)
     if (h->stopping)
         lqueue_stop(lq);
     lworker_start(L, lq);
+    if (lq->done_mem) {
+        double every = keep_done < 30 ? keep_done : 30;
+        lq->prune_timer = wq_timer_start_weak(
+            h, wq_add_sat(wq_host_now(h), wq_seconds_to_ns(every)), prune_done, lq);
+    }
     lua_settop(L, 10);
     return 1;
 }
 
 /* ---- methods ---- */
 
+/* ---- completed-job memory (keep_done) ---- */
+
+typedef struct done_entry {
+    double finished_at; /* wall clock */
+    size_t rlen;
+    int has_result;
+    char result[]; /* JSON text */
+} done_entry;
+
+static done_entry *done_get(const lqueue *lq, const char *key, size_t len)
+{
+    if (!lq->done_mem)
+        return NULL;
+    uint64_t *v = wq_keymap_get(lq->done_mem, key, len);
+    return v ? (done_entry *)(uintptr_t)*v : NULL;
+}
+
+static void done_forget(lqueue *lq, const char *key, size_t len)
+{
+    done_entry *e = done_get(lq, key, len);
+    if (!e)
+        return;
+    wq_keymap_del(lq->done_mem, key, len);
+    free(e);
+}
+
+void lqueue_remember_done(lqueue *lq, const char *key, size_t len, const char *result, size_t rlen)
+{
+    if (!lq->done_mem)
+        return;
+    done_entry *e = malloc(sizeof *e + (result ? rlen : 0));
+    if (!e)
+        return; /* not remembered: the key may run again, which is allowed */
+    e->finished_at = wq_host_unix(lq->host, wq_host_now(lq->host));
+    e->has_result = result != NULL;
+    e->rlen = result ? rlen : 0;
+    if (result)
+        memcpy(e->result, result, rlen);
+    int created;
+    uint64_t *v = wq_keymap_put(lq->done_mem, key, len, &created);
+    if (!v) {
+        free(e);
+        return;
+    }
+    if (!created)
+        free((done_entry *)(uintptr_t)*v);
+    *v = (uint64_t)(uintptr_t)e;
+}
+
+/* Whether an add of key is skipped: it finished within keep_done and nothing is pending for it. */
+static int done_skips(lqueue *lq, const char *key, size_t len)
+{
+    done_entry *e = done_get(lq, key, len);
+    if (!e)
+        return 0;
+    if (wq_host_unix(lq->host, wq_host_now(lq->host)) - e->finished_at > lq->keep_done) {
+        done_forget(lq, key, len);
+        return 0;
+    }
+    wq_item_info info;
+    return wq_queue_lookup(lq->q, key, len, &info) == 0;
+}
+
+/* Drops memories older than keep_done (a host timer, every 30 s at most). */
+static void prune_done(wq_host *h, void *data, uint64_t id)
+{
+    (void)id;
+    lqueue *lq = data;
+    lq->prune_timer = 0;
+    if (!lq->done_mem)
+        return;
+    double cutoff = wq_host_unix(h, wq_host_now(h)) - lq->keep_done;
+    /* The expired keys first (deleting while walking would move entries). */
+    char *keys = NULL;
+    size_t used = 0, cap = 0, pos = 0, len;
+    const char *key;
+    uint64_t v;
+    while (wq_keymap_next(lq->done_mem, &pos, &key, &len, &v)) {
+        if (((done_entry *)(uintptr_t)v)->finished_at >= cutoff)
+            continue;
+        if (used + sizeof len + len > cap) {
+            size_t ncap = cap ? cap * 2 : 4096;
+            while (ncap < used + sizeof len + len)
+                ncap *= 2;
+            char *n = realloc(keys, ncap);
+            if (!n)
+                break; /* the rest waits for the next round */
+            keys = n;
+            cap = ncap;
+        }
+        memcpy(keys + used, &len, sizeof len);
+        memcpy(keys + used + sizeof len, key, len);
+        used += sizeof len + len;
+    }
+    for (size_t at = 0; at < used;) {
+        memcpy(&len, keys + at, sizeof len);
+        done_forget(lq, keys + at + sizeof len, len);
+        at += sizeof len + len;
+    }
+    free(keys);
+    double every = lq->keep_done < 30 ? lq->keep_done : 30;
+    lq->prune_timer =
+        wq_timer_start_weak(h, wq_add_sat(wq_host_now(h), wq_seconds_to_ns(every)), prune_done, lq);
+}
+
 /* Reads the optional payload (at idx) and opts table (at idx + 1) of an add. */
-static void read_add_args(lua_State *L, int idx, const char *fn, wq_add_opts *o)
+static void read_add_args(lua_State *L, int idx, const char *fn, wq_add_opts *o, int *force)
 {
     memset(o, 0, sizeof *o);
+    *force = 0;
     int top = lua_gettop(L);
     if (top >= idx + 1 && !lua_isnil(L, idx + 1)) {
         if (!lua_istable(L, idx + 1))
             wq_argerror(L, fn, "opts",
                         lua_pushfstring(L, "table expected, got %s", luaL_typename(L, idx + 1)));
+        if (lua_getfield(L, idx + 1, "force") != LUA_TNIL) {
+            if (!lua_isboolean(L, -1))
+                wq_argerror(L, fn, "force", "boolean expected");
+            *force = lua_toboolean(L, -1);
+        }
+        lua_pop(L, 1);
         int t = lua_getfield(L, idx + 1, "priority");
         if (t != LUA_TNIL) {
             if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < INT32_MIN ||
@@ -419,10 +547,19 @@ static int add_common(lua_State *L, int how, const char *fn)
         rest = 4;
     }
     wq_add_opts o;
+    int force = 0;
     if (lua_gettop(L) < rest) /* the common case: no payload, no opts */
         memset(&o, 0, sizeof o);
     else
-        read_add_args(L, rest, fn, &o);
+        read_add_args(L, rest, fn, &o, &force);
+    if (lq->done_mem && !wq_queue_shutting_down(lq->q)) {
+        if (force)
+            done_forget(lq, key, len);
+        else if (done_skips(lq, key, len)) {
+            lua_pushboolean(L, 0); /* finished within keep_done: skipped */
+            return 1;
+        }
+    }
     if (how == ADD_LIMITED && wq_limiter_when(lq->limiter, key, len, &delay) < 0)
         return luaL_error(L, "%s: out of memory", fn);
     int r = how == ADD_NOW ? wq_queue_add(lq->q, key, len, &o)
@@ -709,6 +846,39 @@ static int queue_retry_dead(lua_State *L)
     return 1;
 }
 
+/* q:done_info(key) -> {finished_at=, result=} or nil */
+static int queue_done_info(lua_State *L)
+{
+    lqueue *lq = check_queue(L, "done_info");
+    size_t len;
+    const char *key = wq_checkkey(L, 2, "done_info", &len);
+    done_entry *e = done_get(lq, key, len);
+    if (!e || wq_host_unix(lq->host, wq_host_now(lq->host)) - e->finished_at > lq->keep_done) {
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_createtable(L, 0, 2);
+    lua_pushnumber(L, e->finished_at);
+    lua_setfield(L, -2, "finished_at");
+    if (e->has_result) {
+        wq_push_payload(L, e->result, e->rlen);
+        lua_setfield(L, -2, "result");
+    }
+    return 1;
+}
+
+/* q:forget_done(key) -> whether the key was remembered */
+static int queue_forget_done(lua_State *L)
+{
+    lqueue *lq = check_queue(L, "forget_done");
+    size_t len;
+    const char *key = wq_checkkey(L, 2, "forget_done", &len);
+    int had = done_get(lq, key, len) != NULL;
+    done_forget(lq, key, len);
+    lua_pushboolean(L, had);
+    return 1;
+}
+
 static int queue_name(lua_State *L)
 {
     lua_pushstring(L, check_queue(L, "name")->name);
@@ -778,6 +948,12 @@ static void op_stop(void *q)
 static int op_add(void *q, const wq_ext_item *it)
 {
     lqueue *lq = q;
+    if (lq->done_mem && !wq_queue_shutting_down(lq->q)) {
+        if (it->force)
+            done_forget(lq, it->key, it->keylen);
+        else if (done_skips(lq, it->key, it->keylen))
+            return WQ_ADD_DONE;
+    }
     wq_add_opts o = {it->payload, it->paylen, it->payload != NULL, it->has_priority, it->priority};
     int r = it->after > 0
                 ? wq_queue_add_after(lq->q, it->key, it->keylen, wq_seconds_to_ns(it->after), &o)
@@ -816,6 +992,17 @@ void lqueue_close(lqueue *lq)
     free(lq->slots);
     lq->slots = NULL;
     lq->nslots = 0;
+    if (lq->done_mem) {
+        size_t pos = 0;
+        const char *key;
+        size_t len;
+        uint64_t v;
+        while (wq_keymap_next(lq->done_mem, &pos, &key, &len, &v))
+            free((done_entry *)(uintptr_t)v);
+        wq_keymap_free(lq->done_mem);
+        lq->done_mem = NULL;
+    }
+    wq_timer_stop(lq->host, lq->prune_timer);
 }
 
 static const luaL_Reg queue_methods[] = {{"add", queue_add},
@@ -832,6 +1019,8 @@ static const luaL_Reg queue_methods[] = {{"add", queue_add},
                                          {"num_requeues", queue_num_requeues},
                                          {"stats", queue_stats},
                                          {"retry_dead", queue_retry_dead},
+                                         {"done_info", queue_done_info},
+                                         {"forget_done", queue_forget_done},
                                          {"name", queue_name},
                                          {NULL, NULL}};
 

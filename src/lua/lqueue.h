@@ -36,9 +36,12 @@ typedef struct lqueue {
     int keys_ref;        /* registry: record id + 1 -> the key's Lua string */
     struct lslot *slots; /* per engine record id, see lqueue.c */
     uint32_t nslots;
-    int keys_reset;  /* the queue emptied: start a new key table */
-    int job_arg;     /* the handler takes a third argument (the job table) */
-    int on_dead_ref; /* registry: on_dead hook, LUA_NOREF without one */
+    int keys_reset;      /* the queue emptied: start a new key table */
+    int job_arg;         /* the handler takes a third argument (the job table) */
+    int on_dead_ref;     /* registry: on_dead hook, LUA_NOREF without one */
+    double keep_done;    /* seconds a finished key is remembered, 0: not at all */
+    wq_keymap *done_mem; /* finished keys -> struct done_entry * */
+    uint64_t prune_timer;
 } lqueue;
 
 /* What the binding keeps per engine record id. */
@@ -72,5 +75,10 @@ void lqueue_get_cancel(wq_task *t);
 double lqueue_enqueued_at(const lqueue *lq, uint32_t id);
 /* Notes the record an engine add just made or found (call after every add that returned >= 0). */
 void lqueue_note_add(lqueue *lq);
+/*
+ * Completed-job memory (SPEC 7.2, keep_done): remembers that key succeeded
+ * now, with its result (JSON text, may be NULL); no-op when keep_done is 0.
+ */
+void lqueue_remember_done(lqueue *lq, const char *key, size_t len, const char *result, size_t rlen);
 
 #endif

@@ -11,6 +11,7 @@
 #include "lua/lworker.h"
 
 #include "host/timer.h"
+#include "lua/ljson.h"
 #include "lua/lwq.h"
 #include "store/store.h"
 
@@ -259,6 +260,34 @@ static void clear_deadline(lua_State *L, wq_task *t)
     t->interrupt = NULL;
 }
 
+/*
+ * keep_done: the key succeeded; a string or JSON-representable table it
+ * returned (at W_RES) is its result.
+ */
+static void remember(lua_State *L, lqueue *lq, const char *key, size_t klen, int nres)
+{
+    int t = nres >= 1 ? lua_type(L, W_RES) : LUA_TNIL;
+    if (t != LUA_TSTRING && t != LUA_TTABLE) {
+        lqueue_remember_done(lq, key, klen, NULL, 0);
+        return;
+    }
+    int status = wq_ljson_encode(L, W_RES);
+    if (status == LUA_ERRMEM)
+        lua_error(L);
+    if (status != LUA_OK) {
+        char shown[4 * 64 + 4];
+        show_key(shown, key, klen);
+        wq_host_log(lq->host, "wqrun: %s: the result of '%s' is not kept: %s", lq->name, shown,
+                    lua_tostring(L, -1));
+        lqueue_remember_done(lq, key, klen, NULL, 0);
+    } else {
+        size_t rlen;
+        const char *r = lua_tolstring(L, -1, &rlen);
+        lqueue_remember_done(lq, key, klen, r, rlen);
+    }
+    lua_pop(L, 1);
+}
+
 /* Splits "msg\nstack traceback:..." into the message and the whole text. */
 static void outcome_failure(lua_State *L, lqueue *lq, const char *full, int permanent)
 {
@@ -319,6 +348,8 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
         lq->nsuccess++;
         lworker_forget(lq, key, klen);
         clear_dead(L, lq, key, klen);
+        if (lq->done_mem)
+            remember(L, lq, key, klen, nres);
     }
     done_key(L, lq, key, klen);
 }

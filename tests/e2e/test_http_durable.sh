@@ -115,6 +115,17 @@ expect_rc_code "the next request is accepted" 202
 for i in $(seq 50); do grep -q "^seen" "$OUTF" && break; sleep 0.05; done
 expect_in "$(cat "$OUTF")" 'seen café "A\1B"' "the next request's key and payload arrive exactly"
 
+# ---------------------------------------------------------------- keep_done: a finished key is skipped
+post /queues/once/items '{"key":"o1"}'
+expect_rc_code "keep_done: the first post is accepted" 202
+for i in $(seq 100); do grep -q "^ran o1" "$OUTF" && break; sleep 0.05; done
+post /queues/once/items '{"key":"o1"}'
+expect_in "$BODY_OUT" '{"queued":false,"reason":"done"}' "keep_done: a post of a finished key is skipped, saying why"
+post /queues/once/items '{"key":"o1","force":true}'
+expect_in "$BODY_OUT" '{"queued":true}' "keep_done: force adds it again"
+post /queues/once/items '{"key":"o1","force":"yes"}'
+expect_rc_code "keep_done: force must be a boolean" 400
+
 # ---------------------------------------------------------------- the file deleted while serving
 rm -f "$DB" "$DB-wal" "$DB-shm"
 post /queues/jobs/items '{"key":"after-rm"}'
