@@ -36,7 +36,9 @@ typedef struct lqueue {
     int keys_ref;        /* registry: record id + 1 -> the key's Lua string */
     struct lslot *slots; /* per engine record id, see lqueue.c */
     uint32_t nslots;
-    int keys_reset;      /* the queue emptied: start a new key table */
+    uint32_t nkept;         /* slots with a kept key string */
+    uint32_t dropped[1024]; /* ids whose kept string the key table still holds (KEEP_MAX) */
+    uint32_t ndropped;
     int job_arg;         /* the handler takes a third argument (the job table) */
     int on_dead_ref;     /* registry: on_dead hook, LUA_NOREF without one */
     double keep_done;    /* seconds a finished key is remembered, 0: not at all */
