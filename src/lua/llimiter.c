@@ -83,27 +83,27 @@ static int lim_bucket(lua_State *L)
 static int lim_max_of(lua_State *L)
 {
     int n = lua_gettop(L);
-    wq_limiter **ls = n ? malloc((size_t)n * sizeof *ls) : NULL;
-    if (n && !ls)
-        return luaL_error(L, "max_of: out of memory");
     for (int i = 1; i <= n; i++) {
         llimiter *c = luaL_testudata(L, i, "wq.Limiter");
-        if (!c || !c->l) {
-            free(ls);
+        if (!c || !c->l)
             return wq_argerror(L, "max_of", lua_pushfstring(L, "limiter #%d", i),
                                lua_pushfstring(L, "limiter expected, got %s", luaL_typename(L, i)));
-        }
-        ls[i - 1] = c->l;
     }
+    /* The Lua allocations first (they raise): then the C ones cannot leak. */
     llimiter *ll = push_limiter(L, 1);
-    wq_limiter *l = wq_limiter_max_of(ls, (size_t)n);
-    free(ls);
     lua_createtable(L, n, 0); /* keeps the children alive */
     for (int i = 1; i <= n; i++) {
         lua_pushvalue(L, i);
         lua_rawseti(L, -2, i);
     }
     lua_setiuservalue(L, -2, 1);
+    wq_limiter **ls = n ? malloc((size_t)n * sizeof *ls) : NULL;
+    if (n && !ls)
+        return luaL_error(L, "max_of: out of memory");
+    for (int i = 1; i <= n; i++)
+        ls[i - 1] = ((llimiter *)lua_touserdata(L, i))->l;
+    wq_limiter *l = wq_limiter_max_of(ls, (size_t)n);
+    free(ls);
     return set_limiter(L, ll, l, "max_of");
 }
 

@@ -249,12 +249,24 @@ static int valid_name(const char *s, size_t n)
 
 static void restore_item(void *ud, const wq_restored *r)
 {
-    lqueue *lq = ((lworker_restore *)ud)->lq;
+    lworker_restore *ctx = ud;
+    lqueue *lq = ctx->lq;
     wq_add_opts o = {r->payload, r->paylen, r->payload != NULL, 1, r->priority};
-    if (r->queued && wq_queue_add(lq->q, r->key, r->keylen, &o) >= 0)
-        lqueue_note_add(lq);
-    if (r->waiting && wq_queue_add_at(lq->q, r->key, r->keylen, r->ready_at_mono, &o) >= 0)
-        lqueue_note_add(lq);
+    int rc;
+    if (r->queued) {
+        rc = wq_queue_add(lq->q, r->key, r->keylen, &o);
+        if (rc == WQ_ENOMEM)
+            ctx->nomem = 1;
+        else if (rc >= 0)
+            lqueue_note_add(lq);
+    }
+    if (r->waiting) {
+        rc = wq_queue_add_at(lq->q, r->key, r->keylen, r->ready_at_mono, &o);
+        if (rc == WQ_ENOMEM)
+            ctx->nomem = 1;
+        else if (rc >= 0)
+            lqueue_note_add(lq);
+    }
 }
 
 static const char *const queue_opts[] = {"handler",     "workers",   "limiter",
@@ -392,11 +404,15 @@ static int queue_new(lua_State *L)
         lq->sq = wq_store_attach(h->store, name, lq->q);
         if (!lq->sq)
             return luaL_error(L, "queue: %s", wq_store_errmsg(h->store));
-        lworker_restore ctx = {L, lq};
+        lworker_restore ctx = {L, lq, 0};
         int r = wq_store_restore(lq->sq, restore_item, lworker_restore_failure,
                                  lworker_restore_dead, &ctx);
         if (r < 0)
             return luaL_error(L, "queue: cannot restore '%s': %s", name, wq_store_errmsg(h->store));
+        /* Going on without what could not be restored would lose it for
+         * this run (the file still holds it). */
+        if (ctx.nomem)
+            return luaL_error(L, "queue: cannot restore '%s': out of memory", name);
     }
     if (h->stopping)
         lqueue_stop(lq);

@@ -437,18 +437,41 @@ void lworker_restore_failure(void *ud, const char *key, size_t len, int64_t requ
                              const char *last_error)
 {
     (void)last_error;
-    lqueue *lq = ((lworker_restore *)ud)->lq;
-    uint64_t *v = wq_keymap_put(lq->failures, key, len, NULL);
+    lworker_restore *r = ud;
+    uint64_t *v = wq_keymap_put(r->lq->failures, key, len, NULL);
     if (v)
         *v = (uint64_t)requeues;
-    wq_limiter_set_requeues(lq->limiter, key, len, requeues);
+    if (!v || wq_limiter_set_requeues(r->lq->limiter, key, len, requeues) < 0)
+        r->nomem = 1;
+}
+
+typedef struct dead_args {
+    lqueue *lq;
+    const char *key, *payload, *error;
+    size_t len;
+    int64_t attempts;
+    double failed_at;
+} dead_args;
+
+static int restore_dead_p(lua_State *L)
+{
+    const dead_args *a = lua_touserdata(L, 1);
+    add_dead(L, a->lq, a->key, a->len, a->payload, a->payload ? strlen(a->payload) : 0,
+             a->error ? a->error : "", NULL, a->attempts, a->failed_at);
+    return 0;
 }
 
 void lworker_restore_dead(void *ud, const char *key, size_t len, const char *payload,
                           const char *error, int64_t attempts, double failed_at)
 {
     lworker_restore *r = ud;
-    lqueue *lq = r->lq;
-    add_dead(r->L, lq, key, len, payload, payload ? strlen(payload) : 0, error ? error : "", NULL,
-             attempts, failed_at);
+    dead_args a = {r->lq, key, payload, error, len, attempts, failed_at};
+    /* Protected: an error must not unwind through the store's reading
+     * (its statement and transaction would stay open). */
+    lua_pushcfunction(r->L, restore_dead_p);
+    lua_pushlightuserdata(r->L, &a);
+    if (lua_pcall(r->L, 1, 0, 0) != LUA_OK) {
+        lua_pop(r->L, 1);
+        r->nomem = 1;
+    }
 }

@@ -11,6 +11,7 @@
 typedef struct lworker_restore {
     lua_State *L;
     lqueue *lq;
+    int nomem; /* something could not be restored for want of memory */
 } lworker_restore;
 
 /* Spawns lq's worker pool (raises on out-of-memory). */
@@ -21,7 +22,7 @@ int64_t lworker_failures(lqueue *lq, const char *key, size_t len);
 void lworker_forget(lqueue *lq, const char *key, size_t len);
 /* Pushes the queue's dead-letter table (key -> entry). */
 void lworker_push_dead(lua_State *L, lqueue *lq);
-/* wq_store_restore callbacks (ud: an lworker_restore). */
+/* wq_store_restore callbacks (ud: an lworker_restore); they never raise. */
 void lworker_restore_failure(void *ud, const char *key, size_t len, int64_t requeues,
                              const char *last_error);
 void lworker_restore_dead(void *ud, const char *key, size_t len, const char *payload,

@@ -223,6 +223,7 @@ static void timer_fire(wq_host *h, void *data, uint64_t id)
         tm->id = wq_timer_start(h, tm->due, timer_fire, tm);
         if (tm->id)
             return;
+        wq_host_log(h, "wqrun: periodic timer stopped: out of memory");
     }
     timer_release(L, tm);
 }
@@ -238,20 +239,25 @@ static int timer_new(lua_State *L, const char *fn, int every)
     wq_host *h = wq_host_of(L);
     ltimer *tm = lua_newuserdatauv(L, sizeof *tm, 0);
     memset(tm, 0, sizeof *tm);
+    tm->fn_ref = tm->self_ref = LUA_NOREF;
     tm->host = h;
     tm->L = wq_sched_of(L)->L;
     tm->every = every ? wq_seconds_to_ns(s) : 0;
     if (every && tm->every == 0)
         tm->every = 1;
     luaL_setmetatable(L, "wq.Timer");
-    tm->due = wq_add_sat(wq_host_now(h), wq_seconds_to_ns(s));
-    tm->id = wq_timer_start(h, tm->due, timer_fire, tm);
-    if (!tm->id)
-        return luaL_error(L, "%s: out of memory", fn);
+    /* The references before the timer: luaL_ref raises on out-of-memory,
+     * and a timer started without them would fire on a collected tm. */
     lua_pushvalue(L, 2);
     tm->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_pushvalue(L, -1);
     tm->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    tm->due = wq_add_sat(wq_host_now(h), wq_seconds_to_ns(s));
+    tm->id = wq_timer_start(h, tm->due, timer_fire, tm);
+    if (!tm->id) {
+        timer_release(L, tm);
+        return luaL_error(L, "%s: out of memory", fn);
+    }
     return 1;
 }
 

@@ -27,15 +27,30 @@
 
 /*
  * WQ_TEST_FAIL_ALLOC=N (tests): the Nth allocation that grows memory,
- * counting the Lua state's and the engine's, fails once. The sweep test
- * runs a script for many N and checks the process never aborts.
+ * counting the Lua state's and the engine's, fails (and so does Lua's
+ * retry of it, see lua_alloc). The sweep test runs a script for many N and
+ * checks the process never aborts. WQ_TEST_COUNT_ALLOC=1 prints at exit
+ * how many such allocations the run made and whether the failure was
+ * injected, so the sweep knows how far to go.
  */
 static unsigned long long alloc_count, alloc_fail_at;
+static int alloc_counting;
 
 static int fail_now(void)
 {
-    return alloc_fail_at && ++alloc_count == alloc_fail_at;
+    return alloc_counting && ++alloc_count == alloc_fail_at;
 }
+
+/*
+ * Lua answers a failed allocation with an emergency collection and one
+ * retry of the same request: the retry fails too, or an injected failure
+ * would almost never reach the code that has to handle it.
+ */
+static struct {
+    void *ptr;
+    size_t osize, nsize;
+    int armed;
+} retry;
 
 static void *lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
@@ -45,14 +60,26 @@ static void *lua_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
         return NULL;
     }
     /* Shrinking never fails (Lua relies on it). */
-    if ((!ptr || nsize > osize) && fail_now())
-        return NULL;
+    if (!ptr || nsize > osize) {
+        int again = retry.armed && ptr == retry.ptr && osize == retry.osize && nsize == retry.nsize;
+        retry.armed = 0;
+        if (again)
+            return NULL;
+        if (fail_now()) {
+            retry.ptr = ptr;
+            retry.osize = osize;
+            retry.nsize = nsize;
+            retry.armed = 1;
+            return NULL;
+        }
+    }
     return realloc(ptr, nsize);
 }
 
 static void *engine_alloc(void *ud, void *ptr, size_t size)
 {
     (void)ud;
+    retry.armed = 0;
     if (size && fail_now())
         return NULL;
     return realloc(ptr, size);
@@ -197,11 +224,13 @@ static int hook_holding(void *ud)
 
 int wq_runtime_main(const wq_host_opts *opts, const char *script, int argc, char **argv)
 {
-    const char *fail = getenv("WQ_TEST_FAIL_ALLOC");
-    if (fail && *fail) {
+    const char *fail = getenv("WQ_TEST_FAIL_ALLOC"), *count = getenv("WQ_TEST_COUNT_ALLOC");
+    if (fail && *fail)
         alloc_fail_at = strtoull(fail, NULL, 10);
+    int report = count && *count && strcmp(count, "0") != 0;
+    alloc_counting = alloc_fail_at || report;
+    if (alloc_counting)
         wq_set_allocator(engine_alloc, NULL);
-    }
     wq_host *h = wq_host_new(opts);
     if (!h)
         return 1;
@@ -239,5 +268,8 @@ int wq_runtime_main(const wq_host_opts *opts, const char *script, int argc, char
     wq_sched_destroy(s);
     free(s);
     wq_host_free(h);
+    if (report)
+        fprintf(stderr, "wqrun: test: %llu allocations, failure %s\n", alloc_count,
+                alloc_fail_at && alloc_count >= alloc_fail_at ? "injected" : "not injected");
     return status;
 }

@@ -212,7 +212,8 @@ static int taken(const wq_store *s, int64_t id)
     return lo < s->ninbox_del && s->inbox_del[lo] == id;
 }
 
-static int take(wq_store *s, int64_t id)
+/* Room to remember one more taken row: 0, or -1 when out of memory. */
+static int reserve(wq_store *s)
 {
     if (s->ninbox_del + 1 > s->capinbox_del) {
         size_t n = s->capinbox_del ? s->capinbox_del * 2 : 64;
@@ -222,6 +223,12 @@ static int take(wq_store *s, int64_t id)
         s->inbox_del = p;
         s->capinbox_del = n;
     }
+    return 0;
+}
+
+/* Remembers a taken row (room reserved). */
+static void take(wq_store *s, int64_t id)
+{
     size_t i = s->ninbox_del;
     while (i > 0 && s->inbox_del[i - 1] > id) {
         s->inbox_del[i] = s->inbox_del[i - 1];
@@ -229,7 +236,6 @@ static int take(wq_store *s, int64_t id)
     }
     s->inbox_del[i] = id;
     s->ninbox_del++;
-    return 0;
 }
 
 int wq_store_poll_inbox(wq_store *s,
@@ -277,15 +283,22 @@ int wq_store_poll_inbox(wq_store *s,
             after = after > 0 ? 1e9 : 0;
         if (!queue || !key)
             continue;
+        /* Room first: a row added to its queue but not remembered would
+         * never be deleted, and be added again by the next run. */
+        if (reserve(s) < 0) {
+            r = wq_store_fail(s, WQ_ENOMEM, "out of memory reading the inbox");
+            break;
+        }
         if (fn(ud, queue, key, keylen, payload, paylen, after) == 1) {
-            if (take(s, id) < 0) {
-                r = wq_store_fail(s, WQ_ENOMEM, "out of memory reading the inbox");
-                break;
-            }
+            take(s, id);
             n++;
         }
     }
     sqlite3_reset(st);
+    /* The rows not read yet are past inbox_mark but may be offered only when
+     * the file changes again: read them all at the next poll instead. */
+    if (r < 0 || (rc != SQLITE_DONE && rc != SQLITE_ROW))
+        s->inbox_rescan = 1;
     if (r < 0)
         return r;
     if (rc != SQLITE_DONE && rc != SQLITE_ROW)

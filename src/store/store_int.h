@@ -142,7 +142,8 @@ struct wq_store {
     int64_t inbox_mark; /* highest inbox id offered so far */
     int64_t data_version;
     int inbox_polled; /* a first poll happened */
-    int inbox_rescan; /* offer every row again at the next poll (a queue was added) */
+    int inbox_rescan; /* offer every row again at the next poll (a queue was added, or a
+                         poll stopped early) */
 
     int64_t next_seq;
     uint64_t *bloom; /* which items rows may exist in the file (64-byte aligned blocks) */

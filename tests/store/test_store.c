@@ -1365,6 +1365,27 @@ Test(store, inbox_rows_for_unknown_queues_stay_until_a_queue_is_defined)
     cr_assert_eq(qint("SELECT count(*) FROM inbox"), 0);
 }
 
+Test(store, an_inbox_poll_out_of_memory_adds_nothing_and_the_next_poll_offers_every_row)
+{
+    wq_store *s = open_ok();
+    sql("INSERT INTO inbox(queue, key) VALUES ('jobs', 'k1'), ('jobs', 'k2')");
+    struct inbox_ctx c = {.accept = "jobs"};
+    wq_set_allocator(failing_realloc, NULL);
+    fail_alloc = 1;
+    int r = wq_store_poll_inbox(s, on_inbox, &c);
+    fail_alloc = 0;
+    wq_set_allocator(NULL, NULL);
+    cr_assert_eq(r, WQ_ENOMEM);
+    cr_assert_eq(c.n, 0, "no row added that could not be remembered for deletion");
+    /* Nobody else wrote to the file, and yet the rows are read again. */
+    cr_assert_eq(wq_store_poll_inbox(s, on_inbox, &c), 2);
+    cr_assert_str_eq(c.got[0], "jobs/k1=");
+    cr_assert_str_eq(c.got[1], "jobs/k2=");
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_eq(qint("SELECT count(*) FROM inbox"), 0);
+    wq_store_close(s);
+}
+
 Test(store, inbox_after_counts_from_the_rows_creation)
 {
     wq_store *s = open_ok();
