@@ -2,7 +2,10 @@
  * `wqrun add` and `wqrun status`: the state file's command-line side. Both
  * work while a runner owns the file (they never take its lock): add only
  * inserts an inbox row, status only reads. Both refuse a file that is not
- * a wqrun state file, exactly as the runner does.
+ * a wqrun state file, exactly as the runner does, and neither migrates an
+ * older one: the runner does, under its lock, so a runner of the older
+ * version still working on the file is never given a newer one. The inbox
+ * is the same in every version; status reads what the file's version has.
  */
 #include "store/cli.h"
 
@@ -113,7 +116,7 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
     char msg[1024];
     sqlite3 *conn = NULL;
     if (wq_schema_check(db, msg, sizeof msg) < 0 ||
-        wq_schema_open_rw(db, &conn, msg, sizeof msg) < 0) {
+        wq_schema_open_rw(db, 0, &conn, msg, sizeof msg) < 0) {
         fprintf(err, "wqrun: add: %s\n", msg);
         return 1;
     }
@@ -227,6 +230,7 @@ static int runner_active(const char *path)
 
 static int print_status(sqlite3 *db, const char *path, int active, FILE *out, FILE *err)
 {
+    int version = wq_schema_version(db);
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db, status_sql, -1, &st, NULL) != SQLITE_OK) {
         fprintf(err, "wqrun: status: cannot read %s: %s\n", path, sqlite3_errmsg(db));
@@ -286,8 +290,9 @@ static int print_status(sqlite3 *db, const char *path, int active, FILE *out, FI
     char wal[4200];
     snprintf(wal, sizeof wal, "%s-wal", path);
     double wal_bytes = stat(wal, &sb) == 0 ? (double)sb.st_size : 0;
-    fprintf(out, "state file  %s (version %d, %.1f MB + %.1f MB WAL)\n", path, WQ_STORE_VERSION,
-            bytes / 1e6, wal_bytes / 1e6);
+    fprintf(out, "state file  %s (version %d%s, %.1f MB + %.1f MB WAL)\n", path, version,
+            version < WQ_STORE_VERSION ? ", migrated when a runner opens it" : "", bytes / 1e6,
+            wal_bytes / 1e6);
     if (active)
         fprintf(out, "runner      running: %s\n", owner[0] ? owner : "pid unknown");
     else

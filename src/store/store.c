@@ -384,7 +384,7 @@ int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timeb
     }
 
     sqlite3 *db;
-    r = wq_schema_open_rw(path, &db, err, errlen);
+    r = wq_schema_open_rw(path, 1, &db, err, errlen);
     if (r < 0) {
         struct stat now;
         if (!existed && fstat(fd, &now) == 0 && now.st_size == 0)

@@ -17,7 +17,7 @@
 /* PRAGMA application_id of a wqrun state file: "wqru". */
 #define WQ_STORE_APP_ID 0x77717275
 /* PRAGMA user_version this build writes and understands. */
-#define WQ_STORE_VERSION 1
+#define WQ_STORE_VERSION 2
 
 /* Ends the message refusing a damaged file: what the user can do about it. */
 #define WQ_STORE_DAMAGED_HINT                                                                      \
@@ -165,12 +165,18 @@ struct wq_store {
  */
 int wq_schema_check(const char *path, char *err, size_t errlen);
 /*
- * Opens path read-write (creating it), brings it to the current schema in
- * one transaction (re-checking it under the write lock) and switches it to
- * WAL. The connection skips SQLite's mutex: no two threads may use it at
- * once. *out is NULL on failure. 0, WQ_EFORMAT or WQ_EIO.
+ * Opens path read-write (creating it), creates the schema of a new file or,
+ * with upgrade, migrates an older one, in one transaction (re-checking the
+ * file under the write lock), and switches it to WAL. Without upgrade an
+ * older file keeps its version (`wqrun add` only writes the inbox, the
+ * same in every version; the runner migrates, under its lock). The
+ * connection skips SQLite's mutex: no two threads may use it at once. *out
+ * is NULL on failure. 0, WQ_EFORMAT or WQ_EIO (a failed migration rolled
+ * back: the file is as it was).
  */
-int wq_schema_open_rw(const char *path, sqlite3 **out, char *err, size_t errlen);
+int wq_schema_open_rw(const char *path, int upgrade, sqlite3 **out, char *err, size_t errlen);
+/* The schema version of an open state file (PRAGMA user_version), or -1. */
+int wq_schema_version(sqlite3 *db);
 /* Opens a checked file for reading (read-write when permitted, so closing tidies the WAL). 0 or
  * WQ_EIO. */
 int wq_schema_open_ro(const char *path, sqlite3 **out, char *err, size_t errlen);

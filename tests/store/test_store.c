@@ -3,7 +3,9 @@
  * fake engine clock and a fake timebase: open and refusal (foreign, newer
  * and damaged files), ownership, a file deleted or replaced while open,
  * group commit and coalescing, restore order and times, failures and dead
- * letters, the inbox, and the add/status command lines.
+ * letters, the inbox, the add/status command lines, the migration of a
+ * real version-1 file (fixtures/v1.db, made by fixtures/make_v1.lua), and
+ * the version-2 rows: enqueued_at and groups, done rows, schedules.
  */
 #include "store/cli.h"
 #include "store/store.h"
@@ -19,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define UNIX0 1700000000.0
@@ -264,8 +267,9 @@ Test(store, open_creates_the_schema_with_version_application_id_and_wal)
     cr_assert_eq(qint("PRAGMA application_id"), WQ_STORE_APP_ID);
     cr_assert_str_eq(qtext("PRAGMA journal_mode"), "wal");
     cr_assert_eq(qint("SELECT count(*) FROM sqlite_master WHERE name IN"
-                      " ('items', 'failures', 'dead', 'inbox', 'meta', 'queues', 'pending')"),
-                 7);
+                      " ('items', 'failures', 'dead', 'inbox', 'meta', 'queues', 'pending',"
+                      " 'done', 'schedules')"),
+                 9);
     cr_assert_eq(qint("SELECT value FROM meta WHERE name = 'owner_pid'"), getpid());
     wq_store_close(s);
     cr_assert_eq(qint("SELECT count(*) FROM meta WHERE name = 'owner_pid'"), 0);
@@ -343,6 +347,16 @@ Test(store, a_newer_schema_version_is_refused_and_left_unchanged)
              WQ_STORE_APP_ID, WQ_STORE_VERSION + 1);
     make_foreign_db(setup_sql);
     assert_refused_unchanged(WQ_EFORMAT, "newer");
+    /* What a version-1 wqrun says of a version-2 file, one version later. */
+    char want[128];
+    snprintf(want, sizeof want, "state file of version %d, newer than this wqrun understands (%d)",
+             WQ_STORE_VERSION + 1, WQ_STORE_VERSION);
+    assert_refused_unchanged(WQ_EFORMAT, want);
+    char out[1024];
+    cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 4, "--db", path, "jobs", "k"), 1);
+    cr_assert(strstr(out, want), "%s", out);
+    cr_assert_eq(cli(wq_store_cli_status_io, out, sizeof out, 2, "--db", path), 1);
+    cr_assert(strstr(out, want), "%s", out);
 }
 
 Test(store, an_empty_file_is_adopted)
@@ -1539,4 +1553,230 @@ Test(store, cli_status_of_a_missing_or_foreign_file_fails_with_status_1)
     cr_assert(strstr(out, "not a wqrun state file"), "%s", out);
     cr_assert_eq(cli(wq_store_cli_status_io, out, sizeof out, 1, "--db"), 2);
     cr_assert_eq(cli(wq_store_cli_status_io, out, sizeof out, 0), 2);
+}
+
+/* ---- schema version 2: migrating a real version-1 file ---- */
+
+/*
+ * Finds fixtures/v1.db. __FILE__ is relative to the source tree (the build
+ * maps the path away), so the tree is found from the test binary: a build
+ * directory inside it, or the one its CMakeCache.txt names.
+ */
+static void fixture_path(char *out, size_t len)
+{
+    static const char rel[] = "tests/store/fixtures/v1.db";
+    const char *env = getenv("WQ_SOURCE_DIR");
+    if (env && *env) {
+        snprintf(out, len, "%s/%s", env, rel);
+        if (access(out, R_OK) == 0)
+            return;
+    }
+    char up[1024];
+    ssize_t n = readlink("/proc/self/exe", up, sizeof up - 1);
+    cr_assert_gt(n, 0);
+    up[n] = 0;
+    char *slash;
+    while ((slash = strrchr(up, '/')) != NULL) {
+        *slash = 0;
+        snprintf(out, len, "%s/%s", up, rel);
+        if (access(out, R_OK) == 0)
+            return;
+        char cache[1100], line[1200];
+        snprintf(cache, sizeof cache, "%s/CMakeCache.txt", up);
+        FILE *f = fopen(cache, "r");
+        if (!f)
+            continue;
+        static const char key[] = "CMAKE_HOME_DIRECTORY:INTERNAL=";
+        while (fgets(line, sizeof line, f)) {
+            if (strncmp(line, key, sizeof key - 1) == 0) {
+                line[strcspn(line, "\n")] = 0;
+                snprintf(out, len, "%s/%s", line + sizeof key - 1, rel);
+                break;
+            }
+        }
+        fclose(f);
+        if (access(out, R_OK) == 0)
+            return;
+    }
+    cr_assert_fail("cannot find %s (set WQ_SOURCE_DIR)", rel);
+}
+
+/* Copies fixtures/v1.db (written by the wqrun of schema version 1) to path. */
+static void copy_fixture(void)
+{
+    char src[1200];
+    fixture_path(src, sizeof src);
+    size_t n;
+    char *bytes = slurp(src, &n);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(bytes, 1, n, f), n);
+    cr_assert_eq(fclose(f), 0);
+    free(bytes);
+}
+
+/* Every row of a query as text, "a|b|NULL" one per line (malloc'd). */
+static char *dump(const char *q)
+{
+    sqlite3 *db = peek();
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, q, -1, &st, NULL), SQLITE_OK, "%s: %s", q,
+                 sqlite3_errmsg(db));
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        for (int c = 0; c < sqlite3_column_count(st); c++) {
+            const unsigned char *t = sqlite3_column_text(st, c);
+            fprintf(m, "%s%s", c ? "|" : "", t ? (const char *)t : "NULL");
+        }
+        fputc('\n', m);
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    fclose(m);
+    return buf;
+}
+
+/* Everything a version-1 file holds, in the columns version 1 has. */
+static const char *const v1_queries[] = {
+    "SELECT queue, key, payload, state, ready_at, priority, seq, added_at, updated_at FROM items"
+    " ORDER BY queue, key",
+    "SELECT queue, key, requeues, last_error, updated_at FROM failures ORDER BY queue, key",
+    "SELECT queue, key, payload, error, attempts, failed_at FROM dead ORDER BY queue, key",
+    "SELECT id, queue, key, payload, after, created_at FROM inbox ORDER BY id",
+    "SELECT name, value FROM meta ORDER BY name",
+    "SELECT name, seen_at FROM queues ORDER BY name",
+};
+#define NV1 (sizeof v1_queries / sizeof *v1_queries)
+
+static int has_column(const char *table, const char *column)
+{
+    char q[256];
+    snprintf(q, sizeof q, "SELECT count(*) FROM pragma_table_info('%s') WHERE name = '%s'", table,
+             column);
+    return qint(q) == 1;
+}
+
+Test(store, a_version_1_file_of_the_previous_wqrun_is_migrated_in_place_keeping_every_row)
+{
+    copy_fixture();
+    cr_assert_eq(qint("PRAGMA user_version"), 1);
+    cr_assert(!has_column("items", "enqueued_at"));
+    char *before[NV1];
+    for (size_t i = 0; i < NV1; i++)
+        before[i] = dump(v1_queries[i]);
+    char *added = dump("SELECT queue, key, added_at FROM items ORDER BY queue, key");
+    cr_assert_eq(qint("SELECT count(*) FROM items"), 12);
+
+    wq_store *s = open_ok();
+    cr_assert_eq(qint("PRAGMA user_version"), 2);
+    cr_assert_eq(qint("PRAGMA application_id"), WQ_STORE_APP_ID);
+    cr_assert_str_eq(qtext("PRAGMA journal_mode"), "wal");
+    wq_store_close(s);
+
+    for (size_t i = 0; i < NV1; i++) {
+        char *after = dump(v1_queries[i]);
+        cr_assert_str_eq(after, before[i], "%s changed", v1_queries[i]);
+        free(after);
+        free(before[i]);
+    }
+    /* The new columns and tables. */
+    cr_assert(has_column("items", "enqueued_at") && has_column("items", "grp"));
+    const char *const done_cols[] = {"queue", "key", "finished_at", "result"};
+    for (size_t i = 0; i < 4; i++)
+        cr_assert(has_column("done", done_cols[i]), "done.%s", done_cols[i]);
+    const char *const sched_cols[] = {"queue",   "name",    "spec", "key",      "payload",
+                                      "next_at", "last_at", "tz",   "catch_up", "updated_at"};
+    for (size_t i = 0; i < 10; i++)
+        cr_assert(has_column("schedules", sched_cols[i]), "schedules.%s", sched_cols[i]);
+    cr_assert_eq(qint("SELECT count(*) FROM done") + qint("SELECT count(*) FROM schedules"), 0);
+    /* enqueued_at of a version-1 row: its added_at, the closest version 1 kept; no group. */
+    char *enq = dump("SELECT queue, key, enqueued_at FROM items ORDER BY queue, key");
+    cr_assert_str_eq(enq, added);
+    cr_assert_eq(qint("SELECT count(*) FROM items WHERE grp IS NOT NULL"), 0);
+    free(enq);
+    free(added);
+    /* The pending view: the version-1 columns as they were, then the group and enqueued_at. */
+    char *view = dump("SELECT key, state, priority, requeues, grp, enqueued_at = datetime("
+                      "(SELECT added_at FROM items WHERE items.key = pending.key), 'unixepoch')"
+                      " FROM pending WHERE queue = 'mail' LIMIT 3");
+    cr_assert_str_eq(view,
+                     "top|queued|9|0|NULL|1\nhi|processing|5|0|NULL|1\na|queued|0|0|NULL|1\n");
+    free(view);
+
+    /* Opening it again changes nothing more. */
+    char *v2 = dump("SELECT * FROM items ORDER BY queue, key");
+    s = open_ok();
+    wq_store_close(s);
+    char *again = dump("SELECT * FROM items ORDER BY queue, key");
+    cr_assert_str_eq(again, v2);
+    free(v2);
+    free(again);
+}
+
+Test(store, a_migration_that_fails_half_way_leaves_the_version_1_file_as_it_was)
+{
+    copy_fixture();
+    /* A table in the way of the migration's CREATE TABLE done, after its ALTER TABLEs. */
+    sql("CREATE TABLE done(x)");
+    char *before = dump("SELECT * FROM items ORDER BY queue, key");
+    wq_store *s = NULL;
+    char err[512] = "";
+    cr_assert_eq(wq_store_open(&s, path, WQ_SYNC_NORMAL, &tb, err, sizeof err), WQ_EIO);
+    cr_assert_null(s);
+    cr_assert(strstr(err, path) && strstr(err, "cannot migrate") &&
+                  strstr(err, "from schema version 1 to 2") && strstr(err, "left at version 1"),
+              "%s", err);
+    cr_assert_eq(qint("PRAGMA user_version"), 1);
+    cr_assert(!has_column("items", "enqueued_at") && !has_column("items", "grp"),
+              "the ALTER TABLEs were rolled back");
+    cr_assert_eq(qint("SELECT count(*) FROM sqlite_master WHERE name = 'schedules'"), 0);
+    char *after = dump("SELECT * FROM items ORDER BY queue, key");
+    cr_assert_str_eq(after, before);
+    free(after);
+    free(before);
+    cr_assert_eq(qint("SELECT count(*) FROM meta WHERE name LIKE 'owner%'"), 0);
+    /* Once the obstacle is gone the next open migrates. */
+    sql("DROP TABLE done");
+    s = open_ok();
+    wq_store_close(s);
+    cr_assert_eq(qint("PRAGMA user_version"), 2);
+    cr_assert_eq(qint("SELECT count(*) FROM items"), 12);
+}
+
+Test(store, a_new_file_has_exactly_the_schema_of_a_migrated_one)
+{
+    static const char q[] = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name";
+    wq_store *s = open_ok();
+    wq_store_close(s);
+    char *fresh = dump(q);
+    cr_assert_eq(qint("PRAGMA user_version"), 2);
+    unlink(path);
+    copy_fixture();
+    s = open_ok();
+    wq_store_close(s);
+    char *migrated = dump(q);
+    cr_assert_str_eq(fresh, migrated);
+    free(fresh);
+    free(migrated);
+}
+
+Test(store, cli_add_and_status_leave_a_version_1_file_at_version_1)
+{
+    copy_fixture();
+    char out[4096];
+    cr_assert_eq(cli(wq_store_cli_status_io, out, sizeof out, 2, "--db", path), 0, "%s", out);
+    cr_assert(strstr(out, "(version 1, migrated when a runner opens it"), "%s", out);
+    cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 5, "--db", path, "mail", "k9", "{}"), 0,
+                 "%s", out);
+    cr_assert_eq(qint("PRAGMA user_version"), 1);
+    cr_assert(!has_column("items", "enqueued_at"));
+    cr_assert_eq(qint("SELECT count(*) FROM inbox WHERE key = 'k9'"), 1);
+    /* A new file made by `wqrun add` is a version-2 file at once. */
+    unlink(path);
+    cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 4, "--db", path, "mail", "k"), 0, "%s",
+                 out);
+    cr_assert_eq(qint("PRAGMA user_version"), 2);
+    cr_assert(has_column("items", "grp"));
 }
