@@ -251,14 +251,16 @@ static const char *const stmt_sql[ST_INSERT_ITEMS] = {
     "BEGIN IMMEDIATE",
     "COMMIT",
     "ROLLBACK",
-    "INSERT INTO items(queue, key, payload, state, ready_at, priority, seq, added_at, updated_at)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+    "INSERT INTO items(queue, key, payload, state, ready_at, priority, seq, added_at, updated_at,"
+    " enqueued_at, grp) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
     " ON CONFLICT (queue, key) DO UPDATE SET payload = excluded.payload,"
     " state = excluded.state, ready_at = excluded.ready_at, priority = excluded.priority,"
-    " seq = CASE ?10 WHEN 1 THEN excluded.seq"
+    " seq = CASE ?12 WHEN 1 THEN excluded.seq"
     "  WHEN 2 THEN iif(excluded.priority > items.priority, excluded.seq, items.seq)"
     "  ELSE items.seq END,"
-    " added_at = iif(?11, excluded.added_at, items.added_at), updated_at = excluded.updated_at",
+    " added_at = iif(?13, excluded.added_at, items.added_at), updated_at = excluded.updated_at,"
+    " enqueued_at = iif(?14, excluded.enqueued_at, items.enqueued_at),"
+    " grp = iif(?15, excluded.grp, items.grp)",
     "DELETE FROM items WHERE queue = ?1 AND key = ?2",
     "INSERT OR REPLACE INTO failures(queue, key, requeues, last_error, updated_at)"
     " VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -621,6 +623,15 @@ void wq_store_detach(wq_store_queue *sq)
 {
     if (sq)
         sq->q = NULL;
+}
+
+void wq_store_set_meta(wq_store_queue *sq,
+                       void (*fn)(void *ud, const wq_item_info *info, wq_item_meta *out), void *ud)
+{
+    if (!sq)
+        return;
+    sq->meta_fn = fn;
+    sq->meta_ud = ud;
 }
 
 void wq_store_get_stats(const wq_store *s, wq_store_stats *st)

@@ -87,6 +87,9 @@ typedef struct wq_restored {
     int queued;  /* 'queued' or 'processing' before: run (again) */
     int waiting; /* a delayed add is pending at ready_at_mono */
     int64_t ready_at_mono;
+    double enqueued_at; /* Unix seconds the pending item was first added; 0 when unknown */
+    const char *grp;    /* the item's group (SPEC 7.4), NULL for none */
+    size_t grplen;
 } wq_restored;
 
 /*
@@ -107,6 +110,31 @@ int wq_store_restore(wq_store_queue *sq, void (*item_fn)(void *ud, const wq_rest
 
 /* Key changed in the engine queue (call from the queue observer with its event). */
 void wq_store_touch(wq_store_queue *sq, wq_event ev, const char *key, size_t len);
+
+/*
+ * What the runner keeps for a pending item beside the engine's record
+ * (SPEC 7.1, 7.4): items.enqueued_at and items.grp. The store reads it
+ * when it writes the item's row, as it reads payload and priority from
+ * the engine: at flush, nothing per add.
+ */
+typedef struct wq_item_meta {
+    double enqueued_at; /* Unix seconds (timebase) the pending item was first added; 0: unknown */
+    const char *grp;    /* the item's group, NULL for none; valid until fn is called again */
+    size_t grplen;
+} wq_item_meta;
+/*
+ * Installs fn (NULL: none): each flush calls fn(ud, info, out) for every
+ * items row of the queue it writes, with the engine's record in info and
+ * *out zeroed; fn fills *out and must not change the queue. enqueued_at
+ * > 0 is written as it is; 0 keeps the row's value, or for a new pending
+ * item (a new row, or a key that was done and added again since the last
+ * flush) stamps to_unix(info->added_at) when queued, else the commit's
+ * wall time. The group is written as given. Without fn new rows get that
+ * stamp and no group. A change fn would report without an engine event
+ * (a new group only) needs wq_store_touch(sq, WQ_EV_UPDATED, key, len).
+ */
+void wq_store_set_meta(wq_store_queue *sq,
+                       void (*fn)(void *ud, const wq_item_info *info, wq_item_meta *out), void *ud);
 /* The queue's failure count for key (0 deletes the row). */
 void wq_store_failures(wq_store_queue *sq, const char *key, size_t len, int64_t requeues,
                        const char *last_error);

@@ -61,9 +61,10 @@ enum {
 
 /* Pending entry flags. */
 enum {
-    PE_ITEM = 1,   /* the key's items row must be rewritten from the engine */
-    PE_GONE = 2,   /* the key's last event was WQ_EV_GONE: the engine has no record of it */
-    PE_READDED = 4 /* the key became dirty in this window: refresh added_at */
+    PE_ITEM = 1,    /* the key's items row must be rewritten from the engine */
+    PE_GONE = 2,    /* the key's last event was WQ_EV_GONE: the engine has no record of it */
+    PE_READDED = 4, /* the key became dirty in this window: refresh added_at */
+    PE_RENEW = 8    /* the key's record was dropped in this window: a record now is a new item */
 };
 
 /* One (queue, key) changed in the current window; 40 bytes, so a window of a million adds is cheap.
@@ -102,6 +103,10 @@ struct wq_store_queue {
     int complete;        /* every file row of this queue is known to the filter and fail_set */
     int restoring;       /* inside wq_store_restore: touches are ignored */
     int resync;          /* a touch was lost: rewrite all of the queue's rows at the next flush */
+    void (*meta_fn)(void *ud, const wq_item_info *info, wq_item_meta *out);
+    void *meta_ud;
+    int prune; /* delete done rows older than prune_before at the next flush */
+    double prune_before;
     uint32_t del[WQ_STORE_DELETE_BATCH]; /* during a flush: entries whose rows to delete */
     uint32_t ndel;
 };

@@ -1658,6 +1658,14 @@ static int has_column(const char *table, const char *column)
     return qint(q) == 1;
 }
 
+/* The fake clock at the fixture's making: its delayed rows are all still ahead. */
+static void at_fixture_time(void)
+{
+    unix_offset = qdouble("SELECT value FROM meta WHERE name = 'created_at'") - UNIX0;
+    cr_assert_gt(unix_offset, 0);
+    fake_ns = 0;
+}
+
 Test(store, a_version_1_file_of_the_previous_wqrun_is_migrated_in_place_keeping_every_row)
 {
     copy_fixture();
@@ -1713,6 +1721,151 @@ Test(store, a_version_1_file_of_the_previous_wqrun_is_migrated_in_place_keeping_
     cr_assert_str_eq(again, v2);
     free(v2);
     free(again);
+}
+
+/* What a restore of the fixture hands back, per queue. */
+struct fx {
+    struct pq *into;
+    char keys[16][16], payloads[16][96];
+    int32_t prio[16];
+    int queued[16], waiting[16];
+    double ready[16], enqueued[16];
+    int grp_null[16];
+    int n;
+    char fails[4][128], deads[4][160];
+    int nfail, ndead;
+};
+
+static void fx_item(void *ud, const wq_restored *r)
+{
+    struct fx *c = ud;
+    int i = c->n++;
+    snprintf(c->keys[i], sizeof c->keys[0], "%.*s", (int)r->keylen, r->key);
+    snprintf(c->payloads[i], sizeof c->payloads[0], "%.*s", r->payload ? (int)r->paylen : 4,
+             r->payload ? r->payload : "NULL");
+    c->prio[i] = r->priority;
+    c->queued[i] = r->queued;
+    c->waiting[i] = r->waiting;
+    c->ready[i] = r->waiting ? tb_unix(NULL, r->ready_at_mono) : 0;
+    c->enqueued[i] = r->enqueued_at;
+    c->grp_null[i] = r->grp == NULL;
+    on_item(&(struct restored){.into = c->into}, r);
+}
+
+static void fx_fail(void *ud, const char *key, size_t len, int64_t requeues, const char *err)
+{
+    struct fx *c = ud;
+    snprintf(c->fails[c->nfail++], sizeof c->fails[0], "%.*s %lld %s", (int)len, key,
+             (long long)requeues, err ? err : "NULL");
+}
+
+static void fx_dead(void *ud, const char *key, size_t len, const char *payload, const char *error,
+                    int64_t attempts, double failed_at)
+{
+    struct fx *c = ud;
+    snprintf(c->deads[c->ndead++], sizeof c->deads[0], "%.*s %s %s %lld %d", (int)len, key,
+             payload ? payload : "NULL", error ? error : "NULL", (long long)attempts,
+             failed_at > UNIX0);
+}
+
+static double fixture_time(const char *col, const char *queue, const char *key)
+{
+    char q[256];
+    snprintf(q, sizeof q, "SELECT %s FROM items WHERE queue = '%s' AND key = '%s'", col, queue,
+             key);
+    return qdouble(q);
+}
+
+Test(store, a_migrated_version_1_file_restores_every_item_failure_dead_letter_and_inbox_row)
+{
+    copy_fixture();
+    at_fixture_time();
+    wq_store *s = open_ok();
+    struct pq mail, flaky, doomed;
+    pq_attach(&mail, s, "mail");
+    struct fx m = {.into = &mail};
+    cr_assert_eq(wq_store_restore(mail.sq, fx_item, fx_fail, fx_dead, &m), 10, "%s",
+                 wq_store_errmsg(s));
+    /* Run order: priority, then FIFO ('hi' ran: again; 'top' was re-added while running), then
+     * the rows that only wait. */
+    static const struct {
+        const char *key, *payload;
+        int32_t prio;
+        int queued, waiting;
+    } want[10] = {
+        {"top", "{\"rank\":2}", 9, 1, 0},
+        {"hi", "{\"urgent\":true}", 5, 1, 0},
+        {"a", "{\"f\":0.1,\"to\":\"alice\",\"big\":123456789012345678,\"n\":1}", 0, 1, 0},
+        {"b", "\"just a string\"", 0, 1, 0},
+        {"c", "NULL", 0, 1, 0},
+        {"d", "{\"list\":[1,2,3]}", 0, 1, 0},
+        {"both", "\"queued and delayed\"", 0, 1, 1},
+        {"lo", "NULL", -2, 1, 0},
+        {"later", "{\"when\":\"in an hour\"}", 0, 0, 1},
+        {"much-later", "NULL", 0, 0, 1},
+    };
+    for (int i = 0; i < 10; i++) {
+        cr_assert_str_eq(m.keys[i], want[i].key, "item %d", i);
+        cr_assert_str_eq(m.payloads[i], want[i].payload, "payload of %s", want[i].key);
+        cr_assert_eq(m.prio[i], want[i].prio, "priority of %s", want[i].key);
+        cr_assert_eq(m.queued[i], want[i].queued, "queued of %s", want[i].key);
+        cr_assert_eq(m.waiting[i], want[i].waiting, "waiting of %s", want[i].key);
+        if (want[i].waiting)
+            cr_assert_float_eq(m.ready[i], fixture_time("ready_at", "mail", want[i].key), 1e-5,
+                               "ready_at of %s", want[i].key);
+        cr_assert_float_eq(m.enqueued[i], fixture_time("added_at", "mail", want[i].key), 1e-9,
+                           "enqueued_at of %s", want[i].key);
+        cr_assert(m.grp_null[i]);
+    }
+    cr_assert_eq(m.nfail + m.ndead, 0);
+    /* The queue as the engine has it now. */
+    cr_assert_eq(wq_queue_len(mail.q), 8);
+    cr_assert_eq(wq_queue_waiting(mail.q), 3);
+    const char *order[] = {"top", "hi", "a", "b", "c", "d", "both", "lo"};
+    for (int i = 0; i < 8; i++)
+        cr_assert_str_eq(get(&mail), order[i]);
+
+    pq_attach(&flaky, s, "flaky");
+    struct fx f = {.into = &flaky};
+    cr_assert_eq(wq_store_restore(flaky.sq, fx_item, fx_fail, fx_dead, &f), 2);
+    cr_assert_str_eq(f.keys[0], "f1");
+    cr_assert_str_eq(f.payloads[0], "{\"attempt\":\"first\"}");
+    cr_assert_str_eq(f.keys[1], "f2");
+    for (int i = 0; i < 2; i++) {
+        cr_assert(!f.queued[i] && f.waiting[i]);
+        cr_assert_float_eq(f.ready[i], fixture_time("ready_at", "flaky", f.keys[i]), 1e-5);
+    }
+    cr_assert_eq(f.nfail, 2);
+    cr_assert_str_eq(f.fails[0], "f1 1 tests/store/fixtures/make_v1.lua:28: flaky failure of f1");
+    cr_assert_str_eq(f.fails[1], "f2 1 tests/store/fixtures/make_v1.lua:28: flaky failure of f2");
+
+    pq_attach(&doomed, s, "doomed");
+    struct fx d = {.into = &doomed};
+    cr_assert_eq(wq_store_restore(doomed.sq, fx_item, fx_fail, fx_dead, &d), 0);
+    cr_assert_eq(d.ndead, 2);
+    cr_assert_str_eq(d.deads[0],
+                     "d1 {\"why\":\"error\"} tests/store/fixtures/make_v1.lua:38: doomed d1 1 1");
+    cr_assert_str_eq(d.deads[1], "d2 NULL returned false 1 1");
+
+    struct inbox_ctx in = {.accept = "mail"};
+    cr_assert_eq(wq_store_poll_inbox(s, on_inbox, &in), 2);
+    cr_assert_eq(in.n, 3);
+    cr_assert_str_eq(in.got[0], "mail/inbox-1={\"to\":\"carol\"}");
+    cr_assert_leq(in.after[0], 0);
+    cr_assert_str_eq(in.got[1], "mail/inbox-2=\"plain text\"");
+    cr_assert_leq(in.after[1], 7200);
+    cr_assert_str_eq(in.got[2], "nosuch/orphan=");
+
+    /* Nothing restored is written back but what changed: 'hi' is no longer processing. */
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_eq(qint("SELECT count(*) FROM inbox"), 1);
+    wq_store_close(s);
+    wq_queue_free(mail.q);
+    wq_queue_free(flaky.q);
+    wq_queue_free(doomed.q);
+    cr_assert_eq(qint("SELECT count(*) FROM items"), 12);
+    cr_assert_eq(qint("SELECT count(*) FROM failures"), 2);
+    cr_assert_eq(qint("SELECT count(*) FROM dead"), 2);
 }
 
 Test(store, a_migration_that_fails_half_way_leaves_the_version_1_file_as_it_was)
@@ -1779,4 +1932,186 @@ Test(store, cli_add_and_status_leave_a_version_1_file_at_version_1)
                  out);
     cr_assert_eq(qint("PRAGMA user_version"), 2);
     cr_assert(has_column("items", "grp"));
+}
+
+/* ---- enqueued_at and groups ---- */
+
+Test(store, enqueued_at_is_stamped_on_a_new_row_and_kept_by_later_writes_of_the_pending_key)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    fake_ns = 5 * WQ_NS_PER_S;
+    add(&p, "a", "{}", 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_float_eq(qdouble("SELECT enqueued_at FROM items WHERE key = 'a'"), UNIX0 + 5, 1e-6);
+    cr_assert_str_eq(qtext("SELECT grp FROM items WHERE key = 'a'"), "NULL");
+
+    fake_ns = 7 * WQ_NS_PER_S;
+    add(&p, "a", "{\"v\":2}", 3); /* a re-add while queued: payload and priority only */
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_str_eq(get(&p), "a");
+    fake_ns = 9 * WQ_NS_PER_S;
+    add(&p, "a", NULL, 0); /* while processing: runs again */
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_float_eq(qdouble("SELECT added_at FROM items WHERE key = 'a'"), UNIX0 + 9, 1e-6);
+    fake_ns = 11 * WQ_NS_PER_S;
+    done(&p, "a"); /* queued again: still the same pending item */
+    add_after(&p, "a", 30);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_float_eq(qdouble("SELECT enqueued_at FROM items WHERE key = 'a'"), UNIX0 + 5, 1e-6);
+    cr_assert_str_eq(qtext("SELECT payload FROM items WHERE key = 'a'"), "{\"v\":2}");
+
+    /* Done for good: the row goes; the next add is a new item. */
+    cr_assert_str_eq(get(&p), "a");
+    wq_queue_cancel_after(p.q, "a", 1);
+    done(&p, "a");
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_eq(qint("SELECT count(*) FROM items"), 0);
+    fake_ns = 20 * WQ_NS_PER_S;
+    add(&p, "a", NULL, 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_float_eq(qdouble("SELECT enqueued_at FROM items WHERE key = 'a'"), UNIX0 + 20, 1e-6);
+
+    /* A delayed-only new item has no queue time in the engine: the commit's wall time. */
+    add_after(&p, "w", 60);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_lt(fabs(qdouble("SELECT enqueued_at FROM items WHERE key = 'w'") - wq_store_wall()),
+                 60);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+Test(store, a_key_done_and_added_again_within_one_window_is_a_new_item)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    fake_ns = 1 * WQ_NS_PER_S;
+    add(&p, "k", NULL, 0);
+    add(&p, "other", NULL, 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_str_eq(get(&p), "k");
+    done(&p, "k");
+    fake_ns = 4 * WQ_NS_PER_S;
+    add(&p, "k", NULL, 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_float_eq(qdouble("SELECT enqueued_at FROM items WHERE key = 'k'"), UNIX0 + 4, 1e-6);
+    cr_assert_float_eq(qdouble("SELECT enqueued_at FROM items WHERE key = 'other'"), UNIX0 + 1,
+                       1e-6);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+/* The runner's side of wq_store_set_meta: enqueued_at and group per key. */
+struct meta_map {
+    int n, calls;
+    char key[64][16];
+    double at[64];
+    char grp[64][16];
+};
+
+static void meta_set(struct meta_map *m, const char *key, double at, const char *grp)
+{
+    int i = 0;
+    while (i < m->n && strcmp(m->key[i], key) != 0)
+        i++;
+    if (i == m->n)
+        m->n++;
+    snprintf(m->key[i], sizeof m->key[0], "%s", key);
+    m->at[i] = at;
+    snprintf(m->grp[i], sizeof m->grp[0], "%s", grp ? grp : "");
+}
+
+static void meta_of(void *ud, const wq_item_info *info, wq_item_meta *out)
+{
+    struct meta_map *m = ud;
+    m->calls++;
+    for (int i = 0; i < m->n; i++) {
+        if (strlen(m->key[i]) == info->keylen && memcmp(m->key[i], info->key, info->keylen) == 0) {
+            out->enqueued_at = m->at[i];
+            if (m->grp[i][0]) {
+                out->grp = m->grp[i];
+                out->grplen = strlen(m->grp[i]);
+            }
+            return;
+        }
+    }
+}
+
+struct meta_restored {
+    int n;
+    char key[64][16];
+    double at[64];
+    char grp[64][16];
+};
+
+static void on_meta_item(void *ud, const wq_restored *r)
+{
+    struct meta_restored *c = ud;
+    snprintf(c->key[c->n], sizeof c->key[0], "%.*s", (int)r->keylen, r->key);
+    c->at[c->n] = r->enqueued_at;
+    snprintf(c->grp[c->n], sizeof c->grp[0], "%.*s", r->grp ? (int)r->grplen : 4,
+             r->grp ? r->grp : "NULL");
+    c->n++;
+}
+
+Test(store, the_runners_enqueued_at_and_group_are_written_and_restored)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    struct meta_map m = {0};
+    wq_store_set_meta(p.sq, meta_of, &m);
+    /* More than one batch of new rows, so both the batched insert and the upsert ask. */
+    for (int i = 0; i < 40; i++) {
+        char key[16], grp[16];
+        snprintf(key, sizeof key, "k%02d", i);
+        snprintf(grp, sizeof grp, "g%d", i % 3);
+        meta_set(&m, key, UNIX0 - 1000 + i, i % 5 == 4 ? NULL : grp);
+        add(&p, key, NULL, 0);
+    }
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_geq(m.calls, 40);
+    cr_assert_float_eq(qdouble("SELECT enqueued_at FROM items WHERE key = 'k07'"), UNIX0 - 993,
+                       1e-6);
+    cr_assert_str_eq(qtext("SELECT grp FROM items WHERE key = 'k07'"), "g1");
+    cr_assert_str_eq(qtext("SELECT grp FROM items WHERE key = 'k04'"), "NULL");
+    cr_assert_eq(qint("SELECT count(*) FROM items WHERE grp = 'g0'"), 11);
+    cr_assert_str_eq(qtext("SELECT grp FROM pending WHERE key = 'k36'"), "g0");
+
+    /* A new group without an engine event: the runner touches the key. */
+    meta_set(&m, "k07", UNIX0 - 993, "moved");
+    wq_store_touch(p.sq, WQ_EV_UPDATED, "k07", 3);
+    /* A group dropped on a re-add. */
+    meta_set(&m, "k08", UNIX0 - 992, NULL);
+    add(&p, "k08", "{}", 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_str_eq(qtext("SELECT grp FROM items WHERE key = 'k07'"), "moved");
+    cr_assert_str_eq(qtext("SELECT grp FROM items WHERE key = 'k08'"), "NULL");
+    /* A key the runner has no time for: the row keeps its own. */
+    meta_set(&m, "k09", 0, "g0");
+    add(&p, "k09", "{}", 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_float_eq(qdouble("SELECT enqueued_at FROM items WHERE key = 'k09'"), UNIX0 - 991,
+                       1e-6);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+
+    /* Restored as written; a row without enqueued_at restores as 0. */
+    sql("UPDATE items SET enqueued_at = NULL WHERE key = 'k00'");
+    s = open_ok();
+    pq_attach(&p, s, "jobs");
+    struct meta_restored c = {0};
+    cr_assert_eq(wq_store_restore(p.sq, on_meta_item, NULL, NULL, &c), 40);
+    cr_assert_str_eq(c.key[0], "k00");
+    cr_assert_eq(c.at[0], 0);
+    cr_assert_str_eq(c.grp[0], "g0");
+    cr_assert_str_eq(c.key[4], "k04");
+    cr_assert_str_eq(c.grp[4], "NULL");
+    cr_assert_str_eq(c.key[7], "k07");
+    cr_assert_float_eq(c.at[7], UNIX0 - 993, 1e-6);
+    cr_assert_str_eq(c.grp[7], "moved");
+    wq_store_close(s);
+    wq_queue_free(p.q);
 }
