@@ -37,6 +37,7 @@ static void free_extra(struct extra *e)
     wq_free(e->last_error);
     wq_free(e->dpayload);
     wq_free(e->derror);
+    wq_free(e->result);
     memset(e, 0, sizeof *e);
 }
 
@@ -68,6 +69,7 @@ void wq_store_clear_pending(wq_store *s)
         wq_free(s->announce[i]);
     s->nannounce = 0;
     s->ninbox_del = 0;
+    wq_store_clear_jobs(s);
 }
 
 /* ---- the pending set ---- */
@@ -311,14 +313,48 @@ void wq_store_undead(wq_store_queue *sq, const char *key, size_t len)
     e->dead_op = OP_DEL;
 }
 
+void wq_store_done_put(wq_store_queue *sq, const char *key, size_t len, double finished_at,
+                       const char *result, size_t rlen)
+{
+    if (!sq)
+        return;
+    struct extra *e = extra_of(sq, key, len);
+    char *res = NULL;
+    if (e && result && !(res = wq_store_dup(result, rlen)))
+        e = NULL;
+    if (!e) {
+        sq->s->lost_updates++;
+        return;
+    }
+    wq_free(e->result);
+    e->result = res;
+    e->rlen = result ? rlen : 0;
+    e->finished_at = finished_at;
+    e->done_op = OP_SET;
+}
+
+void wq_store_done_del(wq_store_queue *sq, const char *key, size_t len)
+{
+    if (!sq)
+        return;
+    struct extra *e = extra_of(sq, key, len);
+    if (!e) {
+        sq->s->lost_updates++;
+        return;
+    }
+    wq_free(e->result);
+    e->result = NULL;
+    e->done_op = OP_DEL;
+}
+
 int wq_store_dirty(const wq_store *s)
 {
     if (!s)
         return 0;
-    if (s->nents || s->ninbox_del || s->nannounce || s->lost_updates)
+    if (s->nents || s->ninbox_del || s->nannounce || s->lost_updates || s->nsched)
         return 1;
     for (uint32_t i = 0; i < s->nqueues; i++)
-        if (s->queues[i]->resync)
+        if (s->queues[i]->resync || s->queues[i]->prune)
             return 1;
     return 0;
 }
@@ -641,6 +677,23 @@ static int write_extra(wq_store *s, wq_store_queue *sq, const char *key, size_t 
         rc = delete_key(s->st[ST_DELETE_DEAD], sq, key, len);
         ++*rows;
     }
+    if (rc != SQLITE_OK)
+        return rc;
+    if (e->done_op == OP_SET) {
+        sqlite3_stmt *st = s->st[ST_UPSERT_DONE];
+        sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, key, (int)len, SQLITE_TRANSIENT);
+        sqlite3_bind_double(st, 3, e->finished_at);
+        if (e->result)
+            sqlite3_bind_text64(st, 4, e->result, e->rlen, SQLITE_TRANSIENT, SQLITE_UTF8);
+        else
+            sqlite3_bind_null(st, 4);
+        rc = wq_store_run(st);
+        ++*rows;
+    } else if (e->done_op == OP_DEL) {
+        rc = delete_key(s->st[ST_DELETE_DONE], sq, key, len);
+        ++*rows;
+    }
     return rc;
 }
 
@@ -666,8 +719,9 @@ static void note_committed(wq_store *s)
 /* Ends the flush's use of bound memory: no statement keeps a pointer past it. */
 static void unbind(wq_store *s)
 {
-    static const int bound[] = {ST_UPSERT_ITEM,  ST_INSERT_ITEMS, ST_DELETE_ITEM,
-                                ST_DELETE_ITEMS, ST_DELETE_FAIL,  ST_DELETE_DEAD};
+    static const int bound[] = {ST_UPSERT_ITEM,  ST_INSERT_ITEMS, ST_DELETE_ITEM, ST_DELETE_ITEMS,
+                                ST_DELETE_FAIL,  ST_DELETE_DEAD,  ST_DELETE_DONE, ST_PRUNE_DONE,
+                                ST_UPSERT_SCHED, ST_DELETE_SCHED};
     for (size_t i = 0; i < sizeof bound / sizeof *bound; i++)
         sqlite3_clear_bindings(s->st[bound[i]]);
     for (uint32_t i = 0; i < s->nqueues; i++)
@@ -706,6 +760,8 @@ static int write_all(struct flush *f)
         rc = wq_store_run(s->st[ST_DELETE_INBOX]);
         f->rows++;
     }
+    if (rc == SQLITE_OK)
+        rc = wq_store_write_jobs(s, f->now, &f->rows);
     return rc;
 }
 
@@ -761,8 +817,8 @@ int wq_store_flush(wq_store *s)
         uint64_t n = s->lost_updates;
         s->lost_updates = 0;
         return wq_store_fail(s, WQ_ENOMEM,
-                             "out of memory: %llu failure-count or dead-letter changes were not "
-                             "written to %s",
+                             "out of memory: %llu failure-count, dead-letter, done or schedule "
+                             "changes were not written to %s",
                              (unsigned long long)n, s->path);
     }
     return 0;

@@ -271,6 +271,12 @@ static const char *const stmt_sql[ST_INSERT_ITEMS] = {
     "DELETE FROM inbox WHERE id = ?1",
     "INSERT OR REPLACE INTO queues(name, seen_at) VALUES (?1, ?2)",
     "DELETE FROM items WHERE queue = ?1",
+    "INSERT OR REPLACE INTO done(queue, key, finished_at, result) VALUES (?1, ?2, ?3, ?4)",
+    "DELETE FROM done WHERE queue = ?1 AND key = ?2",
+    "DELETE FROM done WHERE queue = ?1 AND finished_at < ?2",
+    "INSERT OR REPLACE INTO schedules(queue, name, spec, key, payload, next_at, last_at, tz,"
+    " catch_up, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    "DELETE FROM schedules WHERE queue = ?1 AND name = ?2",
 };
 
 static int prepare_all(wq_store *s)
@@ -535,6 +541,7 @@ void wq_store_close(wq_store *s)
     wq_free(s->arena);
     wq_free(s->index);
     wq_free(s->announce);
+    wq_free(s->sched);
     wq_free(s->inbox_del);
     wq_free(s->bloom_mem);
     wq_free(s->path);

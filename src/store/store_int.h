@@ -1,8 +1,9 @@
 /*
- * Internals shared by the store's modules (store.c: open, pending set and
- * group commit; restore.c: start-up restore and the inbox; schema.c: the
- * file format; cli.c: `wqrun add` and `wqrun status`). Nothing outside
- * src/store includes this.
+ * Internals shared by the store's modules (store.c: open, queues and the
+ * Bloom filter; commit.c: the pending set and group commit; restore.c:
+ * start-up restore and the inbox; jobs.c: completed-job memory and
+ * schedules; schema.c: the file format and migrations; cli.c: `wqrun add`
+ * and `wqrun status`). Nothing outside src/store includes this.
  */
 #ifndef WQ_STORE_INT_H
 #define WQ_STORE_INT_H
@@ -46,6 +47,11 @@ enum {
     ST_DELETE_INBOX,
     ST_QUEUE_SEEN,
     ST_DELETE_QUEUE_ITEMS,
+    ST_UPSERT_DONE,
+    ST_DELETE_DONE,
+    ST_PRUNE_DONE,
+    ST_UPSERT_SCHED,
+    ST_DELETE_SCHED,
     ST_INSERT_ITEMS,     /* WQ_STORE_INSERT_BATCH new rows */
     ST_DELETE_ITEMS,     /* up to WQ_STORE_DELETE_BATCH keys of one queue */
     ST_PREPARED_AT_OPEN, /* the ones below are prepared on first use */
@@ -81,9 +87,10 @@ struct pend {
     uint8_t seq_mode;  /* SEQ_* */
 };
 
-/* Failure-count and dead-letter changes of a pending entry (rare, so kept apart). */
+/* Failure-count, dead-letter and done changes of a pending entry (rarer than touches, so kept
+ * apart). */
 struct extra {
-    uint8_t fail_op, dead_op; /* OP_* */
+    uint8_t fail_op, dead_op, done_op; /* OP_* */
     int64_t requeues;
     char *last_error;
     char *dpayload; /* NULL: no payload */
@@ -91,6 +98,20 @@ struct extra {
     char *derror;
     int64_t attempts;
     double failed_at;
+    double finished_at; /* the done row */
+    char *result;       /* NULL: none */
+    size_t rlen;
+};
+
+/* A pending write or delete of a schedule row (few: a list searched by name). */
+struct sched_op {
+    uint32_t qidx;
+    uint8_t op;                        /* OP_SET or OP_DEL */
+    char *name, *spec, *key, *payload; /* copies; payload NULL: none */
+    size_t keylen, paylen;
+    wq_sched_tz tz;
+    wq_sched_catch_up catch_up;
+    double next_at, last_at;
 };
 
 struct wq_store_queue {
@@ -138,6 +159,9 @@ struct wq_store {
     size_t arena_len, arena_cap;
     uint64_t *index; /* open addressing over ents: hash << 32 | (1 + entry index), 0 empty */
     size_t index_mask;
+
+    struct sched_op *sched; /* schedule changes of the window */
+    size_t nsched, capsched;
 
     char **announce; /* queue names to record in the queues table */
     size_t nannounce, capannounce;
@@ -254,5 +278,13 @@ void wq_store_forget_gone(wq_store_queue *sq);
 void wq_store_touch_requeued(wq_store_queue *sq, const char *key, size_t len);
 /* Whether the process already has path open as a store (same file). */
 int wq_store_open_here(const char *path);
+
+/* ---- jobs.c ---- */
+
+/* Writes the window's schedule changes and done prunes (inside the flush's transaction). SQLite
+ * result code; adds the rows written to *rows. */
+int wq_store_write_jobs(wq_store *s, double now, uint64_t *rows);
+/* Forgets the window's schedule changes and done prunes (after a successful flush, or at close). */
+void wq_store_clear_jobs(wq_store *s);
 
 #endif

@@ -2115,3 +2115,247 @@ Test(store, the_runners_enqueued_at_and_group_are_written_and_restored)
     wq_store_close(s);
     wq_queue_free(p.q);
 }
+
+/* ---- completed-job memory ---- */
+
+struct done_rows {
+    int n;
+    char row[16][128];
+};
+
+static void on_done(void *ud, const char *key, size_t len, double finished_at, const char *result,
+                    size_t rlen)
+{
+    struct done_rows *c = ud;
+    snprintf(c->row[c->n++], sizeof c->row[0], "%.*s %.0f %.*s", (int)len, key, finished_at - UNIX0,
+             (int)rlen, result ? result : "NULL");
+}
+
+Test(store, done_rows_are_put_replaced_deleted_and_restored_through_a_flush_and_a_reopen)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    wq_store_done_put(p.sq, "a", 1, UNIX0 + 30, "{\"ok\":true}", 11);
+    wq_store_done_put(p.sq, "b", 1, UNIX0 + 10, NULL, 0);
+    wq_store_done_put(p.sq, "c", 1, UNIX0 + 20, "\"first\"", 7);
+    cr_assert(wq_store_dirty(s));
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_eq(qint("SELECT count(*) FROM done"), 3);
+    cr_assert_str_eq(qtext("SELECT result FROM done WHERE key = 'a'"), "{\"ok\":true}");
+    cr_assert_str_eq(qtext("SELECT result FROM done WHERE key = 'b'"), "NULL");
+    cr_assert_str_eq(qtext("SELECT queue FROM done WHERE key = 'b'"), "jobs");
+    /* Replaced, deleted, put and deleted within one window. */
+    wq_store_done_put(p.sq, "c", 1, UNIX0 + 40, "\"second\"", 8);
+    wq_store_done_del(p.sq, "b", 1);
+    wq_store_done_put(p.sq, "d", 1, UNIX0 + 50, NULL, 0);
+    wq_store_done_del(p.sq, "d", 1);
+    wq_store_done_del(p.sq, "never", 5);
+    cr_assert_eq(wq_store_flush(s), 0);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+
+    s = open_ok();
+    pq_attach(&p, s, "jobs");
+    struct done_rows c = {0};
+    cr_assert_eq(wq_store_restore_done(p.sq, on_done, &c), 2);
+    cr_assert_str_eq(c.row[0], "a 30 {\"ok\":true}");
+    cr_assert_str_eq(c.row[1], "c 40 \"second\"");
+    /* Another queue's rows are its own. */
+    struct pq o;
+    pq_attach(&o, s, "other");
+    struct done_rows none = {0};
+    cr_assert_eq(wq_store_restore_done(o.sq, on_done, &none), 0);
+    cr_assert_eq(wq_store_restore_done(o.sq, NULL, NULL), WQ_EINVAL);
+    /* A key done while pending in the engine: the done row and the items row are independent. */
+    add(&p, "a", NULL, 0);
+    cr_assert_str_eq(get(&p), "a");
+    done(&p, "a");
+    wq_store_done_put(p.sq, "a", 1, UNIX0 + 60, "\"again\"", 7);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_str_eq(qtext("SELECT result FROM done WHERE key = 'a'"), "\"again\"");
+    cr_assert_eq(qint("SELECT count(*) FROM items"), 0);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    wq_queue_free(o.q);
+}
+
+Test(store, done_prune_deletes_the_queues_rows_older_than_the_bound_with_the_next_flush)
+{
+    wq_store *s = open_ok();
+    struct pq p, o;
+    pq_attach(&p, s, "jobs");
+    pq_attach(&o, s, "other");
+    for (int i = 0; i < 10; i++) {
+        char key[8];
+        snprintf(key, sizeof key, "k%d", i);
+        wq_store_done_put(p.sq, key, strlen(key), UNIX0 + i, NULL, 0);
+        wq_store_done_put(o.sq, key, strlen(key), UNIX0 + i, NULL, 0);
+    }
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert(!wq_store_dirty(s));
+    cr_assert_eq(wq_store_done_prune(p.sq, UNIX0 + 3), 0);
+    cr_assert(wq_store_dirty(s), "a prune waits for the next flush");
+    cr_assert_eq(qint("SELECT count(*) FROM done"), 20);
+    cr_assert_eq(wq_store_done_prune(p.sq, UNIX0 + 5), 0); /* the later bound wins */
+    cr_assert_eq(wq_store_done_prune(p.sq, UNIX0 + 1), 0);
+    wq_store_done_put(p.sq, "late", 4, UNIX0 + 2, NULL, 0); /* expired already */
+    wq_store_done_put(p.sq, "new", 3, UNIX0 + 100, NULL, 0);
+    wq_store_stats st0, st1;
+    wq_store_get_stats(s, &st0);
+    cr_assert_eq(wq_store_flush(s), 0);
+    wq_store_get_stats(s, &st1);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'jobs'"), 6);
+    cr_assert_eq(qint("SELECT min(finished_at) FROM done WHERE queue = 'jobs'") - (int64_t)UNIX0,
+                 5);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE key = 'late'"), 0);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'other'"), 10);
+    cr_assert_eq(st1.rows_written - st0.rows_written, 2 + 6, "two puts, six rows pruned");
+    /* Done: the next flush prunes nothing more. */
+    cr_assert(!wq_store_dirty(s));
+    cr_assert_eq(wq_store_done_prune(p.sq, NAN), WQ_EINVAL);
+    cr_assert_eq(wq_store_done_prune(NULL, 0), WQ_EINVAL);
+    cr_assert(!wq_store_dirty(s));
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    wq_queue_free(o.q);
+}
+
+/* ---- schedules ---- */
+
+struct sched_rows {
+    int n;
+    char row[16][256];
+};
+
+static void on_sched(void *ud, const wq_schedule_row *r)
+{
+    struct sched_rows *c = ud;
+    snprintf(c->row[c->n++], sizeof c->row[0], "%s|%s|%.*s|%.*s|%s|%s|%.0f|%.0f", r->name, r->spec,
+             (int)r->keylen, r->key, r->payload ? (int)r->paylen : 4,
+             r->payload ? r->payload : "NULL", r->tz == WQ_SCHED_LOCAL ? "local" : "utc",
+             r->catch_up == WQ_SCHED_CATCH_UP_SKIP ? "skip" : "once",
+             r->next_at ? r->next_at - UNIX0 : -1, r->last_at ? r->last_at - UNIX0 : -1);
+}
+
+static wq_schedule_row sched(const char *name, const char *spec, const char *key,
+                             const char *payload, double next, double last)
+{
+    wq_schedule_row r;
+    memset(&r, 0, sizeof r);
+    r.name = name;
+    r.spec = spec;
+    r.key = key;
+    r.keylen = key ? strlen(key) : 0;
+    r.payload = payload;
+    r.paylen = payload ? strlen(payload) : 0;
+    r.next_at = next;
+    r.last_at = last;
+    return r;
+}
+
+Test(store, schedules_are_put_replaced_deleted_and_restored_through_a_flush_and_a_reopen)
+{
+    wq_store *s = open_ok();
+    struct pq p, o;
+    pq_attach(&p, s, "jobs");
+    pq_attach(&o, s, "other");
+    wq_schedule_row r = sched("nightly", "0 3 * * *", "report", "{\"full\":true}", UNIX0 + 100, 0);
+    r.tz = WQ_SCHED_LOCAL;
+    wq_store_schedule_put(p.sq, &r);
+    r = sched("tick", "@every 5m", NULL, NULL, UNIX0 + 300, UNIX0);
+    r.catch_up = WQ_SCHED_CATCH_UP_SKIP;
+    wq_store_schedule_put(p.sq, &r);
+    r = sched("tick", "@hourly", NULL, NULL, UNIX0 + 3600, 0);
+    wq_store_schedule_put(o.sq, &r);
+    r = sched("gone", "@daily", NULL, NULL, UNIX0 + 1, 0);
+    wq_store_schedule_put(p.sq, &r);
+    cr_assert(wq_store_dirty(s));
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert(!wq_store_dirty(s));
+    cr_assert_eq(qint("SELECT count(*) FROM schedules"), 4);
+    cr_assert_str_eq(qtext("SELECT tz || ' ' || catch_up FROM schedules WHERE name = 'nightly'"),
+                     "local once");
+    cr_assert_str_eq(qtext("SELECT key FROM schedules WHERE queue = 'jobs' AND name = 'tick'"),
+                     "tick");
+    cr_assert_str_eq(qtext("SELECT last_at FROM schedules WHERE name = 'nightly'"), "NULL");
+    cr_assert_gt(qdouble("SELECT updated_at FROM schedules WHERE name = 'nightly'"), UNIX0);
+
+    /* Defining the same name again replaces it; a put then a delete in one window writes the
+     * delete. */
+    r = sched("nightly", "30 2 * * *", "report", "{\"full\":false}", UNIX0 + 200, UNIX0 + 100);
+    r.tz = WQ_SCHED_LOCAL;
+    wq_store_schedule_put(p.sq, &r);
+    r = sched("gone", "@weekly", NULL, NULL, UNIX0 + 2, 0);
+    wq_store_schedule_put(p.sq, &r);
+    wq_store_schedule_del(p.sq, "gone");
+    wq_store_schedule_del(p.sq, "never-there");
+    r = sched("brief", "@daily", "b", NULL, UNIX0 + 50, 0);
+    wq_store_schedule_put(p.sq, &r);
+    wq_store_schedule_del(p.sq, "brief");
+    cr_assert_eq(wq_store_flush(s), 0);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    wq_queue_free(o.q);
+
+    s = open_ok();
+    pq_attach(&p, s, "jobs");
+    pq_attach(&o, s, "other");
+    struct sched_rows c = {0}, d = {0};
+    cr_assert_eq(wq_store_restore_schedules(p.sq, on_sched, &c), 2);
+    cr_assert_str_eq(c.row[0], "nightly|30 2 * * *|report|{\"full\":false}|local|once|200|100");
+    cr_assert_str_eq(c.row[1], "tick|@every 5m|tick|NULL|utc|skip|300|0");
+    cr_assert_eq(wq_store_restore_schedules(o.sq, on_sched, &d), 1);
+    cr_assert_str_eq(d.row[0], "tick|@hourly|tick|NULL|utc|once|3600|-1");
+    /* Text the store did not write reads as the defaults. */
+    sql("UPDATE schedules SET tz = 'mars', catch_up = 'maybe', next_at = NULL"
+        " WHERE queue = 'other'");
+    memset(&d, 0, sizeof d);
+    cr_assert_eq(wq_store_restore_schedules(o.sq, on_sched, &d), 1);
+    cr_assert_str_eq(d.row[0], "tick|@hourly|tick|NULL|utc|once|-1|-1");
+    cr_assert_eq(wq_store_restore_schedules(o.sq, NULL, NULL), WQ_EINVAL);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    wq_queue_free(o.q);
+}
+
+Test(store, done_and_schedule_changes_wait_out_a_locked_file)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    sqlite3_busy_timeout(s->db, 10);
+    wq_store_done_put(p.sq, "old", 3, UNIX0, NULL, 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+    sqlite3 *other = peek();
+    cr_assert_eq(sqlite3_exec(other, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    wq_store_done_put(p.sq, "k", 1, UNIX0 + 5, "1", 1);
+    wq_schedule_row r = sched("s", "@daily", NULL, NULL, UNIX0 + 86400, 0);
+    wq_store_schedule_put(p.sq, &r);
+    wq_store_done_prune(p.sq, UNIX0 + 1);
+    cr_assert_eq(wq_store_flush(s), WQ_EBUSY);
+    cr_assert(wq_store_dirty(s));
+    cr_assert_eq(sqlite3_exec(other, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(other);
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    cr_assert_str_eq(qtext("SELECT group_concat(key) FROM done"), "k");
+    cr_assert_eq(qint("SELECT count(*) FROM schedules"), 1);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+Test(store, restoring_done_rows_and_schedules_of_a_broken_store_fails)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    unlink(path);
+    cr_assert_eq(wq_store_check_path(s), WQ_EIO);
+    struct done_rows c = {0};
+    struct sched_rows d = {0};
+    cr_assert_eq(wq_store_restore_done(p.sq, on_done, &c), WQ_EIO);
+    cr_assert_eq(wq_store_restore_schedules(p.sq, on_sched, &d), WQ_EIO);
+    cr_assert(strstr(wq_store_errmsg(s), "deleted or replaced"), "%s", wq_store_errmsg(s));
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
