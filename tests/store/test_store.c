@@ -1921,6 +1921,8 @@ Test(store, cli_add_and_status_leave_a_version_1_file_at_version_1)
     char out[4096];
     cr_assert_eq(cli(wq_store_cli_status_io, out, sizeof out, 2, "--db", path), 0, "%s", out);
     cr_assert(strstr(out, "(version 1, migrated when a runner opens it"), "%s", out);
+    cr_assert(strstr(out, "DONE"), "%s", out);
+    cr_assert(!strstr(out, "schedules:"), "%s", out);
     cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 5, "--db", path, "mail", "k9", "{}"), 0,
                  "%s", out);
     cr_assert_eq(qint("PRAGMA user_version"), 1);
@@ -2358,4 +2360,53 @@ Test(store, restoring_done_rows_and_schedules_of_a_broken_store_fails)
     cr_assert(strstr(wq_store_errmsg(s), "deleted or replaced"), "%s", wq_store_errmsg(s));
     wq_store_close(s);
     wq_queue_free(p.q);
+}
+
+Test(store, cli_status_lists_schedules_in_utc_and_local_time_and_done_counts)
+{
+    setenv("TZ", "XST-3", 1); /* local time is UTC + 3 h, named XST */
+    tzset();
+    wq_store *s = open_ok();
+    struct pq p, o;
+    pq_attach(&p, s, "jobs");
+    pq_attach(&o, s, "mail");
+    /* 1700000000 is 2023-11-14 22:13:20 UTC. */
+    wq_schedule_row r = sched("nightly", "0 3 * * *", NULL, NULL, 1700000000, 1699913600);
+    r.tz = WQ_SCHED_LOCAL;
+    wq_store_schedule_put(p.sq, &r);
+    r = sched("digest", "@every 90s", NULL, NULL, 1700000090, 0);
+    wq_store_schedule_put(o.sq, &r);
+    for (int i = 0; i < 3; i++) {
+        char key[8];
+        snprintf(key, sizeof key, "d%d", i);
+        wq_store_done_put(p.sq, key, 2, UNIX0 + i, NULL, 0);
+    }
+    cr_assert_eq(wq_store_flush(s), 0);
+    char out[4096];
+    cr_assert_eq(cli(wq_store_cli_status_io, out, sizeof out, 2, "--db", path), 0, "%s", out);
+    cr_assert(strstr(out, "(version 2, "), "%s", out);
+    int queued, processing, waiting, dead, failing, inbox, ndone;
+    const char *line = strstr(out, "\njobs ");
+    cr_assert_not_null(line, "%s", out);
+    cr_assert_eq(sscanf(line, "\njobs %d %d %d %d %d %d %d", &queued, &processing, &waiting, &dead,
+                        &failing, &inbox, &ndone),
+                 7, "%s", out);
+    cr_assert_eq(ndone, 3, "%s", out);
+    cr_assert(strstr(out, "\nschedules:\n"), "%s", out);
+    cr_assert(strstr(out, "NEXT RUN (UTC)") && strstr(out, "NEXT RUN (LOCAL)"), "%s", out);
+    line = strstr(out, "\njobs   nightly");
+    cr_assert_not_null(line, "%s", out);
+    cr_assert(strstr(line, "0 3 * * *") && strstr(line, "local") &&
+                  strstr(line, "2023-11-14 22:13:20") && strstr(line, "2023-11-15 01:13:20 XST") &&
+                  strstr(line, "2023-11-13 22:13:20"),
+              "%s", out);
+    line = strstr(out, "\nmail   digest");
+    cr_assert_not_null(line, "%s", out);
+    cr_assert(strstr(line, "@every 90s") && strstr(line, "2023-11-14 22:14:50") &&
+                  strstr(line, "2023-11-15 01:14:50 XST") && strstr(line, "never"),
+              "%s", out);
+    cr_assert(strstr(out, "schedules:\nQUEUE  NAME"), "queues come first: %s", out);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    wq_queue_free(o.q);
 }
