@@ -2,7 +2,10 @@
  * `wqrun add` and `wqrun status`: the state file's command-line side. Both
  * work while a runner owns the file (they never take its lock): add only
  * inserts an inbox row, status only reads. Both refuse a file that is not
- * a wqrun state file, exactly as the runner does.
+ * a wqrun state file, exactly as the runner does, and neither migrates an
+ * older one: the runner does, under its lock, so a runner of the older
+ * version still working on the file is never given a newer one. The inbox
+ * is the same in every version; status reads what the file's version has.
  */
 #include "store/cli.h"
 
@@ -16,6 +19,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char add_usage[] =
@@ -113,7 +117,7 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
     char msg[1024];
     sqlite3 *conn = NULL;
     if (wq_schema_check(db, msg, sizeof msg) < 0 ||
-        wq_schema_open_rw(db, &conn, msg, sizeof msg) < 0) {
+        wq_schema_open_rw(db, 0, &conn, msg, sizeof msg) < 0) {
         fprintf(err, "wqrun: add: %s\n", msg);
         return 1;
     }
@@ -184,33 +188,39 @@ enum {
     C_DEAD,
     C_FAILING,
     C_INBOX,
+    C_DONE,
     C_OLDEST,
     C_NEXT,
     NCOLS
 };
 
-static const char *const col_names[NCOLS] = {"QUEUE",   "QUEUED", "PROCESSING", "WAITING",   "DEAD",
-                                             "FAILING", "INBOX",  "OLDEST",     "NEXT READY"};
+static const char *const col_names[NCOLS] = {"QUEUE",  "QUEUED",    "PROCESSING", "WAITING",
+                                             "DEAD",   "FAILING",   "INBOX",      "DONE",
+                                             "OLDEST", "NEXT READY"};
 
 struct row {
     char cell[NCOLS][80];
 };
 
+/* %s: the version-2 tables among the names, and the done counts (none in a version-1 file). */
 static const char status_sql[] =
     "WITH names(queue) AS (SELECT name FROM queues UNION SELECT queue FROM items"
     "  UNION SELECT queue FROM dead UNION SELECT queue FROM failures"
-    "  UNION SELECT queue FROM inbox),"
+    "  UNION SELECT queue FROM inbox%s),"
     " it AS (SELECT queue, sum(state = 'queued') AS q, sum(state = 'processing') AS p,"
     "  sum(state = 'waiting') AS w, min(iif(state <> 'waiting', added_at, NULL)) AS oldest,"
     "  min(ready_at) AS next FROM items GROUP BY queue),"
     " de AS (SELECT queue, count(*) AS n FROM dead GROUP BY queue),"
     " fa AS (SELECT queue, count(*) AS n FROM failures GROUP BY queue),"
-    " ib AS (SELECT queue, count(*) AS n FROM inbox GROUP BY queue)"
+    " ib AS (SELECT queue, count(*) AS n FROM inbox GROUP BY queue),"
+    " dn AS (%s)"
     " SELECT names.queue, coalesce(it.q, 0), coalesce(it.p, 0), coalesce(it.w, 0),"
     "  coalesce(de.n, 0), coalesce(fa.n, 0), coalesce(ib.n, 0), it.oldest, it.next,"
-    "  EXISTS (SELECT 1 FROM queues WHERE name = names.queue), " WQ_SQL_NOW
+    "  EXISTS (SELECT 1 FROM queues WHERE name = names.queue), " WQ_SQL_NOW ","
+    "  coalesce(dn.n, 0)"
     " FROM names LEFT JOIN it USING (queue) LEFT JOIN de USING (queue)"
-    "  LEFT JOIN fa USING (queue) LEFT JOIN ib USING (queue) ORDER BY names.queue";
+    "  LEFT JOIN fa USING (queue) LEFT JOIN ib USING (queue) LEFT JOIN dn USING (queue)"
+    " ORDER BY names.queue";
 
 /* Whether a runner holds the file's lock right now (a probe that lets go at once). */
 static int runner_active(const char *path)
@@ -225,10 +235,102 @@ static int runner_active(const char *path)
     return busy;
 }
 
-static int print_status(sqlite3 *db, const char *path, int active, FILE *out, FILE *err)
+/* A Unix time as "YYYY-MM-DD HH:MM:SS" in UTC, or in local time with the zone's abbreviation. */
+static void format_time(double t, int local, char *buf, size_t len)
+{
+    time_t tt = (time_t)floor(t);
+    struct tm tm;
+    if (!(t > 0 && t < 1e11) || !(local ? localtime_r(&tt, &tm) : gmtime_r(&tt, &tm)) ||
+        strftime(buf, len, local ? "%Y-%m-%d %H:%M:%S %Z" : "%Y-%m-%d %H:%M:%S", &tm) == 0)
+        snprintf(buf, len, "-");
+}
+
+enum { S_QUEUE, S_NAME, S_SPEC, S_TZ, S_NEXT_UTC, S_NEXT_LOCAL, S_LAST, NSCOLS };
+
+static const char *const sched_names[NSCOLS] = {
+    "QUEUE", "NAME", "SPEC", "TZ", "NEXT RUN (UTC)", "NEXT RUN (LOCAL)", "LAST RUN (UTC)"};
+
+/* The schedules of a version-2 file, one line each; nothing when there are none. 0 or 1. */
+static int print_schedules(sqlite3 *db, const char *path, FILE *out, FILE *err)
 {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, status_sql, -1, &st, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(db,
+                           "SELECT queue, name, spec, tz, next_at, last_at FROM schedules"
+                           " ORDER BY queue, name",
+                           -1, &st, NULL) != SQLITE_OK) {
+        fprintf(err, "wqrun: status: cannot read %s: %s\n", path, sqlite3_errmsg(db));
+        return 1;
+    }
+    struct srow {
+        char cell[NSCOLS][128];
+    } *rows = NULL;
+    size_t nrows = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (nrows == cap) {
+            size_t n = cap ? cap * 2 : 8;
+            struct srow *p = realloc(rows, n * sizeof *p);
+            if (!p)
+                break;
+            rows = p;
+            cap = n;
+        }
+        struct srow *r = &rows[nrows++];
+        for (int c = 0; c < 4; c++) {
+            const unsigned char *t = sqlite3_column_text(st, c);
+            snprintf(r->cell[c], sizeof r->cell[c], "%s", t ? (const char *)t : "-");
+        }
+        if (sqlite3_column_type(st, 4) == SQLITE_NULL) {
+            snprintf(r->cell[S_NEXT_UTC], sizeof r->cell[0], "-");
+            snprintf(r->cell[S_NEXT_LOCAL], sizeof r->cell[0], "-");
+        } else {
+            double next = sqlite3_column_double(st, 4);
+            format_time(next, 0, r->cell[S_NEXT_UTC], sizeof r->cell[0]);
+            format_time(next, 1, r->cell[S_NEXT_LOCAL], sizeof r->cell[0]);
+        }
+        if (sqlite3_column_type(st, 5) == SQLITE_NULL)
+            snprintf(r->cell[S_LAST], sizeof r->cell[0], "never");
+        else
+            format_time(sqlite3_column_double(st, 5), 0, r->cell[S_LAST], sizeof r->cell[0]);
+    }
+    int failed = rc != SQLITE_DONE && rc != SQLITE_ROW;
+    if (failed)
+        fprintf(err, "wqrun: status: cannot read %s: %s\n", path, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    if (!failed && nrows) {
+        size_t width[NSCOLS];
+        for (int c = 0; c < NSCOLS; c++) {
+            width[c] = strlen(sched_names[c]);
+            for (size_t i = 0; i < nrows; i++)
+                if (strlen(rows[i].cell[c]) > width[c])
+                    width[c] = strlen(rows[i].cell[c]);
+        }
+        fprintf(out, "\nschedules:\n");
+        for (size_t i = 0; i <= nrows; i++) {
+            for (int c = 0; c < NSCOLS; c++) {
+                const char *v = i == 0 ? sched_names[c] : rows[i - 1].cell[c];
+                if (c + 1 < NSCOLS)
+                    fprintf(out, "%-*s  ", (int)width[c], v);
+                else
+                    fprintf(out, "%s\n", v);
+            }
+        }
+    }
+    free(rows);
+    return failed;
+}
+
+static int print_status(sqlite3 *db, const char *path, int active, FILE *out, FILE *err)
+{
+    int version = wq_schema_version(db);
+    int v2 = version >= 2;
+    char sql[sizeof status_sql + 256];
+    snprintf(sql, sizeof sql, status_sql,
+             v2 ? " UNION SELECT queue FROM done UNION SELECT queue FROM schedules" : "",
+             v2 ? "SELECT queue, count(*) AS n FROM done GROUP BY queue"
+                : "SELECT NULL AS queue, 0 AS n WHERE 0");
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
         fprintf(err, "wqrun: status: cannot read %s: %s\n", path, sqlite3_errmsg(db));
         return 1;
     }
@@ -255,6 +357,7 @@ static int print_status(sqlite3 *db, const char *path, int active, FILE *out, FI
             snprintf(r->cell[C_QUEUED + c], sizeof r->cell[0], "%lld%s", (long long)v,
                      c == 5 && v && !known ? "*" : "");
         }
+        snprintf(r->cell[C_DONE], sizeof r->cell[0], "%lld", sqlite3_column_int64(st, 11));
         inbox_total += sqlite3_column_int64(st, 6);
         if (!known)
             inbox_unknown += sqlite3_column_int64(st, 6);
@@ -286,8 +389,9 @@ static int print_status(sqlite3 *db, const char *path, int active, FILE *out, FI
     char wal[4200];
     snprintf(wal, sizeof wal, "%s-wal", path);
     double wal_bytes = stat(wal, &sb) == 0 ? (double)sb.st_size : 0;
-    fprintf(out, "state file  %s (version %d, %.1f MB + %.1f MB WAL)\n", path, WQ_STORE_VERSION,
-            bytes / 1e6, wal_bytes / 1e6);
+    fprintf(out, "state file  %s (version %d%s, %.1f MB + %.1f MB WAL)\n", path, version,
+            version < WQ_STORE_VERSION ? ", migrated when a runner opens it" : "", bytes / 1e6,
+            wal_bytes / 1e6);
     if (active)
         fprintf(out, "runner      running: %s\n", owner[0] ? owner : "pid unknown");
     else
@@ -328,6 +432,8 @@ static int print_status(sqlite3 *db, const char *path, int active, FILE *out, FI
                 (long long)totals[3], (long long)inbox_total, (long long)inbox_unknown);
         if (inbox_unknown)
             fprintf(out, "* inbox rows for a queue no runner has defined yet: they wait there\n");
+        if (v2 && print_schedules(db, path, out, err))
+            failed = 1;
     }
     free(rows);
     return failed ? 1 : 0;

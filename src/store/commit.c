@@ -8,7 +8,10 @@
  *
  * FIFO order is kept in items.seq: a key gets a new sequence number when it
  * enters the ready store (WQ_EV_QUEUED) or moves to the back of a raised
- * priority level, and keeps its old one otherwise.
+ * priority level, and keeps its old one otherwise. items.enqueued_at is
+ * kept the same way: an update leaves it unless the runner gives it (see
+ * wq_store_set_meta) or the key's record was dropped in the window, which
+ * makes the record there now a new pending item.
  *
  * A flush of many keys is mostly cache misses and SQLite statement
  * overhead, so it avoids both where it can: a key whose last event was
@@ -22,6 +25,7 @@
  */
 #include "store/store_int.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -33,6 +37,7 @@ static void free_extra(struct extra *e)
     wq_free(e->last_error);
     wq_free(e->dpayload);
     wq_free(e->derror);
+    wq_free(e->result);
     memset(e, 0, sizeof *e);
 }
 
@@ -64,6 +69,7 @@ void wq_store_clear_pending(wq_store *s)
         wq_free(s->announce[i]);
     s->nannounce = 0;
     s->ninbox_del = 0;
+    wq_store_clear_jobs(s);
 }
 
 /* ---- the pending set ---- */
@@ -186,7 +192,8 @@ void wq_store_touch(wq_store_queue *sq, wq_event ev, const char *key, size_t len
         sq->resync = 1; /* rewrite the whole queue from the engine at the next flush */
         return;
     }
-    p->flags = (uint8_t)((p->flags & ~PE_GONE) | PE_ITEM | (ev == WQ_EV_GONE ? PE_GONE : 0));
+    p->flags =
+        (uint8_t)((p->flags & ~PE_GONE) | PE_ITEM | (ev == WQ_EV_GONE ? PE_GONE | PE_RENEW : 0));
     wq_item_info info;
     switch (ev) {
     case WQ_EV_QUEUED:
@@ -306,34 +313,72 @@ void wq_store_undead(wq_store_queue *sq, const char *key, size_t len)
     e->dead_op = OP_DEL;
 }
 
+void wq_store_done_put(wq_store_queue *sq, const char *key, size_t len, double finished_at,
+                       const char *result, size_t rlen)
+{
+    if (!sq)
+        return;
+    struct extra *e = extra_of(sq, key, len);
+    char *res = NULL;
+    if (e && result && !(res = wq_store_dup(result, rlen)))
+        e = NULL;
+    if (!e) {
+        sq->s->lost_updates++;
+        return;
+    }
+    wq_free(e->result);
+    e->result = res;
+    e->rlen = result ? rlen : 0;
+    e->finished_at = finished_at;
+    e->done_op = OP_SET;
+}
+
+void wq_store_done_del(wq_store_queue *sq, const char *key, size_t len)
+{
+    if (!sq)
+        return;
+    struct extra *e = extra_of(sq, key, len);
+    if (!e) {
+        sq->s->lost_updates++;
+        return;
+    }
+    wq_free(e->result);
+    e->result = NULL;
+    e->done_op = OP_DEL;
+}
+
 int wq_store_dirty(const wq_store *s)
 {
     if (!s)
         return 0;
-    if (s->nents || s->ninbox_del || s->nannounce || s->lost_updates)
+    if (s->nents || s->ninbox_del || s->nannounce || s->lost_updates || s->nsched)
         return 1;
     for (uint32_t i = 0; i < s->nqueues; i++)
-        if (s->queues[i]->resync)
+        if (s->queues[i]->resync || s->queues[i]->prune)
             return 1;
     return 0;
 }
 
 /* ---- flush ---- */
 
+/* Columns of an items row as bound by bind_row. */
+#define ROW_COLS 11
+
 int wq_store_prepare_batches(wq_store *s)
 {
-    /* A row is "(?n, ... ?n+8)" with numbers of at most 4 digits: under 72 bytes. */
-    _Static_assert(9 * WQ_STORE_INSERT_BATCH < 10000 && WQ_STORE_DELETE_BATCH < 500,
+    /* A row is "(?n, ... ?n+10)" with numbers of at most 4 digits: under 80 bytes. */
+    _Static_assert(ROW_COLS * WQ_STORE_INSERT_BATCH < 10000 && WQ_STORE_DELETE_BATCH < 500,
                    "the buffer below holds the statements");
-    char sql[128 + WQ_STORE_INSERT_BATCH * 72];
+    char sql[160 + WQ_STORE_INSERT_BATCH * 80];
     size_t n =
         (size_t)snprintf(sql, sizeof sql,
                          "INSERT OR FAIL INTO items(queue, key, payload, state, ready_at, priority,"
-                         " seq, added_at, updated_at) VALUES ");
+                         " seq, added_at, updated_at, enqueued_at, grp) VALUES ");
     for (int r = 0; r < WQ_STORE_INSERT_BATCH; r++) {
         n += (size_t)snprintf(sql + n, sizeof sql - n, "%s(", r ? ", " : "");
-        for (int c = 1; c <= 9; c++)
-            n += (size_t)snprintf(sql + n, sizeof sql - n, "?%d%s", 9 * r + c, c < 9 ? ", " : ")");
+        for (int c = 1; c <= ROW_COLS; c++)
+            n += (size_t)snprintf(sql + n, sizeof sql - n, "?%d%s", ROW_COLS * r + c,
+                                  c < ROW_COLS ? ", " : ")");
     }
     if (wq_store_prepare(s, &s->st[ST_INSERT_ITEMS], sql) < 0)
         return -1;
@@ -362,7 +407,7 @@ struct flush {
         wq_item_info info;
         int64_t seq;
         uint32_t hash;
-        uint8_t mode, readded;
+        uint8_t mode, readded, renew;
     } ins[WQ_STORE_INSERT_BATCH];
     int nins;
 };
@@ -379,9 +424,41 @@ static const char *state_name(unsigned st)
     return "waiting";
 }
 
-/* Binds the nine columns of an items row at parameters base + 1 .. base + 9. */
+/*
+ * An items row's enqueued_at and group: the runner's (wq_store_set_meta)
+ * where it gives them, else a stamp for a new pending item; and whether an
+ * update of an existing row writes them.
+ */
+struct rowmeta {
+    double enqueued_at;
+    const char *grp;
+    size_t grplen;
+    int set_enqueued, set_grp;
+};
+
+static void row_meta(const wq_store *s, const wq_store_queue *sq, const wq_item_info *info,
+                     int renew, double now, struct rowmeta *m)
+{
+    wq_item_meta im;
+    memset(&im, 0, sizeof im);
+    if (sq->meta_fn)
+        sq->meta_fn(sq->meta_ud, info, &im);
+    int given = im.enqueued_at > 0 && isfinite(im.enqueued_at);
+    if (given)
+        m->enqueued_at = im.enqueued_at;
+    else if (info->state & WQ_ST_DIRTY)
+        m->enqueued_at = s->tb.to_unix(s->tb.ud, info->added_at);
+    else
+        m->enqueued_at = now;
+    m->set_enqueued = given || renew;
+    m->grp = im.grp;
+    m->grplen = im.grp ? im.grplen : 0;
+    m->set_grp = sq->meta_fn != NULL || renew;
+}
+
+/* Binds the ROW_COLS columns of an items row at parameters base + 1 .. base + ROW_COLS. */
 static void bind_row(sqlite3_stmt *st, int base, const wq_store *s, const wq_store_queue *sq,
-                     const wq_item_info *info, int64_t seq, double now)
+                     const wq_item_info *info, int64_t seq, double now, const struct rowmeta *m)
 {
     sqlite3_bind_text(st, base + 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
     sqlite3_bind_text(st, base + 2, info->key, (int)info->keylen, SQLITE_STATIC);
@@ -399,17 +476,27 @@ static void bind_row(sqlite3_stmt *st, int base, const wq_store *s, const wq_sto
     sqlite3_bind_double(st, base + 8,
                         info->state & WQ_ST_DIRTY ? s->tb.to_unix(s->tb.ud, info->added_at) : now);
     sqlite3_bind_double(st, base + 9, now);
+    sqlite3_bind_double(st, base + 10, m->enqueued_at);
+    /* The group is the runner's memory, not the engine's: copied, whatever the runner does next. */
+    if (m->grp)
+        sqlite3_bind_text64(st, base + 11, m->grp, m->grplen, SQLITE_TRANSIENT, SQLITE_UTF8);
+    else
+        sqlite3_bind_null(st, base + 11);
 }
 
 /* Writes the engine's current record of key (info) as its items row. SQLite result code. */
 static int upsert_item(struct flush *f, wq_store_queue *sq, const wq_item_info *info, uint32_t h,
-                       int64_t seq, int mode, int readded)
+                       int64_t seq, int mode, int readded, int renew)
 {
     wq_store *s = f->s;
     sqlite3_stmt *st = s->st[ST_UPSERT_ITEM];
-    bind_row(st, 0, s, sq, info, seq, f->now);
-    sqlite3_bind_int(st, 10, mode);
-    sqlite3_bind_int(st, 11, readded);
+    struct rowmeta m;
+    row_meta(s, sq, info, renew, f->now, &m);
+    bind_row(st, 0, s, sq, info, seq, f->now, &m);
+    sqlite3_bind_int(st, ROW_COLS + 1, mode);
+    sqlite3_bind_int(st, ROW_COLS + 2, readded);
+    sqlite3_bind_int(st, ROW_COLS + 3, m.set_enqueued);
+    sqlite3_bind_int(st, ROW_COLS + 4, m.set_grp);
     int rc = wq_store_run(st);
     if (rc == SQLITE_OK)
         wq_store_bloom_add(s, h);
@@ -433,7 +520,9 @@ static int insert_rows(struct flush *f)
         sqlite3_stmt *st = s->st[ST_INSERT_ITEMS];
         for (int i = 0; i < f->nins; i++) {
             const struct newrow *r = &f->ins[i];
-            bind_row(st, 9 * i, s, r->sq, &r->info, r->seq, f->now);
+            struct rowmeta m;
+            row_meta(s, r->sq, &r->info, r->renew, f->now, &m);
+            bind_row(st, ROW_COLS * i, s, r->sq, &r->info, r->seq, f->now, &m);
         }
         rc = wq_store_run(st);
         if ((rc & 0xff) != SQLITE_CONSTRAINT) {
@@ -444,7 +533,7 @@ static int insert_rows(struct flush *f)
     }
     for (int i = 0; i < f->nins && rc == SQLITE_OK; i++) {
         const struct newrow *r = &f->ins[i];
-        rc = upsert_item(f, r->sq, &r->info, r->hash, r->seq, r->mode, r->readded);
+        rc = upsert_item(f, r->sq, &r->info, r->hash, r->seq, r->mode, r->readded, r->renew);
     }
     f->nins = 0;
     return rc;
@@ -500,11 +589,13 @@ static int write_item(struct flush *f, wq_store_queue *sq, const struct pend *p,
     }
     f->rows++;
     int mode = p->seq_mode, readded = (p->flags & PE_READDED) != 0;
+    int renew = (p->flags & PE_RENEW) != 0;
     if (!sq->complete || wq_store_bloom_test(s, p->hash))
-        return upsert_item(f, sq, &info, p->hash, p->seq, mode, readded);
+        return upsert_item(f, sq, &info, p->hash, p->seq, mode, readded, renew);
     /* No row in the file: a plain insert, batched. */
     wq_store_bloom_add(s, p->hash);
-    f->ins[f->nins++] = (struct newrow){sq, info, p->seq, p->hash, (uint8_t)mode, (uint8_t)readded};
+    f->ins[f->nins++] =
+        (struct newrow){sq, info, p->seq, p->hash, (uint8_t)mode, (uint8_t)readded, (uint8_t)renew};
     return f->nins == WQ_STORE_INSERT_BATCH ? insert_rows(f) : SQLITE_OK;
 }
 
@@ -519,12 +610,16 @@ static int resync_visit(void *ud, const wq_item_info *info)
     struct resync_ctx *c = ud;
     wq_store *s = c->f->s;
     c->rc = upsert_item(c->f, c->sq, info, wq_store_key_hash(c->sq, info->key, info->keylen),
-                        s->next_seq++, SEQ_FORCE, 1);
+                        s->next_seq++, SEQ_FORCE, 1, 1);
     c->f->rows++;
     return c->rc != SQLITE_OK;
 }
 
-/* Rewrites all of a queue's rows after a touch was lost (order within a priority may change). */
+/*
+ * Rewrites all of a queue's rows after a touch was lost (order within a
+ * priority may change, and enqueued_at the runner does not give is stamped
+ * anew).
+ */
 static int resync_queue(struct flush *f, wq_store_queue *sq)
 {
     wq_store *s = f->s;
@@ -582,6 +677,23 @@ static int write_extra(wq_store *s, wq_store_queue *sq, const char *key, size_t 
         rc = delete_key(s->st[ST_DELETE_DEAD], sq, key, len);
         ++*rows;
     }
+    if (rc != SQLITE_OK)
+        return rc;
+    if (e->done_op == OP_SET) {
+        sqlite3_stmt *st = s->st[ST_UPSERT_DONE];
+        sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, key, (int)len, SQLITE_TRANSIENT);
+        sqlite3_bind_double(st, 3, e->finished_at);
+        if (e->result)
+            sqlite3_bind_text64(st, 4, e->result, e->rlen, SQLITE_TRANSIENT, SQLITE_UTF8);
+        else
+            sqlite3_bind_null(st, 4);
+        rc = wq_store_run(st);
+        ++*rows;
+    } else if (e->done_op == OP_DEL) {
+        rc = delete_key(s->st[ST_DELETE_DONE], sq, key, len);
+        ++*rows;
+    }
     return rc;
 }
 
@@ -607,8 +719,9 @@ static void note_committed(wq_store *s)
 /* Ends the flush's use of bound memory: no statement keeps a pointer past it. */
 static void unbind(wq_store *s)
 {
-    static const int bound[] = {ST_UPSERT_ITEM,  ST_INSERT_ITEMS, ST_DELETE_ITEM,
-                                ST_DELETE_ITEMS, ST_DELETE_FAIL,  ST_DELETE_DEAD};
+    static const int bound[] = {ST_UPSERT_ITEM,  ST_INSERT_ITEMS, ST_DELETE_ITEM, ST_DELETE_ITEMS,
+                                ST_DELETE_FAIL,  ST_DELETE_DEAD,  ST_DELETE_DONE, ST_PRUNE_DONE,
+                                ST_UPSERT_SCHED, ST_DELETE_SCHED};
     for (size_t i = 0; i < sizeof bound / sizeof *bound; i++)
         sqlite3_clear_bindings(s->st[bound[i]]);
     for (uint32_t i = 0; i < s->nqueues; i++)
@@ -647,6 +760,8 @@ static int write_all(struct flush *f)
         rc = wq_store_run(s->st[ST_DELETE_INBOX]);
         f->rows++;
     }
+    if (rc == SQLITE_OK)
+        rc = wq_store_write_jobs(s, f->now, &f->rows);
     return rc;
 }
 
@@ -702,8 +817,8 @@ int wq_store_flush(wq_store *s)
         uint64_t n = s->lost_updates;
         s->lost_updates = 0;
         return wq_store_fail(s, WQ_ENOMEM,
-                             "out of memory: %llu failure-count or dead-letter changes were not "
-                             "written to %s",
+                             "out of memory: %llu failure-count, dead-letter, done or schedule "
+                             "changes were not written to %s",
                              (unsigned long long)n, s->path);
     }
     return 0;

@@ -18,7 +18,7 @@
  * which the engine orders by time itself.
  */
 static const char restore_items_sql[] =
-    "SELECT key, payload, priority, state, ready_at FROM items WHERE queue = ?1"
+    "SELECT key, payload, priority, state, ready_at, enqueued_at, grp FROM items WHERE queue = ?1"
     " ORDER BY state = 'waiting' AND ready_at IS NOT NULL, priority DESC, seq";
 
 /* Unix seconds kept within what every timebase converts without overflow. */
@@ -61,6 +61,14 @@ static int restore_items(wq_store_queue *sq, void (*item_fn)(void *ud, const wq_
         r.waiting = timed;
         if (timed)
             r.ready_at_mono = s->tb.to_mono(s->tb.ud, sane_time(sqlite3_column_double(st, 4)));
+        if (sqlite3_column_type(st, 5) != SQLITE_NULL) {
+            double t = sqlite3_column_double(st, 5);
+            r.enqueued_at = t > 0 && isfinite(t) ? t : 0;
+        }
+        if (sqlite3_column_type(st, 6) != SQLITE_NULL) {
+            r.grp = (const char *)sqlite3_column_text(st, 6);
+            r.grplen = r.grp ? (size_t)sqlite3_column_bytes(st, 6) : 0;
+        }
         wq_store_bloom_add(s, wq_store_key_hash(sq, r.key, r.keylen));
         item_fn(ud, &r);
         ++*n;

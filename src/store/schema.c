@@ -86,8 +86,53 @@ static const char schema_v1[] =
     "ORDER BY i.queue, i.state = 'waiting' AND i.ready_at IS NOT NULL, i.priority DESC, i.seq;\n"
     "INSERT INTO meta(name, value) VALUES ('created_at', " WQ_SQL_NOW ");\n";
 
+/*
+ * Version 1 -> 2 (SPEC section 7): the job runner's memory. Rows of a
+ * version-1 file get added_at as their enqueued_at: version 1 did not
+ * record the first add, and added_at (when the key was last queued; for a
+ * delayed row, when the delay was set) is the closest it kept, never
+ * earlier than the real first add. A new file runs both steps in one
+ * transaction, so it is never seen at version 1 and has exactly the schema
+ * of a migrated one.
+ */
+static const char v1_to_v2[] =
+    "ALTER TABLE items ADD COLUMN enqueued_at REAL; -- Unix time the pending item was first added\n"
+    "ALTER TABLE items ADD COLUMN grp TEXT;          -- its group, or NULL\n"
+    "UPDATE items SET enqueued_at = added_at;\n"
+    "CREATE TABLE done(                -- keys whose handler succeeded, remembered for keep_done\n"
+    "  queue TEXT NOT NULL,\n"
+    "  key TEXT NOT NULL,\n"
+    "  finished_at REAL NOT NULL,     -- Unix time the handler succeeded\n"
+    "  result TEXT,                   -- what the handler returned (JSON text), or NULL\n"
+    "  PRIMARY KEY (queue, key)\n"
+    ") WITHOUT ROWID;\n"
+    "CREATE TABLE schedules(           -- q:schedule(name, spec, opts)\n"
+    "  queue TEXT NOT NULL,\n"
+    "  name TEXT NOT NULL,\n"
+    "  spec TEXT NOT NULL,            -- cron expression, @daily, @every 5m ...\n"
+    "  key TEXT NOT NULL,             -- the key each run adds\n"
+    "  payload TEXT,                  -- JSON text, or NULL\n"
+    "  next_at REAL,                  -- Unix time of the next run\n"
+    "  last_at REAL,                  -- Unix time of the last run, NULL before the first\n"
+    "  tz TEXT NOT NULL DEFAULT 'utc', -- 'utc' or 'local'\n"
+    "  catch_up TEXT NOT NULL DEFAULT 'once', -- after downtime: 'once' or 'skip'\n"
+    "  updated_at REAL,               -- Unix time of the last write\n"
+    "  PRIMARY KEY (queue, name)\n"
+    ") WITHOUT ROWID;\n"
+    "DROP VIEW pending;\n"
+    "CREATE VIEW pending AS\n"
+    "SELECT i.queue AS queue, i.key AS key, i.state AS state, i.priority AS priority,\n"
+    "  i.payload AS payload,\n"
+    "  round(i.ready_at - " WQ_SQL_NOW ", 3) AS ready_in,\n"
+    "  datetime(i.ready_at, 'unixepoch') AS ready_at,\n"
+    "  round(" WQ_SQL_NOW " - i.added_at, 3) AS age,\n"
+    "  coalesce(f.requeues, 0) AS requeues, f.last_error AS last_error,\n"
+    "  i.grp AS grp, datetime(i.enqueued_at, 'unixepoch') AS enqueued_at\n"
+    "FROM items AS i LEFT JOIN failures AS f ON f.queue = i.queue AND f.key = i.key\n"
+    "ORDER BY i.queue, i.state = 'waiting' AND i.ready_at IS NOT NULL, i.priority DESC, i.seq;\n";
+
 /* migrations[v] brings a file from version v to v + 1. */
-static const char *const migrations[WQ_STORE_VERSION] = {schema_v1};
+static const char *const migrations[WQ_STORE_VERSION] = {schema_v1, v1_to_v2};
 
 /* Reads application_id, user_version and the number of schema objects. SQLite result code. */
 static int read_header(sqlite3 *db, int *app, int *ver, int *nobj)
@@ -384,7 +429,7 @@ static int migrate(sqlite3 *db, int ver)
     return exec(db, sql);
 }
 
-int wq_schema_open_rw(const char *path, sqlite3 **out, char *err, size_t errlen)
+int wq_schema_open_rw(const char *path, int upgrade, sqlite3 **out, char *err, size_t errlen)
 {
     *out = NULL;
     int r = check_writable(path, err, errlen);
@@ -418,7 +463,7 @@ int wq_schema_open_rw(const char *path, sqlite3 **out, char *err, size_t errlen)
     r = classify(path, app, ver, nobj, err, errlen);
     if (r < 0)
         goto fail;
-    if ((uint32_t)app != WQ_STORE_APP_ID || ver < WQ_STORE_VERSION) {
+    if ((uint32_t)app != WQ_STORE_APP_ID || (upgrade && ver < WQ_STORE_VERSION)) {
         /* Create or migrate under the write lock, checking again: another process may race us. */
         rc = exec(db, "BEGIN IMMEDIATE");
         if (rc == SQLITE_OK)
@@ -435,13 +480,20 @@ int wq_schema_open_rw(const char *path, sqlite3 **out, char *err, size_t errlen)
         }
         if ((uint32_t)app != WQ_STORE_APP_ID)
             ver = 0;
-        if (ver < WQ_STORE_VERSION)
+        int from = ver;
+        if (ver == 0 || (upgrade && ver < WQ_STORE_VERSION))
             rc = migrate(db, ver);
         if (rc == SQLITE_OK)
             rc = exec(db, "COMMIT");
         if (rc != SQLITE_OK) {
-            r = fmt(err, errlen, WQ_EIO, "cannot create the schema in %s: %s", path,
-                    sqlite3_errmsg(db));
+            if (from == 0)
+                r = fmt(err, errlen, WQ_EIO, "cannot create the schema in %s: %s", path,
+                        sqlite3_errmsg(db));
+            else
+                r = fmt(err, errlen, WQ_EIO,
+                        "cannot migrate state file %s from schema version %d to %d: %s; the "
+                        "file is left at version %d",
+                        path, from, WQ_STORE_VERSION, sqlite3_errmsg(db), from);
             exec(db, "ROLLBACK");
             goto fail;
         }
@@ -466,6 +518,18 @@ int wq_schema_open_rw(const char *path, sqlite3 **out, char *err, size_t errlen)
 fail:
     sqlite3_close(db);
     return r;
+}
+
+int wq_schema_version(sqlite3 *db)
+{
+    sqlite3_stmt *st;
+    int v = -1;
+    if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    if (sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return v;
 }
 
 void wq_schema_owner(sqlite3 *db, char *buf, size_t len)

@@ -251,14 +251,16 @@ static const char *const stmt_sql[ST_INSERT_ITEMS] = {
     "BEGIN IMMEDIATE",
     "COMMIT",
     "ROLLBACK",
-    "INSERT INTO items(queue, key, payload, state, ready_at, priority, seq, added_at, updated_at)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+    "INSERT INTO items(queue, key, payload, state, ready_at, priority, seq, added_at, updated_at,"
+    " enqueued_at, grp) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
     " ON CONFLICT (queue, key) DO UPDATE SET payload = excluded.payload,"
     " state = excluded.state, ready_at = excluded.ready_at, priority = excluded.priority,"
-    " seq = CASE ?10 WHEN 1 THEN excluded.seq"
+    " seq = CASE ?12 WHEN 1 THEN excluded.seq"
     "  WHEN 2 THEN iif(excluded.priority > items.priority, excluded.seq, items.seq)"
     "  ELSE items.seq END,"
-    " added_at = iif(?11, excluded.added_at, items.added_at), updated_at = excluded.updated_at",
+    " added_at = iif(?13, excluded.added_at, items.added_at), updated_at = excluded.updated_at,"
+    " enqueued_at = iif(?14, excluded.enqueued_at, items.enqueued_at),"
+    " grp = iif(?15, excluded.grp, items.grp)",
     "DELETE FROM items WHERE queue = ?1 AND key = ?2",
     "INSERT OR REPLACE INTO failures(queue, key, requeues, last_error, updated_at)"
     " VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -269,6 +271,12 @@ static const char *const stmt_sql[ST_INSERT_ITEMS] = {
     "DELETE FROM inbox WHERE id = ?1",
     "INSERT OR REPLACE INTO queues(name, seen_at) VALUES (?1, ?2)",
     "DELETE FROM items WHERE queue = ?1",
+    "INSERT OR REPLACE INTO done(queue, key, finished_at, result) VALUES (?1, ?2, ?3, ?4)",
+    "DELETE FROM done WHERE queue = ?1 AND key = ?2",
+    "DELETE FROM done WHERE queue = ?1 AND finished_at < ?2",
+    "INSERT OR REPLACE INTO schedules(queue, name, spec, key, payload, next_at, last_at, tz,"
+    " catch_up, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    "DELETE FROM schedules WHERE queue = ?1 AND name = ?2",
 };
 
 static int prepare_all(wq_store *s)
@@ -384,7 +392,7 @@ int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timeb
     }
 
     sqlite3 *db;
-    r = wq_schema_open_rw(path, &db, err, errlen);
+    r = wq_schema_open_rw(path, 1, &db, err, errlen);
     if (r < 0) {
         struct stat now;
         if (!existed && fstat(fd, &now) == 0 && now.st_size == 0)
@@ -533,6 +541,7 @@ void wq_store_close(wq_store *s)
     wq_free(s->arena);
     wq_free(s->index);
     wq_free(s->announce);
+    wq_free(s->sched);
     wq_free(s->inbox_del);
     wq_free(s->bloom_mem);
     wq_free(s->path);
@@ -621,6 +630,15 @@ void wq_store_detach(wq_store_queue *sq)
 {
     if (sq)
         sq->q = NULL;
+}
+
+void wq_store_set_meta(wq_store_queue *sq,
+                       void (*fn)(void *ud, const wq_item_info *info, wq_item_meta *out), void *ud)
+{
+    if (!sq)
+        return;
+    sq->meta_fn = fn;
+    sq->meta_ud = ud;
 }
 
 void wq_store_get_stats(const wq_store *s, wq_store_stats *st)

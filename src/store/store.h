@@ -87,6 +87,9 @@ typedef struct wq_restored {
     int queued;  /* 'queued' or 'processing' before: run (again) */
     int waiting; /* a delayed add is pending at ready_at_mono */
     int64_t ready_at_mono;
+    double enqueued_at; /* Unix seconds the pending item was first added; 0 when unknown */
+    const char *grp;    /* the item's group (SPEC 7.4), NULL for none */
+    size_t grplen;
 } wq_restored;
 
 /*
@@ -107,6 +110,31 @@ int wq_store_restore(wq_store_queue *sq, void (*item_fn)(void *ud, const wq_rest
 
 /* Key changed in the engine queue (call from the queue observer with its event). */
 void wq_store_touch(wq_store_queue *sq, wq_event ev, const char *key, size_t len);
+
+/*
+ * What the runner keeps for a pending item beside the engine's record
+ * (SPEC 7.1, 7.4): items.enqueued_at and items.grp. The store reads it
+ * when it writes the item's row, as it reads payload and priority from
+ * the engine: at flush, nothing per add.
+ */
+typedef struct wq_item_meta {
+    double enqueued_at; /* Unix seconds (timebase) the pending item was first added; 0: unknown */
+    const char *grp;    /* the item's group, NULL for none; valid until fn is called again */
+    size_t grplen;
+} wq_item_meta;
+/*
+ * Installs fn (NULL: none): each flush calls fn(ud, info, out) for every
+ * items row of the queue it writes, with the engine's record in info and
+ * *out zeroed; fn fills *out and must not change the queue. enqueued_at
+ * > 0 is written as it is; 0 keeps the row's value, or for a new pending
+ * item (a new row, or a key that was done and added again since the last
+ * flush) stamps to_unix(info->added_at) when queued, else the commit's
+ * wall time. The group is written as given. Without fn new rows get that
+ * stamp and no group. A change fn would report without an engine event
+ * (a new group only) needs wq_store_touch(sq, WQ_EV_UPDATED, key, len).
+ */
+void wq_store_set_meta(wq_store_queue *sq,
+                       void (*fn)(void *ud, const wq_item_info *info, wq_item_meta *out), void *ud);
 /* The queue's failure count for key (0 deletes the row). */
 void wq_store_failures(wq_store_queue *sq, const char *key, size_t len, int64_t requeues,
                        const char *last_error);
@@ -116,6 +144,65 @@ void wq_store_dead(wq_store_queue *sq, const char *key, size_t len, const char *
 /* Removes key's dead letter. */
 void wq_store_undead(wq_store_queue *sq, const char *key, size_t len);
 
+/* ---- completed-job memory (SPEC 7.2): table done ---- */
+
+/* Remembers that key succeeded at finished_at (Unix seconds) with result (JSON text, copied; NULL:
+ * none), replacing an earlier row; written with the next flush. */
+void wq_store_done_put(wq_store_queue *sq, const char *key, size_t len, double finished_at,
+                       const char *result, size_t rlen);
+/* Forgets key's done row (q:forget_done, a forced add), with the next flush. */
+void wq_store_done_del(wq_store_queue *sq, const char *key, size_t len);
+/*
+ * Deletes, with the next flush, the queue's done rows with finished_at <
+ * older_than (Unix seconds), also rows put in this window. Calls before a
+ * flush merge (the latest bound wins). 0, or WQ_EINVAL (sq NULL, older_than
+ * not finite).
+ */
+int wq_store_done_prune(wq_store_queue *sq, double older_than);
+/*
+ * Calls fn for each of the queue's done rows in the file, oldest first
+ * (key, result: SQLite's buffers, valid during the call; result NULL for
+ * none). Returns the number of rows or a WQ_E* code (WQ_EFORMAT: damaged,
+ * the store is broken). Reads the file: call at start-up, after
+ * wq_store_restore.
+ */
+int wq_store_restore_done(wq_store_queue *sq,
+                          void (*fn)(void *ud, const char *key, size_t len, double finished_at,
+                                     const char *result, size_t rlen),
+                          void *ud);
+
+/* ---- schedules (SPEC 7.3): table schedules ---- */
+
+typedef enum { WQ_SCHED_UTC, WQ_SCHED_LOCAL } wq_sched_tz;
+typedef enum { WQ_SCHED_CATCH_UP_ONCE, WQ_SCHED_CATCH_UP_SKIP } wq_sched_catch_up;
+
+/* One schedule of a queue. Strings are borrowed for the call. */
+typedef struct wq_schedule_row {
+    const char *name; /* NUL-terminated, unique per queue */
+    const char *spec; /* as given: "0 7 * * 1-5", "@daily", "@every 90s" */
+    const char *key;  /* the key each run adds; NULL: name */
+    size_t keylen;
+    const char *payload; /* JSON text, or NULL for none */
+    size_t paylen;
+    wq_sched_tz tz;             /* column tz: 'utc' or 'local' */
+    wq_sched_catch_up catch_up; /* column catch_up: 'once' or 'skip' */
+    double next_at;             /* Unix seconds of the next run; 0: none (NULL) */
+    double last_at;             /* Unix seconds of the last run; 0: never (NULL) */
+} wq_schedule_row;
+
+/* Inserts or replaces the queue's schedule row->name with the next flush (row is copied). */
+void wq_store_schedule_put(wq_store_queue *sq, const wq_schedule_row *row);
+/* Deletes the queue's schedule name with the next flush. */
+void wq_store_schedule_del(wq_store_queue *sq, const char *name);
+/*
+ * Calls fn for each of the queue's schedules in the file, by name (row's
+ * strings are valid during the call; an unknown tz or catch_up text reads
+ * as utc, once). Returns the number of rows or a WQ_E* code, as
+ * wq_store_restore_done.
+ */
+int wq_store_restore_schedules(wq_store_queue *sq, void (*fn)(void *ud, const wq_schedule_row *row),
+                               void *ud);
+
 /* Whether anything is waiting to be written. */
 int wq_store_dirty(const wq_store *s);
 /*
@@ -123,10 +210,10 @@ int wq_store_dirty(const wq_store *s);
  * error: rolled back; or the path no longer names the file, see
  * wq_store_check_path), WQ_EFORMAT (the file is damaged), WQ_EBUSY (another
  * connection held the write lock past the 5 s busy timeout: nothing
- * written), or WQ_ENOMEM (some failure-count or dead-letter changes were
- * lost; the rest is written). Message in errmsg. After an error the pending
- * set is kept, so a later flush writes it all (except after WQ_EFORMAT or a
- * moved path: nothing is written any more).
+ * written), or WQ_ENOMEM (some failure-count, dead-letter, done or
+ * schedule changes were lost; the rest is written). Message in errmsg.
+ * After an error the pending set is kept, so a later flush writes it all
+ * (except after WQ_EFORMAT or a moved path: nothing is written any more).
  */
 int wq_store_flush(wq_store *s);
 

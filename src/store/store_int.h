@@ -1,8 +1,9 @@
 /*
- * Internals shared by the store's modules (store.c: open, pending set and
- * group commit; restore.c: start-up restore and the inbox; schema.c: the
- * file format; cli.c: `wqrun add` and `wqrun status`). Nothing outside
- * src/store includes this.
+ * Internals shared by the store's modules (store.c: open, queues and the
+ * Bloom filter; commit.c: the pending set and group commit; restore.c:
+ * start-up restore and the inbox; jobs.c: completed-job memory and
+ * schedules; schema.c: the file format and migrations; cli.c: `wqrun add`
+ * and `wqrun status`). Nothing outside src/store includes this.
  */
 #ifndef WQ_STORE_INT_H
 #define WQ_STORE_INT_H
@@ -17,7 +18,7 @@
 /* PRAGMA application_id of a wqrun state file: "wqru". */
 #define WQ_STORE_APP_ID 0x77717275
 /* PRAGMA user_version this build writes and understands. */
-#define WQ_STORE_VERSION 1
+#define WQ_STORE_VERSION 2
 
 /* Ends the message refusing a damaged file: what the user can do about it. */
 #define WQ_STORE_DAMAGED_HINT                                                                      \
@@ -46,6 +47,11 @@ enum {
     ST_DELETE_INBOX,
     ST_QUEUE_SEEN,
     ST_DELETE_QUEUE_ITEMS,
+    ST_UPSERT_DONE,
+    ST_DELETE_DONE,
+    ST_PRUNE_DONE,
+    ST_UPSERT_SCHED,
+    ST_DELETE_SCHED,
     ST_INSERT_ITEMS,     /* WQ_STORE_INSERT_BATCH new rows */
     ST_DELETE_ITEMS,     /* up to WQ_STORE_DELETE_BATCH keys of one queue */
     ST_PREPARED_AT_OPEN, /* the ones below are prepared on first use */
@@ -61,9 +67,10 @@ enum {
 
 /* Pending entry flags. */
 enum {
-    PE_ITEM = 1,   /* the key's items row must be rewritten from the engine */
-    PE_GONE = 2,   /* the key's last event was WQ_EV_GONE: the engine has no record of it */
-    PE_READDED = 4 /* the key became dirty in this window: refresh added_at */
+    PE_ITEM = 1,    /* the key's items row must be rewritten from the engine */
+    PE_GONE = 2,    /* the key's last event was WQ_EV_GONE: the engine has no record of it */
+    PE_READDED = 4, /* the key became dirty in this window: refresh added_at */
+    PE_RENEW = 8    /* the key's record was dropped in this window: a record now is a new item */
 };
 
 /* One (queue, key) changed in the current window; 40 bytes, so a window of a million adds is cheap.
@@ -80,9 +87,10 @@ struct pend {
     uint8_t seq_mode;  /* SEQ_* */
 };
 
-/* Failure-count and dead-letter changes of a pending entry (rare, so kept apart). */
+/* Failure-count, dead-letter and done changes of a pending entry (rarer than touches, so kept
+ * apart). */
 struct extra {
-    uint8_t fail_op, dead_op; /* OP_* */
+    uint8_t fail_op, dead_op, done_op; /* OP_* */
     int64_t requeues;
     char *last_error;
     char *dpayload; /* NULL: no payload */
@@ -90,6 +98,20 @@ struct extra {
     char *derror;
     int64_t attempts;
     double failed_at;
+    double finished_at; /* the done row */
+    char *result;       /* NULL: none */
+    size_t rlen;
+};
+
+/* A pending write or delete of a schedule row (few: a list searched by name). */
+struct sched_op {
+    uint32_t qidx;
+    uint8_t op;                        /* OP_SET or OP_DEL */
+    char *name, *spec, *key, *payload; /* copies; payload NULL: none */
+    size_t keylen, paylen;
+    wq_sched_tz tz;
+    wq_sched_catch_up catch_up;
+    double next_at, last_at;
 };
 
 struct wq_store_queue {
@@ -102,6 +124,10 @@ struct wq_store_queue {
     int complete;        /* every file row of this queue is known to the filter and fail_set */
     int restoring;       /* inside wq_store_restore: touches are ignored */
     int resync;          /* a touch was lost: rewrite all of the queue's rows at the next flush */
+    void (*meta_fn)(void *ud, const wq_item_info *info, wq_item_meta *out);
+    void *meta_ud;
+    int prune; /* delete done rows older than prune_before at the next flush */
+    double prune_before;
     uint32_t del[WQ_STORE_DELETE_BATCH]; /* during a flush: entries whose rows to delete */
     uint32_t ndel;
 };
@@ -133,6 +159,9 @@ struct wq_store {
     size_t arena_len, arena_cap;
     uint64_t *index; /* open addressing over ents: hash << 32 | (1 + entry index), 0 empty */
     size_t index_mask;
+
+    struct sched_op *sched; /* schedule changes of the window */
+    size_t nsched, capsched;
 
     char **announce; /* queue names to record in the queues table */
     size_t nannounce, capannounce;
@@ -166,12 +195,18 @@ struct wq_store {
  */
 int wq_schema_check(const char *path, char *err, size_t errlen);
 /*
- * Opens path read-write (creating it), brings it to the current schema in
- * one transaction (re-checking it under the write lock) and switches it to
- * WAL. The connection skips SQLite's mutex: no two threads may use it at
- * once. *out is NULL on failure. 0, WQ_EFORMAT or WQ_EIO.
+ * Opens path read-write (creating it), creates the schema of a new file or,
+ * with upgrade, migrates an older one, in one transaction (re-checking the
+ * file under the write lock), and switches it to WAL. Without upgrade an
+ * older file keeps its version (`wqrun add` only writes the inbox, the
+ * same in every version; the runner migrates, under its lock). The
+ * connection skips SQLite's mutex: no two threads may use it at once. *out
+ * is NULL on failure. 0, WQ_EFORMAT or WQ_EIO (a failed migration rolled
+ * back: the file is as it was).
  */
-int wq_schema_open_rw(const char *path, sqlite3 **out, char *err, size_t errlen);
+int wq_schema_open_rw(const char *path, int upgrade, sqlite3 **out, char *err, size_t errlen);
+/* The schema version of an open state file (PRAGMA user_version), or -1. */
+int wq_schema_version(sqlite3 *db);
 /* Opens a checked file for reading (read-write when permitted, so closing tidies the WAL). 0 or
  * WQ_EIO. */
 int wq_schema_open_ro(const char *path, sqlite3 **out, char *err, size_t errlen);
@@ -244,5 +279,13 @@ void wq_store_forget_gone(wq_store_queue *sq);
 void wq_store_touch_requeued(wq_store_queue *sq, const char *key, size_t len);
 /* Whether the process already has path open as a store (same file). */
 int wq_store_open_here(const char *path);
+
+/* ---- jobs.c ---- */
+
+/* Writes the window's schedule changes and done prunes (inside the flush's transaction). SQLite
+ * result code; adds the rows written to *rows. */
+int wq_store_write_jobs(wq_store *s, double now, uint64_t *rows);
+/* Forgets the window's schedule changes and done prunes (after a successful flush, or at close). */
+void wq_store_clear_jobs(wq_store *s);
 
 #endif

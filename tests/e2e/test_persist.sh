@@ -345,8 +345,8 @@ for f in empty emptydb; do
     expect_rc 0 "$f file: made into a state file"
     expect_eq "$(sql "$BAD/$f.db" "PRAGMA application_id; PRAGMA user_version; SELECT count(*) FROM items")" \
         "2003923573
-1
-7" "$f file: application_id, user_version 1, the rows"
+2
+7" "$f file: application_id, user_version 2, the rows"
 done
 run --quiet --db "$TMP/no/such/dir/x.db" "$LUA/persist_order.lua" add
 expect_rc 1 "unwritable location: exit 1"

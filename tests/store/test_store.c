@@ -3,7 +3,9 @@
  * fake engine clock and a fake timebase: open and refusal (foreign, newer
  * and damaged files), ownership, a file deleted or replaced while open,
  * group commit and coalescing, restore order and times, failures and dead
- * letters, the inbox, and the add/status command lines.
+ * letters, the inbox, the add/status command lines, the migration of a
+ * real version-1 file (fixtures/v1.db, made by fixtures/make_v1.lua), and
+ * the version-2 rows: enqueued_at and groups, done rows, schedules.
  */
 #include "store/cli.h"
 #include "store/store.h"
@@ -19,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define UNIX0 1700000000.0
@@ -264,8 +267,9 @@ Test(store, open_creates_the_schema_with_version_application_id_and_wal)
     cr_assert_eq(qint("PRAGMA application_id"), WQ_STORE_APP_ID);
     cr_assert_str_eq(qtext("PRAGMA journal_mode"), "wal");
     cr_assert_eq(qint("SELECT count(*) FROM sqlite_master WHERE name IN"
-                      " ('items', 'failures', 'dead', 'inbox', 'meta', 'queues', 'pending')"),
-                 7);
+                      " ('items', 'failures', 'dead', 'inbox', 'meta', 'queues', 'pending',"
+                      " 'done', 'schedules')"),
+                 9);
     cr_assert_eq(qint("SELECT value FROM meta WHERE name = 'owner_pid'"), getpid());
     wq_store_close(s);
     cr_assert_eq(qint("SELECT count(*) FROM meta WHERE name = 'owner_pid'"), 0);
@@ -343,6 +347,16 @@ Test(store, a_newer_schema_version_is_refused_and_left_unchanged)
              WQ_STORE_APP_ID, WQ_STORE_VERSION + 1);
     make_foreign_db(setup_sql);
     assert_refused_unchanged(WQ_EFORMAT, "newer");
+    /* What a version-1 wqrun says of a version-2 file, one version later. */
+    char want[128];
+    snprintf(want, sizeof want, "state file of version %d, newer than this wqrun understands (%d)",
+             WQ_STORE_VERSION + 1, WQ_STORE_VERSION);
+    assert_refused_unchanged(WQ_EFORMAT, want);
+    char out[1024];
+    cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 4, "--db", path, "jobs", "k"), 1);
+    cr_assert(strstr(out, want), "%s", out);
+    cr_assert_eq(cli(wq_store_cli_status_io, out, sizeof out, 2, "--db", path), 1);
+    cr_assert(strstr(out, want), "%s", out);
 }
 
 Test(store, an_empty_file_is_adopted)
@@ -1560,4 +1574,860 @@ Test(store, cli_status_of_a_missing_or_foreign_file_fails_with_status_1)
     cr_assert(strstr(out, "not a wqrun state file"), "%s", out);
     cr_assert_eq(cli(wq_store_cli_status_io, out, sizeof out, 1, "--db"), 2);
     cr_assert_eq(cli(wq_store_cli_status_io, out, sizeof out, 0), 2);
+}
+
+/* ---- schema version 2: migrating a real version-1 file ---- */
+
+/*
+ * Finds fixtures/v1.db. __FILE__ is relative to the source tree (the build
+ * maps the path away), so the tree is found from the test binary: a build
+ * directory inside it, or the one its CMakeCache.txt names.
+ */
+static void fixture_path(char *out, size_t len)
+{
+    static const char rel[] = "tests/store/fixtures/v1.db";
+    const char *env = getenv("WQ_SOURCE_DIR");
+    if (env && *env) {
+        snprintf(out, len, "%s/%s", env, rel);
+        if (access(out, R_OK) == 0)
+            return;
+    }
+    char up[1024];
+    ssize_t n = readlink("/proc/self/exe", up, sizeof up - 1);
+    cr_assert_gt(n, 0);
+    up[n] = 0;
+    char *slash;
+    while ((slash = strrchr(up, '/')) != NULL) {
+        *slash = 0;
+        snprintf(out, len, "%s/%s", up, rel);
+        if (access(out, R_OK) == 0)
+            return;
+        char cache[1100], line[1200];
+        snprintf(cache, sizeof cache, "%s/CMakeCache.txt", up);
+        FILE *f = fopen(cache, "r");
+        if (!f)
+            continue;
+        static const char key[] = "CMAKE_HOME_DIRECTORY:INTERNAL=";
+        while (fgets(line, sizeof line, f)) {
+            if (strncmp(line, key, sizeof key - 1) == 0) {
+                line[strcspn(line, "\n")] = 0;
+                snprintf(out, len, "%s/%s", line + sizeof key - 1, rel);
+                break;
+            }
+        }
+        fclose(f);
+        if (access(out, R_OK) == 0)
+            return;
+    }
+    cr_assert_fail("cannot find %s (set WQ_SOURCE_DIR)", rel);
+}
+
+/* Copies fixtures/v1.db (written by the wqrun of schema version 1) to path. */
+static void copy_fixture(void)
+{
+    char src[1200];
+    fixture_path(src, sizeof src);
+    size_t n;
+    char *bytes = slurp(src, &n);
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(bytes, 1, n, f), n);
+    cr_assert_eq(fclose(f), 0);
+    free(bytes);
+}
+
+/* Every row of a query as text, "a|b|NULL" one per line (malloc'd). */
+static char *dump(const char *q)
+{
+    sqlite3 *db = peek();
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, q, -1, &st, NULL), SQLITE_OK, "%s: %s", q,
+                 sqlite3_errmsg(db));
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        for (int c = 0; c < sqlite3_column_count(st); c++) {
+            const unsigned char *t = sqlite3_column_text(st, c);
+            fprintf(m, "%s%s", c ? "|" : "", t ? (const char *)t : "NULL");
+        }
+        fputc('\n', m);
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    fclose(m);
+    return buf;
+}
+
+/* Everything a version-1 file holds, in the columns version 1 has. */
+static const char *const v1_queries[] = {
+    "SELECT queue, key, payload, state, ready_at, priority, seq, added_at, updated_at FROM items"
+    " ORDER BY queue, key",
+    "SELECT queue, key, requeues, last_error, updated_at FROM failures ORDER BY queue, key",
+    "SELECT queue, key, payload, error, attempts, failed_at FROM dead ORDER BY queue, key",
+    "SELECT id, queue, key, payload, after, created_at FROM inbox ORDER BY id",
+    "SELECT name, value FROM meta ORDER BY name",
+    "SELECT name, seen_at FROM queues ORDER BY name",
+};
+#define NV1 (sizeof v1_queries / sizeof *v1_queries)
+
+static int has_column(const char *table, const char *column)
+{
+    char q[256];
+    snprintf(q, sizeof q, "SELECT count(*) FROM pragma_table_info('%s') WHERE name = '%s'", table,
+             column);
+    return qint(q) == 1;
+}
+
+/* The fake clock at the fixture's making: its delayed rows are all still ahead. */
+static void at_fixture_time(void)
+{
+    unix_offset = qdouble("SELECT value FROM meta WHERE name = 'created_at'") - UNIX0;
+    cr_assert_gt(unix_offset, 0);
+    fake_ns = 0;
+}
+
+Test(store, a_version_1_file_of_the_previous_wqrun_is_migrated_in_place_keeping_every_row)
+{
+    copy_fixture();
+    cr_assert_eq(qint("PRAGMA user_version"), 1);
+    cr_assert(!has_column("items", "enqueued_at"));
+    char *before[NV1];
+    for (size_t i = 0; i < NV1; i++)
+        before[i] = dump(v1_queries[i]);
+    char *added = dump("SELECT queue, key, added_at FROM items ORDER BY queue, key");
+    cr_assert_eq(qint("SELECT count(*) FROM items"), 12);
+
+    wq_store *s = open_ok();
+    cr_assert_eq(qint("PRAGMA user_version"), 2);
+    cr_assert_eq(qint("PRAGMA application_id"), WQ_STORE_APP_ID);
+    cr_assert_str_eq(qtext("PRAGMA journal_mode"), "wal");
+    wq_store_close(s);
+
+    for (size_t i = 0; i < NV1; i++) {
+        char *after = dump(v1_queries[i]);
+        cr_assert_str_eq(after, before[i], "%s changed", v1_queries[i]);
+        free(after);
+        free(before[i]);
+    }
+    /* The new columns and tables. */
+    cr_assert(has_column("items", "enqueued_at") && has_column("items", "grp"));
+    const char *const done_cols[] = {"queue", "key", "finished_at", "result"};
+    for (size_t i = 0; i < 4; i++)
+        cr_assert(has_column("done", done_cols[i]), "done.%s", done_cols[i]);
+    const char *const sched_cols[] = {"queue",   "name",    "spec", "key",      "payload",
+                                      "next_at", "last_at", "tz",   "catch_up", "updated_at"};
+    for (size_t i = 0; i < 10; i++)
+        cr_assert(has_column("schedules", sched_cols[i]), "schedules.%s", sched_cols[i]);
+    cr_assert_eq(qint("SELECT count(*) FROM done") + qint("SELECT count(*) FROM schedules"), 0);
+    /* enqueued_at of a version-1 row: its added_at, the closest version 1 kept; no group. */
+    char *enq = dump("SELECT queue, key, enqueued_at FROM items ORDER BY queue, key");
+    cr_assert_str_eq(enq, added);
+    cr_assert_eq(qint("SELECT count(*) FROM items WHERE grp IS NOT NULL"), 0);
+    free(enq);
+    free(added);
+    /* The pending view: the version-1 columns as they were, then the group and enqueued_at. */
+    char *view = dump("SELECT key, state, priority, requeues, grp, enqueued_at = datetime("
+                      "(SELECT added_at FROM items WHERE items.key = pending.key), 'unixepoch')"
+                      " FROM pending WHERE queue = 'mail' LIMIT 3");
+    cr_assert_str_eq(view,
+                     "top|queued|9|0|NULL|1\nhi|processing|5|0|NULL|1\na|queued|0|0|NULL|1\n");
+    free(view);
+
+    /* Opening it again changes nothing more. */
+    char *v2 = dump("SELECT * FROM items ORDER BY queue, key");
+    s = open_ok();
+    wq_store_close(s);
+    char *again = dump("SELECT * FROM items ORDER BY queue, key");
+    cr_assert_str_eq(again, v2);
+    free(v2);
+    free(again);
+}
+
+/* What a restore of the fixture hands back, per queue. */
+struct fx {
+    struct pq *into;
+    char keys[16][16], payloads[16][96];
+    int32_t prio[16];
+    int queued[16], waiting[16];
+    double ready[16], enqueued[16];
+    int grp_null[16];
+    int n;
+    char fails[4][128], deads[4][160];
+    int nfail, ndead;
+};
+
+static void fx_item(void *ud, const wq_restored *r)
+{
+    struct fx *c = ud;
+    int i = c->n++;
+    snprintf(c->keys[i], sizeof c->keys[0], "%.*s", (int)r->keylen, r->key);
+    snprintf(c->payloads[i], sizeof c->payloads[0], "%.*s", r->payload ? (int)r->paylen : 4,
+             r->payload ? r->payload : "NULL");
+    c->prio[i] = r->priority;
+    c->queued[i] = r->queued;
+    c->waiting[i] = r->waiting;
+    c->ready[i] = r->waiting ? tb_unix(NULL, r->ready_at_mono) : 0;
+    c->enqueued[i] = r->enqueued_at;
+    c->grp_null[i] = r->grp == NULL;
+    on_item(&(struct restored){.into = c->into}, r);
+}
+
+static void fx_fail(void *ud, const char *key, size_t len, int64_t requeues, const char *err)
+{
+    struct fx *c = ud;
+    snprintf(c->fails[c->nfail++], sizeof c->fails[0], "%.*s %lld %s", (int)len, key,
+             (long long)requeues, err ? err : "NULL");
+}
+
+static void fx_dead(void *ud, const char *key, size_t len, const char *payload, const char *error,
+                    int64_t attempts, double failed_at)
+{
+    struct fx *c = ud;
+    snprintf(c->deads[c->ndead++], sizeof c->deads[0], "%.*s %s %s %lld %d", (int)len, key,
+             payload ? payload : "NULL", error ? error : "NULL", (long long)attempts,
+             failed_at > UNIX0);
+}
+
+static double fixture_time(const char *col, const char *queue, const char *key)
+{
+    char q[256];
+    snprintf(q, sizeof q, "SELECT %s FROM items WHERE queue = '%s' AND key = '%s'", col, queue,
+             key);
+    return qdouble(q);
+}
+
+Test(store, a_migrated_version_1_file_restores_every_item_failure_dead_letter_and_inbox_row)
+{
+    copy_fixture();
+    at_fixture_time();
+    wq_store *s = open_ok();
+    struct pq mail, flaky, doomed;
+    pq_attach(&mail, s, "mail");
+    struct fx m = {.into = &mail};
+    cr_assert_eq(wq_store_restore(mail.sq, fx_item, fx_fail, fx_dead, &m), 10, "%s",
+                 wq_store_errmsg(s));
+    /* Run order: priority, then FIFO ('hi' ran: again; 'top' was re-added while running), then
+     * the rows that only wait. */
+    static const struct {
+        const char *key, *payload;
+        int32_t prio;
+        int queued, waiting;
+    } want[10] = {
+        {"top", "{\"rank\":2}", 9, 1, 0},
+        {"hi", "{\"urgent\":true}", 5, 1, 0},
+        {"a", "{\"f\":0.1,\"to\":\"alice\",\"big\":123456789012345678,\"n\":1}", 0, 1, 0},
+        {"b", "\"just a string\"", 0, 1, 0},
+        {"c", "NULL", 0, 1, 0},
+        {"d", "{\"list\":[1,2,3]}", 0, 1, 0},
+        {"both", "\"queued and delayed\"", 0, 1, 1},
+        {"lo", "NULL", -2, 1, 0},
+        {"later", "{\"when\":\"in an hour\"}", 0, 0, 1},
+        {"much-later", "NULL", 0, 0, 1},
+    };
+    for (int i = 0; i < 10; i++) {
+        cr_assert_str_eq(m.keys[i], want[i].key, "item %d", i);
+        cr_assert_str_eq(m.payloads[i], want[i].payload, "payload of %s", want[i].key);
+        cr_assert_eq(m.prio[i], want[i].prio, "priority of %s", want[i].key);
+        cr_assert_eq(m.queued[i], want[i].queued, "queued of %s", want[i].key);
+        cr_assert_eq(m.waiting[i], want[i].waiting, "waiting of %s", want[i].key);
+        if (want[i].waiting)
+            cr_assert_float_eq(m.ready[i], fixture_time("ready_at", "mail", want[i].key), 1e-5,
+                               "ready_at of %s", want[i].key);
+        cr_assert_float_eq(m.enqueued[i], fixture_time("added_at", "mail", want[i].key), 1e-9,
+                           "enqueued_at of %s", want[i].key);
+        cr_assert(m.grp_null[i]);
+    }
+    cr_assert_eq(m.nfail + m.ndead, 0);
+    /* The queue as the engine has it now. */
+    cr_assert_eq(wq_queue_len(mail.q), 8);
+    cr_assert_eq(wq_queue_waiting(mail.q), 3);
+    const char *order[] = {"top", "hi", "a", "b", "c", "d", "both", "lo"};
+    for (int i = 0; i < 8; i++)
+        cr_assert_str_eq(get(&mail), order[i]);
+
+    pq_attach(&flaky, s, "flaky");
+    struct fx f = {.into = &flaky};
+    cr_assert_eq(wq_store_restore(flaky.sq, fx_item, fx_fail, fx_dead, &f), 2);
+    cr_assert_str_eq(f.keys[0], "f1");
+    cr_assert_str_eq(f.payloads[0], "{\"attempt\":\"first\"}");
+    cr_assert_str_eq(f.keys[1], "f2");
+    for (int i = 0; i < 2; i++) {
+        cr_assert(!f.queued[i] && f.waiting[i]);
+        cr_assert_float_eq(f.ready[i], fixture_time("ready_at", "flaky", f.keys[i]), 1e-5);
+    }
+    cr_assert_eq(f.nfail, 2);
+    cr_assert_str_eq(f.fails[0], "f1 1 tests/store/fixtures/make_v1.lua:28: flaky failure of f1");
+    cr_assert_str_eq(f.fails[1], "f2 1 tests/store/fixtures/make_v1.lua:28: flaky failure of f2");
+
+    pq_attach(&doomed, s, "doomed");
+    struct fx d = {.into = &doomed};
+    cr_assert_eq(wq_store_restore(doomed.sq, fx_item, fx_fail, fx_dead, &d), 0);
+    cr_assert_eq(d.ndead, 2);
+    cr_assert_str_eq(d.deads[0],
+                     "d1 {\"why\":\"error\"} tests/store/fixtures/make_v1.lua:38: doomed d1 1 1");
+    cr_assert_str_eq(d.deads[1], "d2 NULL returned false 1 1");
+
+    struct inbox_ctx in = {.accept = "mail"};
+    cr_assert_eq(wq_store_poll_inbox(s, on_inbox, &in), 2);
+    cr_assert_eq(in.n, 3);
+    cr_assert_str_eq(in.got[0], "mail/inbox-1={\"to\":\"carol\"}");
+    cr_assert_leq(in.after[0], 0);
+    cr_assert_str_eq(in.got[1], "mail/inbox-2=\"plain text\"");
+    cr_assert_leq(in.after[1], 7200);
+    cr_assert_str_eq(in.got[2], "nosuch/orphan=");
+
+    /* Nothing restored is written back but what changed: 'hi' is no longer processing. */
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_eq(qint("SELECT count(*) FROM inbox"), 1);
+    wq_store_close(s);
+    wq_queue_free(mail.q);
+    wq_queue_free(flaky.q);
+    wq_queue_free(doomed.q);
+    cr_assert_eq(qint("SELECT count(*) FROM items"), 12);
+    cr_assert_eq(qint("SELECT count(*) FROM failures"), 2);
+    cr_assert_eq(qint("SELECT count(*) FROM dead"), 2);
+}
+
+Test(store, a_migration_that_fails_half_way_leaves_the_version_1_file_as_it_was)
+{
+    copy_fixture();
+    /* A table in the way of the migration's CREATE TABLE done, after its ALTER TABLEs. */
+    sql("CREATE TABLE done(x)");
+    char *before = dump("SELECT * FROM items ORDER BY queue, key");
+    wq_store *s = NULL;
+    char err[512] = "";
+    cr_assert_eq(wq_store_open(&s, path, WQ_SYNC_NORMAL, &tb, err, sizeof err), WQ_EIO);
+    cr_assert_null(s);
+    cr_assert(strstr(err, path) && strstr(err, "cannot migrate") &&
+                  strstr(err, "from schema version 1 to 2") && strstr(err, "left at version 1"),
+              "%s", err);
+    cr_assert_eq(qint("PRAGMA user_version"), 1);
+    cr_assert(!has_column("items", "enqueued_at") && !has_column("items", "grp"),
+              "the ALTER TABLEs were rolled back");
+    cr_assert_eq(qint("SELECT count(*) FROM sqlite_master WHERE name = 'schedules'"), 0);
+    char *after = dump("SELECT * FROM items ORDER BY queue, key");
+    cr_assert_str_eq(after, before);
+    free(after);
+    free(before);
+    cr_assert_eq(qint("SELECT count(*) FROM meta WHERE name LIKE 'owner%'"), 0);
+    /* Once the obstacle is gone the next open migrates. */
+    sql("DROP TABLE done");
+    s = open_ok();
+    wq_store_close(s);
+    cr_assert_eq(qint("PRAGMA user_version"), 2);
+    cr_assert_eq(qint("SELECT count(*) FROM items"), 12);
+}
+
+Test(store, a_new_file_has_exactly_the_schema_of_a_migrated_one)
+{
+    static const char q[] = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name";
+    wq_store *s = open_ok();
+    wq_store_close(s);
+    char *fresh = dump(q);
+    cr_assert_eq(qint("PRAGMA user_version"), 2);
+    unlink(path);
+    copy_fixture();
+    s = open_ok();
+    wq_store_close(s);
+    char *migrated = dump(q);
+    cr_assert_str_eq(fresh, migrated);
+    free(fresh);
+    free(migrated);
+}
+
+Test(store, cli_add_and_status_leave_a_version_1_file_at_version_1)
+{
+    copy_fixture();
+    char out[4096];
+    cr_assert_eq(cli(wq_store_cli_status_io, out, sizeof out, 2, "--db", path), 0, "%s", out);
+    cr_assert(strstr(out, "(version 1, migrated when a runner opens it"), "%s", out);
+    cr_assert(strstr(out, "DONE"), "%s", out);
+    cr_assert(!strstr(out, "schedules:"), "%s", out);
+    cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 5, "--db", path, "mail", "k9", "{}"), 0,
+                 "%s", out);
+    cr_assert_eq(qint("PRAGMA user_version"), 1);
+    cr_assert(!has_column("items", "enqueued_at"));
+    cr_assert_eq(qint("SELECT count(*) FROM inbox WHERE key = 'k9'"), 1);
+    /* A new file made by `wqrun add` is a version-2 file at once. */
+    unlink(path);
+    cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 4, "--db", path, "mail", "k"), 0, "%s",
+                 out);
+    cr_assert_eq(qint("PRAGMA user_version"), 2);
+    cr_assert(has_column("items", "grp"));
+}
+
+/* ---- enqueued_at and groups ---- */
+
+Test(store, enqueued_at_is_stamped_on_a_new_row_and_kept_by_later_writes_of_the_pending_key)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    fake_ns = 5 * WQ_NS_PER_S;
+    add(&p, "a", "{}", 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_float_eq(qdouble("SELECT enqueued_at FROM items WHERE key = 'a'"), UNIX0 + 5, 1e-6);
+    cr_assert_str_eq(qtext("SELECT grp FROM items WHERE key = 'a'"), "NULL");
+
+    fake_ns = 7 * WQ_NS_PER_S;
+    add(&p, "a", "{\"v\":2}", 3); /* a re-add while queued: payload and priority only */
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_str_eq(get(&p), "a");
+    fake_ns = 9 * WQ_NS_PER_S;
+    add(&p, "a", NULL, 0); /* while processing: runs again */
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_float_eq(qdouble("SELECT added_at FROM items WHERE key = 'a'"), UNIX0 + 9, 1e-6);
+    fake_ns = 11 * WQ_NS_PER_S;
+    done(&p, "a"); /* queued again: still the same pending item */
+    add_after(&p, "a", 30);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_float_eq(qdouble("SELECT enqueued_at FROM items WHERE key = 'a'"), UNIX0 + 5, 1e-6);
+    cr_assert_str_eq(qtext("SELECT payload FROM items WHERE key = 'a'"), "{\"v\":2}");
+
+    /* Done for good: the row goes; the next add is a new item. */
+    cr_assert_str_eq(get(&p), "a");
+    wq_queue_cancel_after(p.q, "a", 1);
+    done(&p, "a");
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_eq(qint("SELECT count(*) FROM items"), 0);
+    fake_ns = 20 * WQ_NS_PER_S;
+    add(&p, "a", NULL, 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_float_eq(qdouble("SELECT enqueued_at FROM items WHERE key = 'a'"), UNIX0 + 20, 1e-6);
+
+    /* A delayed-only new item has no queue time in the engine: the commit's wall time. */
+    add_after(&p, "w", 60);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_lt(fabs(qdouble("SELECT enqueued_at FROM items WHERE key = 'w'") - wq_store_wall()),
+                 60);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+Test(store, a_key_done_and_added_again_within_one_window_is_a_new_item)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    fake_ns = 1 * WQ_NS_PER_S;
+    add(&p, "k", NULL, 0);
+    add(&p, "other", NULL, 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_str_eq(get(&p), "k");
+    done(&p, "k");
+    fake_ns = 4 * WQ_NS_PER_S;
+    add(&p, "k", NULL, 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_float_eq(qdouble("SELECT enqueued_at FROM items WHERE key = 'k'"), UNIX0 + 4, 1e-6);
+    cr_assert_float_eq(qdouble("SELECT enqueued_at FROM items WHERE key = 'other'"), UNIX0 + 1,
+                       1e-6);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+/* The runner's side of wq_store_set_meta: enqueued_at and group per key. */
+struct meta_map {
+    int n, calls;
+    char key[64][16];
+    double at[64];
+    char grp[64][16];
+};
+
+static void meta_set(struct meta_map *m, const char *key, double at, const char *grp)
+{
+    int i = 0;
+    while (i < m->n && strcmp(m->key[i], key) != 0)
+        i++;
+    if (i == m->n)
+        m->n++;
+    snprintf(m->key[i], sizeof m->key[0], "%s", key);
+    m->at[i] = at;
+    snprintf(m->grp[i], sizeof m->grp[0], "%s", grp ? grp : "");
+}
+
+static void meta_of(void *ud, const wq_item_info *info, wq_item_meta *out)
+{
+    struct meta_map *m = ud;
+    m->calls++;
+    for (int i = 0; i < m->n; i++) {
+        if (strlen(m->key[i]) == info->keylen && memcmp(m->key[i], info->key, info->keylen) == 0) {
+            out->enqueued_at = m->at[i];
+            if (m->grp[i][0]) {
+                out->grp = m->grp[i];
+                out->grplen = strlen(m->grp[i]);
+            }
+            return;
+        }
+    }
+}
+
+struct meta_restored {
+    int n;
+    char key[64][16];
+    double at[64];
+    char grp[64][16];
+};
+
+static void on_meta_item(void *ud, const wq_restored *r)
+{
+    struct meta_restored *c = ud;
+    snprintf(c->key[c->n], sizeof c->key[0], "%.*s", (int)r->keylen, r->key);
+    c->at[c->n] = r->enqueued_at;
+    snprintf(c->grp[c->n], sizeof c->grp[0], "%.*s", r->grp ? (int)r->grplen : 4,
+             r->grp ? r->grp : "NULL");
+    c->n++;
+}
+
+Test(store, the_runners_enqueued_at_and_group_are_written_and_restored)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    struct meta_map m = {0};
+    wq_store_set_meta(p.sq, meta_of, &m);
+    /* More than one batch of new rows, so both the batched insert and the upsert ask. */
+    for (int i = 0; i < 40; i++) {
+        char key[16], grp[16];
+        snprintf(key, sizeof key, "k%02d", i);
+        snprintf(grp, sizeof grp, "g%d", i % 3);
+        meta_set(&m, key, UNIX0 - 1000 + i, i % 5 == 4 ? NULL : grp);
+        add(&p, key, NULL, 0);
+    }
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_geq(m.calls, 40);
+    cr_assert_float_eq(qdouble("SELECT enqueued_at FROM items WHERE key = 'k07'"), UNIX0 - 993,
+                       1e-6);
+    cr_assert_str_eq(qtext("SELECT grp FROM items WHERE key = 'k07'"), "g1");
+    cr_assert_str_eq(qtext("SELECT grp FROM items WHERE key = 'k04'"), "NULL");
+    cr_assert_eq(qint("SELECT count(*) FROM items WHERE grp = 'g0'"), 11);
+    cr_assert_str_eq(qtext("SELECT grp FROM pending WHERE key = 'k36'"), "g0");
+
+    /* A new group without an engine event: the runner touches the key. */
+    meta_set(&m, "k07", UNIX0 - 993, "moved");
+    wq_store_touch(p.sq, WQ_EV_UPDATED, "k07", 3);
+    /* A group dropped on a re-add. */
+    meta_set(&m, "k08", UNIX0 - 992, NULL);
+    add(&p, "k08", "{}", 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_str_eq(qtext("SELECT grp FROM items WHERE key = 'k07'"), "moved");
+    cr_assert_str_eq(qtext("SELECT grp FROM items WHERE key = 'k08'"), "NULL");
+    /* A key the runner has no time for: the row keeps its own. */
+    meta_set(&m, "k09", 0, "g0");
+    add(&p, "k09", "{}", 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_float_eq(qdouble("SELECT enqueued_at FROM items WHERE key = 'k09'"), UNIX0 - 991,
+                       1e-6);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+
+    /* Restored as written; a row without enqueued_at restores as 0. */
+    sql("UPDATE items SET enqueued_at = NULL WHERE key = 'k00'");
+    s = open_ok();
+    pq_attach(&p, s, "jobs");
+    struct meta_restored c = {0};
+    cr_assert_eq(wq_store_restore(p.sq, on_meta_item, NULL, NULL, &c), 40);
+    cr_assert_str_eq(c.key[0], "k00");
+    cr_assert_eq(c.at[0], 0);
+    cr_assert_str_eq(c.grp[0], "g0");
+    cr_assert_str_eq(c.key[4], "k04");
+    cr_assert_str_eq(c.grp[4], "NULL");
+    cr_assert_str_eq(c.key[7], "k07");
+    cr_assert_float_eq(c.at[7], UNIX0 - 993, 1e-6);
+    cr_assert_str_eq(c.grp[7], "moved");
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+/* ---- completed-job memory ---- */
+
+struct done_rows {
+    int n;
+    char row[16][128];
+};
+
+static void on_done(void *ud, const char *key, size_t len, double finished_at, const char *result,
+                    size_t rlen)
+{
+    struct done_rows *c = ud;
+    snprintf(c->row[c->n++], sizeof c->row[0], "%.*s %.0f %.*s", (int)len, key, finished_at - UNIX0,
+             (int)rlen, result ? result : "NULL");
+}
+
+Test(store, done_rows_are_put_replaced_deleted_and_restored_through_a_flush_and_a_reopen)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    wq_store_done_put(p.sq, "a", 1, UNIX0 + 30, "{\"ok\":true}", 11);
+    wq_store_done_put(p.sq, "b", 1, UNIX0 + 10, NULL, 0);
+    wq_store_done_put(p.sq, "c", 1, UNIX0 + 20, "\"first\"", 7);
+    cr_assert(wq_store_dirty(s));
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_eq(qint("SELECT count(*) FROM done"), 3);
+    cr_assert_str_eq(qtext("SELECT result FROM done WHERE key = 'a'"), "{\"ok\":true}");
+    cr_assert_str_eq(qtext("SELECT result FROM done WHERE key = 'b'"), "NULL");
+    cr_assert_str_eq(qtext("SELECT queue FROM done WHERE key = 'b'"), "jobs");
+    /* Replaced, deleted, put and deleted within one window. */
+    wq_store_done_put(p.sq, "c", 1, UNIX0 + 40, "\"second\"", 8);
+    wq_store_done_del(p.sq, "b", 1);
+    wq_store_done_put(p.sq, "d", 1, UNIX0 + 50, NULL, 0);
+    wq_store_done_del(p.sq, "d", 1);
+    wq_store_done_del(p.sq, "never", 5);
+    cr_assert_eq(wq_store_flush(s), 0);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+
+    s = open_ok();
+    pq_attach(&p, s, "jobs");
+    struct done_rows c = {0};
+    cr_assert_eq(wq_store_restore_done(p.sq, on_done, &c), 2);
+    cr_assert_str_eq(c.row[0], "a 30 {\"ok\":true}");
+    cr_assert_str_eq(c.row[1], "c 40 \"second\"");
+    /* Another queue's rows are its own. */
+    struct pq o;
+    pq_attach(&o, s, "other");
+    struct done_rows none = {0};
+    cr_assert_eq(wq_store_restore_done(o.sq, on_done, &none), 0);
+    cr_assert_eq(wq_store_restore_done(o.sq, NULL, NULL), WQ_EINVAL);
+    /* A key done while pending in the engine: the done row and the items row are independent. */
+    add(&p, "a", NULL, 0);
+    cr_assert_str_eq(get(&p), "a");
+    done(&p, "a");
+    wq_store_done_put(p.sq, "a", 1, UNIX0 + 60, "\"again\"", 7);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_str_eq(qtext("SELECT result FROM done WHERE key = 'a'"), "\"again\"");
+    cr_assert_eq(qint("SELECT count(*) FROM items"), 0);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    wq_queue_free(o.q);
+}
+
+Test(store, done_prune_deletes_the_queues_rows_older_than_the_bound_with_the_next_flush)
+{
+    wq_store *s = open_ok();
+    struct pq p, o;
+    pq_attach(&p, s, "jobs");
+    pq_attach(&o, s, "other");
+    for (int i = 0; i < 10; i++) {
+        char key[8];
+        snprintf(key, sizeof key, "k%d", i);
+        wq_store_done_put(p.sq, key, strlen(key), UNIX0 + i, NULL, 0);
+        wq_store_done_put(o.sq, key, strlen(key), UNIX0 + i, NULL, 0);
+    }
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert(!wq_store_dirty(s));
+    cr_assert_eq(wq_store_done_prune(p.sq, UNIX0 + 3), 0);
+    cr_assert(wq_store_dirty(s), "a prune waits for the next flush");
+    cr_assert_eq(qint("SELECT count(*) FROM done"), 20);
+    cr_assert_eq(wq_store_done_prune(p.sq, UNIX0 + 5), 0); /* the later bound wins */
+    cr_assert_eq(wq_store_done_prune(p.sq, UNIX0 + 1), 0);
+    wq_store_done_put(p.sq, "late", 4, UNIX0 + 2, NULL, 0); /* expired already */
+    wq_store_done_put(p.sq, "new", 3, UNIX0 + 100, NULL, 0);
+    wq_store_stats st0, st1;
+    wq_store_get_stats(s, &st0);
+    cr_assert_eq(wq_store_flush(s), 0);
+    wq_store_get_stats(s, &st1);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'jobs'"), 6);
+    cr_assert_eq(qint("SELECT min(finished_at) FROM done WHERE queue = 'jobs'") - (int64_t)UNIX0,
+                 5);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE key = 'late'"), 0);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'other'"), 10);
+    cr_assert_eq(st1.rows_written - st0.rows_written, 2 + 6, "two puts, six rows pruned");
+    /* Done: the next flush prunes nothing more. */
+    cr_assert(!wq_store_dirty(s));
+    cr_assert_eq(wq_store_done_prune(p.sq, NAN), WQ_EINVAL);
+    cr_assert_eq(wq_store_done_prune(NULL, 0), WQ_EINVAL);
+    cr_assert(!wq_store_dirty(s));
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    wq_queue_free(o.q);
+}
+
+/* ---- schedules ---- */
+
+struct sched_rows {
+    int n;
+    char row[16][256];
+};
+
+static void on_sched(void *ud, const wq_schedule_row *r)
+{
+    struct sched_rows *c = ud;
+    snprintf(c->row[c->n++], sizeof c->row[0], "%s|%s|%.*s|%.*s|%s|%s|%.0f|%.0f", r->name, r->spec,
+             (int)r->keylen, r->key, r->payload ? (int)r->paylen : 4,
+             r->payload ? r->payload : "NULL", r->tz == WQ_SCHED_LOCAL ? "local" : "utc",
+             r->catch_up == WQ_SCHED_CATCH_UP_SKIP ? "skip" : "once",
+             r->next_at ? r->next_at - UNIX0 : -1, r->last_at ? r->last_at - UNIX0 : -1);
+}
+
+static wq_schedule_row sched(const char *name, const char *spec, const char *key,
+                             const char *payload, double next, double last)
+{
+    wq_schedule_row r;
+    memset(&r, 0, sizeof r);
+    r.name = name;
+    r.spec = spec;
+    r.key = key;
+    r.keylen = key ? strlen(key) : 0;
+    r.payload = payload;
+    r.paylen = payload ? strlen(payload) : 0;
+    r.next_at = next;
+    r.last_at = last;
+    return r;
+}
+
+Test(store, schedules_are_put_replaced_deleted_and_restored_through_a_flush_and_a_reopen)
+{
+    wq_store *s = open_ok();
+    struct pq p, o;
+    pq_attach(&p, s, "jobs");
+    pq_attach(&o, s, "other");
+    wq_schedule_row r = sched("nightly", "0 3 * * *", "report", "{\"full\":true}", UNIX0 + 100, 0);
+    r.tz = WQ_SCHED_LOCAL;
+    wq_store_schedule_put(p.sq, &r);
+    r = sched("tick", "@every 5m", NULL, NULL, UNIX0 + 300, UNIX0);
+    r.catch_up = WQ_SCHED_CATCH_UP_SKIP;
+    wq_store_schedule_put(p.sq, &r);
+    r = sched("tick", "@hourly", NULL, NULL, UNIX0 + 3600, 0);
+    wq_store_schedule_put(o.sq, &r);
+    r = sched("gone", "@daily", NULL, NULL, UNIX0 + 1, 0);
+    wq_store_schedule_put(p.sq, &r);
+    cr_assert(wq_store_dirty(s));
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert(!wq_store_dirty(s));
+    cr_assert_eq(qint("SELECT count(*) FROM schedules"), 4);
+    cr_assert_str_eq(qtext("SELECT tz || ' ' || catch_up FROM schedules WHERE name = 'nightly'"),
+                     "local once");
+    cr_assert_str_eq(qtext("SELECT key FROM schedules WHERE queue = 'jobs' AND name = 'tick'"),
+                     "tick");
+    cr_assert_str_eq(qtext("SELECT last_at FROM schedules WHERE name = 'nightly'"), "NULL");
+    cr_assert_gt(qdouble("SELECT updated_at FROM schedules WHERE name = 'nightly'"), UNIX0);
+
+    /* Defining the same name again replaces it; a put then a delete in one window writes the
+     * delete. */
+    r = sched("nightly", "30 2 * * *", "report", "{\"full\":false}", UNIX0 + 200, UNIX0 + 100);
+    r.tz = WQ_SCHED_LOCAL;
+    wq_store_schedule_put(p.sq, &r);
+    r = sched("gone", "@weekly", NULL, NULL, UNIX0 + 2, 0);
+    wq_store_schedule_put(p.sq, &r);
+    wq_store_schedule_del(p.sq, "gone");
+    wq_store_schedule_del(p.sq, "never-there");
+    r = sched("brief", "@daily", "b", NULL, UNIX0 + 50, 0);
+    wq_store_schedule_put(p.sq, &r);
+    wq_store_schedule_del(p.sq, "brief");
+    cr_assert_eq(wq_store_flush(s), 0);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    wq_queue_free(o.q);
+
+    s = open_ok();
+    pq_attach(&p, s, "jobs");
+    pq_attach(&o, s, "other");
+    struct sched_rows c = {0}, d = {0};
+    cr_assert_eq(wq_store_restore_schedules(p.sq, on_sched, &c), 2);
+    cr_assert_str_eq(c.row[0], "nightly|30 2 * * *|report|{\"full\":false}|local|once|200|100");
+    cr_assert_str_eq(c.row[1], "tick|@every 5m|tick|NULL|utc|skip|300|0");
+    cr_assert_eq(wq_store_restore_schedules(o.sq, on_sched, &d), 1);
+    cr_assert_str_eq(d.row[0], "tick|@hourly|tick|NULL|utc|once|3600|-1");
+    /* Text the store did not write reads as the defaults. */
+    sql("UPDATE schedules SET tz = 'mars', catch_up = 'maybe', next_at = NULL"
+        " WHERE queue = 'other'");
+    memset(&d, 0, sizeof d);
+    cr_assert_eq(wq_store_restore_schedules(o.sq, on_sched, &d), 1);
+    cr_assert_str_eq(d.row[0], "tick|@hourly|tick|NULL|utc|once|-1|-1");
+    cr_assert_eq(wq_store_restore_schedules(o.sq, NULL, NULL), WQ_EINVAL);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    wq_queue_free(o.q);
+}
+
+Test(store, done_and_schedule_changes_wait_out_a_locked_file)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    sqlite3_busy_timeout(s->db, 10);
+    wq_store_done_put(p.sq, "old", 3, UNIX0, NULL, 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+    sqlite3 *other = peek();
+    cr_assert_eq(sqlite3_exec(other, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    wq_store_done_put(p.sq, "k", 1, UNIX0 + 5, "1", 1);
+    wq_schedule_row r = sched("s", "@daily", NULL, NULL, UNIX0 + 86400, 0);
+    wq_store_schedule_put(p.sq, &r);
+    wq_store_done_prune(p.sq, UNIX0 + 1);
+    cr_assert_eq(wq_store_flush(s), WQ_EBUSY);
+    cr_assert(wq_store_dirty(s));
+    cr_assert_eq(sqlite3_exec(other, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(other);
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    cr_assert_str_eq(qtext("SELECT group_concat(key) FROM done"), "k");
+    cr_assert_eq(qint("SELECT count(*) FROM schedules"), 1);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+Test(store, restoring_done_rows_and_schedules_of_a_broken_store_fails)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    unlink(path);
+    cr_assert_eq(wq_store_check_path(s), WQ_EIO);
+    struct done_rows c = {0};
+    struct sched_rows d = {0};
+    cr_assert_eq(wq_store_restore_done(p.sq, on_done, &c), WQ_EIO);
+    cr_assert_eq(wq_store_restore_schedules(p.sq, on_sched, &d), WQ_EIO);
+    cr_assert(strstr(wq_store_errmsg(s), "deleted or replaced"), "%s", wq_store_errmsg(s));
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+Test(store, cli_status_lists_schedules_in_utc_and_local_time_and_done_counts)
+{
+    setenv("TZ", "XST-3", 1); /* local time is UTC + 3 h, named XST */
+    tzset();
+    wq_store *s = open_ok();
+    struct pq p, o;
+    pq_attach(&p, s, "jobs");
+    pq_attach(&o, s, "mail");
+    /* 1700000000 is 2023-11-14 22:13:20 UTC. */
+    wq_schedule_row r = sched("nightly", "0 3 * * *", NULL, NULL, 1700000000, 1699913600);
+    r.tz = WQ_SCHED_LOCAL;
+    wq_store_schedule_put(p.sq, &r);
+    r = sched("digest", "@every 90s", NULL, NULL, 1700000090, 0);
+    wq_store_schedule_put(o.sq, &r);
+    for (int i = 0; i < 3; i++) {
+        char key[8];
+        snprintf(key, sizeof key, "d%d", i);
+        wq_store_done_put(p.sq, key, 2, UNIX0 + i, NULL, 0);
+    }
+    cr_assert_eq(wq_store_flush(s), 0);
+    char out[4096];
+    cr_assert_eq(cli(wq_store_cli_status_io, out, sizeof out, 2, "--db", path), 0, "%s", out);
+    cr_assert(strstr(out, "(version 2, "), "%s", out);
+    int queued, processing, waiting, dead, failing, inbox, ndone;
+    const char *line = strstr(out, "\njobs ");
+    cr_assert_not_null(line, "%s", out);
+    cr_assert_eq(sscanf(line, "\njobs %d %d %d %d %d %d %d", &queued, &processing, &waiting, &dead,
+                        &failing, &inbox, &ndone),
+                 7, "%s", out);
+    cr_assert_eq(ndone, 3, "%s", out);
+    cr_assert(strstr(out, "\nschedules:\n"), "%s", out);
+    cr_assert(strstr(out, "NEXT RUN (UTC)") && strstr(out, "NEXT RUN (LOCAL)"), "%s", out);
+    line = strstr(out, "\njobs   nightly");
+    cr_assert_not_null(line, "%s", out);
+    cr_assert(strstr(line, "0 3 * * *") && strstr(line, "local") &&
+                  strstr(line, "2023-11-14 22:13:20") && strstr(line, "2023-11-15 01:13:20 XST") &&
+                  strstr(line, "2023-11-13 22:13:20"),
+              "%s", out);
+    line = strstr(out, "\nmail   digest");
+    cr_assert_not_null(line, "%s", out);
+    cr_assert(strstr(line, "@every 90s") && strstr(line, "2023-11-14 22:14:50") &&
+                  strstr(line, "2023-11-15 01:14:50 XST") && strstr(line, "never"),
+              "%s", out);
+    cr_assert(strstr(out, "schedules:\nQUEUE  NAME"), "queues come first: %s", out);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    wq_queue_free(o.q);
 }
