@@ -7,6 +7,7 @@
 #include "lua/lqueue.h"
 
 #include "host/timer.h"
+#include "lua/lcron.h"
 #include "lua/llimiter.h"
 #include "lua/lworker.h"
 #include "lua/lwq.h"
@@ -33,6 +34,13 @@ static int bad_self(lua_State *L, const char *fn)
  * them), so an address once found to be a queue stays one: the last one
  * checked skips the metatable test.
  */
+static lqueue *check_queue(lua_State *L, const char *fn);
+
+lqueue *lqueue_check(lua_State *L, const char *fn)
+{
+    return check_queue(L, fn);
+}
+
 static lqueue *check_queue(lua_State *L, const char *fn)
 {
     static lqueue *last;
@@ -167,14 +175,22 @@ void lqueue_note_add(lqueue *lq)
     if (wq_queue_last_created(lq->q, &at)) {
         uint32_t id = wq_queue_last_id(lq->q);
         if (grow_slots(lq, id) == 0)
-            lq->slots[id].enqueued = at;
+            lq->slots[id].enqueued = wq_host_unix(lq->host, at);
     }
 }
 
 double lqueue_enqueued_at(const lqueue *lq, uint32_t id)
 {
-    int64_t at = id < lq->nslots ? lq->slots[id].enqueued : 0;
-    return wq_host_unix(lq->host, at ? at : wq_host_now(lq->host));
+    double at = id < lq->nslots ? lq->slots[id].enqueued : 0;
+    return at > 0 ? at : wq_host_unix(lq->host, wq_host_now(lq->host));
+}
+
+/* The state file asks for an items row's enqueued_at when it writes it. */
+static void item_meta(void *ud, const wq_item_info *info, wq_item_meta *out)
+{
+    const lqueue *lq = ud;
+    if (info->id < lq->nslots)
+        out->enqueued_at = lq->slots[info->id].enqueued;
 }
 
 /* After an add of the key at idx that returned >= 0. */
@@ -267,6 +283,23 @@ static void restore_item(void *ud, const wq_restored *r)
         else if (rc >= 0)
             lqueue_note_add(lq);
     }
+    /* The time it was first added, from the file (kept across restarts). */
+    wq_item_info info;
+    if (r->enqueued_at > 0 && wq_queue_lookup(lq->q, r->key, r->keylen, &info) == 1 &&
+        grow_slots(lq, info.id) == 0)
+        lq->slots[info.id].enqueued = r->enqueued_at;
+}
+
+static void restore_done(void *ud, const char *key, size_t len, double finished_at,
+                         const char *result, size_t rlen)
+{
+    lqueue *lq = ((lworker_restore *)ud)->lq;
+    lqueue_remember_done_at(lq, key, len, finished_at, result, rlen, 0);
+}
+
+static void restore_schedule(void *ud, const wq_schedule_row *row)
+{
+    lcron_restore(((lworker_restore *)ud)->lq, row);
 }
 
 static const char *const queue_opts[] = {"handler",     "workers",   "limiter",
@@ -404,6 +437,7 @@ static int queue_new(lua_State *L)
         lq->sq = wq_store_attach(h->store, name, lq->q);
         if (!lq->sq)
             return luaL_error(L, "queue: %s", wq_store_errmsg(h->store));
+        wq_store_set_meta(lq->sq, item_meta, lq);
         lworker_restore ctx = {L, lq, 0};
         int r = wq_store_restore(lq->sq, restore_item, lworker_restore_failure,
                                  lworker_restore_dead, &ctx);
@@ -413,6 +447,10 @@ static int queue_new(lua_State *L)
          * this run (the file still holds it). */
         if (ctx.nomem)
             return luaL_error(L, "queue: cannot restore '%s': out of memory", name);
+        if (lq->done_mem && wq_store_restore_done(lq->sq, restore_done, &ctx) < 0)
+            return luaL_error(L, "queue: cannot restore '%s': %s", name, wq_store_errmsg(h->store));
+        if (wq_store_restore_schedules(lq->sq, restore_schedule, &ctx) < 0)
+            return luaL_error(L, "queue: cannot restore '%s': %s", name, wq_store_errmsg(h->store));
     }
     if (h->stopping)
         lqueue_stop(lq);
@@ -450,18 +488,29 @@ static void done_forget(lqueue *lq, const char *key, size_t len)
     done_entry *e = done_get(lq, key, len);
     if (!e)
         return;
+    if (lq->sq)
+        wq_store_done_del(lq->sq, key, len);
     wq_keymap_del(lq->done_mem, key, len);
     free(e);
 }
 
 void lqueue_remember_done(lqueue *lq, const char *key, size_t len, const char *result, size_t rlen)
 {
+    lqueue_remember_done_at(lq, key, len, wq_host_unix(lq->host, wq_host_now(lq->host)), result,
+                            rlen, 1);
+}
+
+void lqueue_remember_done_at(lqueue *lq, const char *key, size_t len, double at, const char *result,
+                             size_t rlen, int persist)
+{
     if (!lq->done_mem)
         return;
+    if (persist && lq->sq)
+        wq_store_done_put(lq->sq, key, len, at, result, rlen);
     done_entry *e = malloc(sizeof *e + (result ? rlen : 0));
     if (!e)
         return; /* not remembered: the key may run again, which is allowed */
-    e->finished_at = wq_host_unix(lq->host, wq_host_now(lq->host));
+    e->finished_at = at;
     e->has_result = result != NULL;
     e->rlen = result ? rlen : 0;
     if (result)
@@ -500,6 +549,8 @@ static void prune_done(wq_host *h, void *data, uint64_t id)
     if (!lq->done_mem)
         return;
     double cutoff = wq_host_unix(h, wq_host_now(h)) - lq->keep_done;
+    if (lq->sq)
+        wq_store_done_prune(lq->sq, cutoff);
     /* The expired keys first (deleting while walking would move entries). */
     char *keys = NULL;
     size_t used = 0, cap = 0, pos = 0, len;
@@ -1037,6 +1088,7 @@ void lqueue_close(lqueue *lq)
         lq->done_mem = NULL;
     }
     wq_timer_stop(lq->host, lq->prune_timer);
+    lcron_free_all(lq);
 }
 
 static const luaL_Reg queue_methods[] = {{"add", queue_add},
@@ -1069,6 +1121,9 @@ void wq_lua_open_queue(lua_State *L, int internals)
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, queue_dead_list);
     lua_setfield(L, internals, "dead_list");
+    lua_getfield(L, internals, "queue_methods");
+    lcron_register(L, -1);
+    lua_pop(L, 1);
     lua_pushcfunction(L, queue_tostring);
     lua_setfield(L, -2, "__tostring");
     lua_pop(L, 1);

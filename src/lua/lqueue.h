@@ -44,12 +44,13 @@ typedef struct lqueue {
     double keep_done;    /* seconds a finished key is remembered, 0: not at all */
     wq_keymap *done_mem; /* finished keys -> struct done_entry * */
     uint64_t prune_timer;
+    struct lcron *crons; /* its schedules (lcron.c) */
 } lqueue;
 
 /* What the binding keeps per engine record id. */
 typedef struct lslot {
-    const char *key;  /* the kept Lua string's bytes, NULL when not kept */
-    int64_t enqueued; /* host clock when the record was made (job.enqueued_at) */
+    const char *key; /* the kept Lua string's bytes, NULL when not kept */
+    double enqueued; /* wall clock when the record was made (job.enqueued_at) */
 } lslot;
 
 /*
@@ -71,6 +72,8 @@ int lqueue_raise(lua_State *L, const char *fn, int err);
 void lqueue_push_taken(lua_State *L, lqueue *lq, const wq_item_info *info);
 /* Replaces the raw payload text on top of the stack with its decoded value. */
 void lqueue_decode_top(lua_State *L);
+/* self of a queue method: the wq.Queue at index 1 (raises a named error otherwise). */
+lqueue *lqueue_check(lua_State *L, const char *fn);
 /* Cancels a task's wait in get (its wait data is the queue). */
 void lqueue_get_cancel(wq_task *t);
 /* Wall-clock Unix time the pending item of record id was first added. */
@@ -82,5 +85,8 @@ void lqueue_note_add(lqueue *lq);
  * now, with its result (JSON text, may be NULL); no-op when keep_done is 0.
  */
 void lqueue_remember_done(lqueue *lq, const char *key, size_t len, const char *result, size_t rlen);
+/* The same at a given time; persist: also write it to the state file (not when restoring). */
+void lqueue_remember_done_at(lqueue *lq, const char *key, size_t len, double at, const char *result,
+                             size_t rlen, int persist);
 
 #endif
