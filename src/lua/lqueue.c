@@ -540,6 +540,8 @@ static int done_skips(lqueue *lq, const char *key, size_t len)
     return wq_queue_lookup(lq->q, key, len, &info) == 0;
 }
 
+#define PRUNE_BATCH 10000 /* expired memories dropped per turn */
+
 /* Drops memories older than keep_done (a host timer, every 30 s at most). */
 static void prune_done(wq_host *h, void *data, uint64_t id)
 {
@@ -556,9 +558,13 @@ static void prune_done(wq_host *h, void *data, uint64_t id)
     size_t used = 0, cap = 0, pos = 0, len;
     const char *key;
     uint64_t v;
-    while (wq_keymap_next(lq->done_mem, &pos, &key, &len, &v)) {
+    /* At most PRUNE_BATCH per turn, so a million expired keys never hold
+     * the loop for long; the rest goes in the next turns, soon after. */
+    size_t found = 0;
+    while (found < PRUNE_BATCH && wq_keymap_next(lq->done_mem, &pos, &key, &len, &v)) {
         if (((done_entry *)(uintptr_t)v)->finished_at >= cutoff)
             continue;
+        found++;
         if (used + sizeof len + len > cap) {
             size_t ncap = cap ? cap * 2 : 4096;
             while (ncap < used + sizeof len + len)
@@ -579,7 +585,7 @@ static void prune_done(wq_host *h, void *data, uint64_t id)
         at += sizeof len + len;
     }
     free(keys);
-    double every = lq->keep_done < 30 ? lq->keep_done : 30;
+    double every = found == PRUNE_BATCH ? 0.01 : lq->keep_done < 30 ? lq->keep_done : 30;
     lq->prune_timer =
         wq_timer_start_weak(h, wq_add_sat(wq_host_now(h), wq_seconds_to_ns(every)), prune_done, lq);
 }
