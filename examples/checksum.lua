@@ -17,11 +17,19 @@
 --         (cd DIR && sha256sum -c OUTDIR/SHA256SUMS)
 -- Directories it creates under /tmp are left for you to look at (and delete).
 --
+-- Resuming: with a state file, an interrupted run (Ctrl-C, kill -9, a
+-- reboot) picks up where it stopped, and a run over the same files does not
+-- redo the ones already finished (keep_done remembers them, with their
+-- results, for 30 days):
+--   build/wqrun --db checksum.db examples/checksum.lua DIR OUTDIR
+-- Ctrl-C still writes the table and the manifest of what was finished.
+--
 -- What it shows: a handler queue with workers, max_retries, a limiter and a
 -- per-job timeout; wq.exec with cwd and a timeout; the handler outcome rules
--- (an error is a failure, retried through the limiter); q:num_requeues;
--- q:stats() and q:dead() after the run. On a terminal, wqrun draws a live
--- progress line while it runs.
+-- (an error is a failure, retried through the limiter); the job table
+-- (job.attempt); keep_done with handler results and q:done_info; a report
+-- written by wq.on_shutdown on Ctrl-C; q:stats() and q:dead() after the
+-- run. On a terminal, wqrun draws a live progress line while it runs.
 
 local dir, outdir = arg[1], arg[2]
 
@@ -94,17 +102,16 @@ end
 
 -- ---- the job ----
 
-local results = {} -- rel -> {size=, gz=, sha=, attempts=}
-local sums = {}    -- rel -> the line sha256sum printed for it
-
-local q
-q = wq.queue("files", {
+-- A job's result (what its handler returns) is kept with keep_done:
+-- {size=, gz=, line=, attempts=}, line being what sha256sum printed.
+local q = wq.queue("files", {
     workers = 4,
     max_retries = 3, -- 1 run + up to 3 retries
     limiter = wq.limiter.exponential(0.1, 2), -- 0.1, 0.2, 0.4 s ... at most 2 s
     timeout = 60, -- seconds per attempt, tools included
-    handler = function(rel)
-        local attempt = q:num_requeues(rel) + 1
+    keep_done = 30 * 86400, -- a file done within 30 days is not done again
+    handler = function(rel, _, job)
+        local attempt = job.attempt
         if flaky > 0 and attempt == 1 and math.random() < flaky then
             error("simulated transient failure (CHECKSUM_FLAKY)")
         end
@@ -116,21 +123,16 @@ q = wq.queue("files", {
             run({"mkdir", "-p", "--", (out:gsub("/[^/]*$", ""))})
         end
         write_file(out, gz)
-        sums[rel] = line
-        results[rel] = {size = file_size(dir .. "/" .. rel) or 0, gz = #gz,
-                        sha = line:match("^\\?(%x+)"), attempts = attempt}
+        return {size = file_size(dir .. "/" .. rel) or 0, gz = #gz, line = line, attempts = attempt}
     end,
 })
 
 local t0 = wq.now()
-for _, rel in ipairs(files) do q:add(rel) end
-
--- Wait until nothing is queued, running or waiting for a retry.
-repeat
-    wq.sleep(0.05)
-    local s = q:stats()
-until s.queued + s.processing + s.waiting == 0
-local elapsed = wq.now() - t0
+local skipped = 0
+for _, rel in ipairs(files) do
+    if not q:add(rel) then skipped = skipped + 1 end -- finished by an earlier run
+end
+if skipped > 0 then print(("%d files were finished by an earlier run"):format(skipped)) end
 
 -- ---- report ----
 
@@ -140,38 +142,57 @@ local function human(n)
     return n .. " B"
 end
 
-local shown, total_in, total_out, retried = 0, 0, 0, 0
-print(("%-28s %10s %10s %6s %3s  %s"):format("file", "size", "gzip", "ratio", "try", "sha256"))
-for _, rel in ipairs(files) do
-    local r = results[rel]
-    if r then
-        total_in, total_out = total_in + r.size, total_out + r.gz
-        if r.attempts > 1 then retried = retried + 1 end
-        shown = shown + 1
-        if shown <= 40 then
-            local name = rel:gsub("%c", "?")
-            if #name > 28 then name = "..." .. name:sub(-25) end
-            print(("%-28s %10s %10s %5.1f%% %3d  %s"):format(name, human(r.size), human(r.gz),
-                r.size > 0 and 100 * r.gz / r.size or 100, r.attempts, r.sha:sub(1, 16)))
+local reported = false
+local function report(why)
+    if reported then return end
+    reported = true
+    local elapsed = wq.now() - t0
+    if why then print(why) end
+    local shown, total_in, total_out, retried = 0, 0, 0, 0
+    local manifest = {} -- in sha256sum's format, sorted by name
+    print(("%-28s %10s %10s %6s %3s  %s"):format("file", "size", "gzip", "ratio", "try", "sha256"))
+    for _, rel in ipairs(files) do
+        local info = q:done_info(rel)
+        local r = info and info.result
+        if r then
+            manifest[#manifest + 1] = r.line
+            total_in, total_out = total_in + r.size, total_out + r.gz
+            if r.attempts > 1 then retried = retried + 1 end
+            shown = shown + 1
+            if shown <= 40 then
+                local name = rel:gsub("%c", "?")
+                if #name > 28 then name = "..." .. name:sub(-25) end
+                print(("%-28s %10s %10s %5.1f%% %3d  %s"):format(name, human(r.size), human(r.gz),
+                    r.size > 0 and 100 * r.gz / r.size or 100, r.attempts,
+                    r.line:match("^\\?(%x+)"):sub(1, 16)))
+            end
         end
     end
-end
-if shown > 40 then print(("... and %d more"):format(shown - 40)) end
+    if shown > 40 then print(("... and %d more"):format(shown - 40)) end
+    write_file(outdir .. "/SHA256SUMS", table.concat(manifest))
 
--- The manifest, in sha256sum's format, sorted by name.
-local manifest = {}
-for _, rel in ipairs(files) do
-    if sums[rel] then manifest[#manifest + 1] = sums[rel] end
+    local s = q:stats()
+    print(("%d files, %s -> %s (%.1f%%) in %.2fs; %d needed a retry (%d failed runs); %d failed")
+        :format(shown, human(total_in), human(total_out),
+                total_in > 0 and 100 * total_out / total_in or 100, elapsed, retried, s.failures,
+                s.dead))
+    for _, d in ipairs(q:dead()) do
+        print(("  FAILED %s after %d attempts: %s"):format(d.key:gsub("%c", "?"), d.attempts, d.error))
+    end
+    print(("output: %s (check: cd %s && sha256sum -c %s/SHA256SUMS)"):format(outdir, dir, outdir))
+    return s.dead
 end
-write_file(outdir .. "/SHA256SUMS", table.concat(manifest))
 
-local s = q:stats()
-print(("%d files, %s -> %s (%.1f%%) in %.2fs; %d needed a retry (%d failed runs); %d failed")
-    :format(shown, human(total_in), human(total_out),
-            total_in > 0 and 100 * total_out / total_in or 100, elapsed, retried, s.failures,
-            s.dead))
-for _, d in ipairs(q:dead()) do
-    print(("  FAILED %s after %d attempts: %s"):format(d.key:gsub("%c", "?"), d.attempts, d.error))
-end
-print(("output: %s (check: cd %s && sha256sum -c %s/SHA256SUMS)"):format(outdir, dir, outdir))
-if s.dead > 0 then wq.exit(1) end
+-- Ctrl-C (or SIGTERM): the running files finish, then the report covers
+-- what is done; the rest stays queued in the state file for the next run.
+wq.on_shutdown(function()
+    wq.sleep(0.2) -- the running handlers drain meanwhile
+    report("interrupted: the report covers the files finished so far")
+end)
+
+-- Wait until nothing is queued, running or waiting for a retry.
+repeat
+    wq.sleep(0.05)
+    local s = q:stats()
+until s.queued + s.processing + s.waiting == 0
+if report() > 0 then wq.exit(1) end
