@@ -4,18 +4,24 @@
 # At the end every key must have run at least once, nothing may be left
 # pending, and re-runs must stay within what was in flight at each kill (keys
 # that ran but whose completion was not yet committed, measured after each).
-#   scripts/crash-test.sh [--short] [--keys N] [--kills K]
+# With --keep-done the queue remembers finished keys (keep_done); once every
+# key has run, the producer feeds them all again while the runner is killed
+# again: none may run a second time (their done rows committed with their
+# completion).
+#   scripts/crash-test.sh [--short] [--keep-done] [--keys N] [--kills K]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WQRUN=${WQRUN:-build/wqrun}
 KEYS=3000
 KILLS=40
-if [[ "${1:-}" == "--short" ]]; then KEYS=600; KILLS=10; shift; fi
+MODE=plain
 while (($#)); do
   case "$1" in
+    --short) KEYS=600; KILLS=10; shift ;;
+    --keep-done) MODE=keep_done; shift ;;
     --keys) KEYS=$2; shift 2 ;;
     --kills) KILLS=$2; shift 2 ;;
-    *) echo "usage: $0 [--short] [--keys N] [--kills K]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--short] [--keep-done] [--keys N] [--kills K]" >&2; exit 2 ;;
   esac
 done
 [[ -x "$WQRUN" ]] || { echo "crash-test: $WQRUN not built (scripts/build.sh)" >&2; exit 2; }
@@ -64,7 +70,7 @@ producer=$!
 bound=0
 max_inflight=0
 for ((k = 1; k <= KILLS; k++)); do
-  "$WQRUN" --quiet --serve --db "$db" tests/e2e/lua/crash_worker.lua "$log" 2>>"$dir/runner.err" &
+  "$WQRUN" --quiet --serve --db "$db" tests/e2e/lua/crash_worker.lua "$log" "$MODE" 2>>"$dir/runner.err" &
   runner=$!
   sleep "0.$((RANDOM % 25 + 5))"
   kill -9 "$runner" 2>/dev/null || true
@@ -81,7 +87,7 @@ wait "$producer"
 producer=""
 
 # A last, clean run: it consumes what is left and exits when idle.
-timeout 120 "$WQRUN" --quiet --db "$db" tests/e2e/lua/crash_worker.lua "$log" 2>>"$dir/runner.err"
+timeout 120 "$WQRUN" --quiet --db "$db" tests/e2e/lua/crash_worker.lua "$log" "$MODE" 2>>"$dir/runner.err"
 
 fail=0
 missing=0
@@ -93,11 +99,34 @@ distinct=$(sort -u "$log" | grep -c . || true)
 reruns=$((total - distinct))
 pending=$(sqlite3 "$db" "select count(*) from items")
 inbox=$(sqlite3 "$db" "select count(*) from inbox")
-echo "crash-test: $KEYS keys, $KILLS kills: $distinct distinct keys ran, $reruns re-runs (bound $bound: ran but not committed at a kill; at most $max_inflight processing at a kill), $pending pending, $inbox inbox rows"
+echo "crash-test ($MODE): $KEYS keys, $KILLS kills: $distinct distinct keys ran, $reruns re-runs (bound $bound: ran but not committed at a kill; at most $max_inflight processing at a kill), $pending pending, $inbox inbox rows"
 ((missing == 0)) || { echo "crash-test: FAIL: $missing keys never ran" >&2; fail=1; }
 ((pending == 0)) || { echo "crash-test: FAIL: $pending items left pending" >&2; fail=1; }
 ((inbox == 0)) || { echo "crash-test: FAIL: $inbox inbox rows left" >&2; fail=1; }
 ((reruns <= bound)) || { echo "crash-test: FAIL: $reruns re-runs exceed $bound" >&2; fail=1; }
+if [[ $MODE == keep_done ]]; then
+  # Every key again, through the inbox, with kills; nothing may run.
+  before=$(grep -c . "$log" || true)
+  produce &
+  producer=$!
+  for ((k = 1; k <= KILLS / 2 + 1; k++)); do
+    "$WQRUN" --quiet --serve --db "$db" tests/e2e/lua/crash_worker.lua "$log" "$MODE" 2>>"$dir/runner.err" &
+    runner=$!
+    sleep "0.$((RANDOM % 25 + 5))"
+    kill -9 "$runner" 2>/dev/null || true
+    wait "$runner" 2>/dev/null || true
+    runner=""
+  done
+  wait "$producer"
+  producer=""
+  timeout 120 "$WQRUN" --quiet --db "$db" tests/e2e/lua/crash_worker.lua "$log" "$MODE" 2>>"$dir/runner.err"
+  again=$(($(grep -c . "$log" || true) - before))
+  left=$(sqlite3 "$db" "select count(*) from items") inbox=$(sqlite3 "$db" "select count(*) from inbox")
+  done_rows=$(sqlite3 "$db" "select count(*) from done")
+  echo "crash-test (keep_done): all $KEYS keys fed again: $again ran again, $done_rows done rows, $left pending, $inbox inbox rows"
+  ((again == 0)) || { echo "crash-test: FAIL: $again finished keys ran again" >&2; fail=1; }
+  ((left == 0 && inbox == 0)) || { echo "crash-test: FAIL: left $left items, $inbox inbox rows" >&2; fail=1; }
+fi
 if grep -v "^$" "$dir/runner.err" | grep -vE "inbox rows for unknown|stayed locked|writable again" | grep -q .; then
   echo "crash-test: runner said:" >&2
   sort "$dir/runner.err" | uniq -c | head -20 >&2
