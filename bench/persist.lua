@@ -3,6 +3,7 @@
 --   wqrun --quiet [--db FILE [--sync normal|full]] bench/persist.lua N MODE [PREFIX [PAYLOAD]]
 -- N jobs (default 1,000,000), keys tostring(1..N) as in bench/jobs.lua.
 -- PAYLOAD: bytes of string payload per job (default 0: no payload).
+-- KEEP_DONE (environment): keep_done seconds for mode run (default: none).
 -- MODE:
 --   run      add all N to a queue with a no-op handler (1 worker), then wait
 --            until the handler has run every one; prints the add, run and
@@ -37,7 +38,9 @@ end
 local payload = PAYLOAD > 0 and string.rep("x", PAYLOAD) or nil
 
 if MODE == "run" then
-    local q = wq.queue("persist", {handler = function() end})
+    -- KEEP_DONE=seconds in the environment: the completed-job memory too.
+    local keep = tonumber(os.getenv("KEEP_DONE") or "")
+    local q = wq.queue("persist", {handler = function() end, keep_done = keep})
     collectgarbage()
     local t0 = wq.now()
     for i = 1, N do q:add(i, payload) end

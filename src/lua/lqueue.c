@@ -540,7 +540,7 @@ static int done_skips(lqueue *lq, const char *key, size_t len)
     return wq_queue_lookup(lq->q, key, len, &info) == 0;
 }
 
-#define PRUNE_BATCH 10000 /* expired memories dropped per turn */
+#define PRUNE_BATCH 2000 /* expired memories dropped per turn */
 
 /* Drops memories older than keep_done (a host timer, every 30 s at most). */
 static void prune_done(wq_host *h, void *data, uint64_t id)
@@ -555,13 +555,14 @@ static void prune_done(wq_host *h, void *data, uint64_t id)
         wq_store_done_prune(lq->sq, cutoff);
     /* The expired keys first (deleting while walking would move entries). */
     char *keys = NULL;
-    size_t used = 0, cap = 0, pos = 0, len;
+    size_t used = 0, cap = 0, pos = lq->prune_pos, len;
     const char *key;
     uint64_t v;
     /* At most PRUNE_BATCH per turn, so a million expired keys never hold
      * the loop for long; the rest goes in the next turns, soon after. */
     size_t found = 0;
-    while (found < PRUNE_BATCH && wq_keymap_next(lq->done_mem, &pos, &key, &len, &v)) {
+    int more = 0;
+    while (found < PRUNE_BATCH && (more = wq_keymap_next(lq->done_mem, &pos, &key, &len, &v))) {
         if (((done_entry *)(uintptr_t)v)->finished_at >= cutoff)
             continue;
         found++;
@@ -585,7 +586,10 @@ static void prune_done(wq_host *h, void *data, uint64_t id)
         at += sizeof len + len;
     }
     free(keys);
-    double every = found == PRUNE_BATCH ? 0.01 : lq->keep_done < 30 ? lq->keep_done : 30;
+    /* The next batch goes on from here (a walk from the start each time
+     * would read the emptied front of the table again and again). */
+    lq->prune_pos = more ? pos : 0;
+    double every = more ? 0.01 : lq->keep_done < 30 ? lq->keep_done : 30;
     lq->prune_timer =
         wq_timer_start_weak(h, wq_add_sat(wq_host_now(h), wq_seconds_to_ns(every)), prune_done, lq);
 }

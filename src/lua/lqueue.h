@@ -44,6 +44,7 @@ typedef struct lqueue {
     double keep_done;    /* seconds a finished key is remembered, 0: not at all */
     wq_keymap *done_mem; /* finished keys -> struct done_entry * */
     uint64_t prune_timer;
+    size_t prune_pos;    /* where the next prune batch starts in done_mem */
     struct lcron *crons; /* its schedules (lcron.c) */
 } lqueue;
 
