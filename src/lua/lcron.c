@@ -236,7 +236,10 @@ static int schedule(lua_State *L)
 static int unschedule(lua_State *L)
 {
     lqueue *lq = lqueue_check(L, "unschedule");
-    const char *name = luaL_checkstring(L, 2);
+    if (lua_type(L, 2) != LUA_TSTRING)
+        wq_argerror(L, "unschedule", "name",
+                    lua_pushfstring(L, "string expected, got %s", luaL_typename(L, 2)));
+    const char *name = lua_tostring(L, 2);
     lcron **p = find(lq, name);
     if (!*p) {
         lua_pushboolean(L, 0);

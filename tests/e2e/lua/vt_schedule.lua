@@ -66,6 +66,7 @@ t.raises(function() q:schedule("bad", "@daily", {tz = "mars"}) end, "schedule: b
 t.raises(function() q:schedule("bad", "@daily", {catch_up = "all"}) end, "schedule: bad argument 'catch_up'")
 t.raises(function() q:schedule("bad", "@daily", {payload = print}) end, "schedule: bad argument 'payload'")
 t.raises(function() q:schedule(1, "@daily") end, "schedule: bad argument 'name'")
+t.raises(function() q:unschedule(nil) end, "unschedule: bad argument 'name' (string expected, got nil)")
 t.eq(#q:schedules(), 0, "nothing was added by the failed calls")
 
 -- the last thing: a pending schedule does not keep the script alive
