@@ -540,7 +540,8 @@ static int done_skips(lqueue *lq, const char *key, size_t len)
     return wq_queue_lookup(lq->q, key, len, &info) == 0;
 }
 
-#define PRUNE_BATCH 2000 /* expired memories dropped per turn */
+#define PRUNE_BATCH 2000  /* expired memories dropped per turn */
+#define PRUNE_VISIT 20000 /* memories looked at per turn (each may be a cache miss) */
 
 /* Drops memories older than keep_done (a host timer, every 30 s at most). */
 static void prune_done(wq_host *h, void *data, uint64_t id)
@@ -551,6 +552,8 @@ static void prune_done(wq_host *h, void *data, uint64_t id)
     if (!lq->done_mem)
         return;
     double cutoff = wq_host_unix(h, wq_host_now(h)) - lq->keep_done;
+    /* The rows go with the memories, key by key (done_forget), a turn's
+     * worth per commit; this also catches rows of keys no longer in memory. */
     if (lq->sq)
         wq_store_done_prune(lq->sq, cutoff);
     /* The expired keys first (deleting while walking would move entries). */
@@ -558,11 +561,14 @@ static void prune_done(wq_host *h, void *data, uint64_t id)
     size_t used = 0, cap = 0, pos = lq->prune_pos, len;
     const char *key;
     uint64_t v;
-    /* At most PRUNE_BATCH per turn, so a million expired keys never hold
-     * the loop for long; the rest goes in the next turns, soon after. */
-    size_t found = 0;
+    /* At most PRUNE_BATCH dropped and PRUNE_VISIT looked at per turn, so a
+     * million memories never hold the loop for long; a pass over them all
+     * goes on in the next turns, 10 ms apart. */
+    size_t found = 0, seen = 0;
     int more = 0;
-    while (found < PRUNE_BATCH && (more = wq_keymap_next(lq->done_mem, &pos, &key, &len, &v))) {
+    while (found < PRUNE_BATCH && seen < PRUNE_VISIT &&
+           (more = wq_keymap_next(lq->done_mem, &pos, &key, &len, &v))) {
+        seen++;
         if (((done_entry *)(uintptr_t)v)->finished_at >= cutoff)
             continue;
         found++;
