@@ -14,6 +14,7 @@ packages=(
   libcriterion-dev
   lua-cjson lua-cjson-dev # lua-cjson-dev ships the lua5.4-cjson pkg-config file
   curl procps clang-format wrk prometheus # wrk: bench/bench_http.sh; prometheus: promtool for tests/e2e/test_http.sh
+  tzdata # real time zones for the cron DST tests (tests/engine/test_cron.c)
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
