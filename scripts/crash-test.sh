@@ -67,15 +67,20 @@ producer=$!
 # After each kill, the keys that will run again are exactly those that ran
 # (are in the log) but whose row is still in the file: their completion had
 # not been committed. Summed over the kills, that is the bound for re-runs.
-bound=0
-max_inflight=0
-for ((k = 1; k <= KILLS; k++)); do
+# One run of the worker, killed with SIGKILL at a random moment.
+run_and_kill() {
   "$WQRUN" --quiet --serve --db "$db" tests/e2e/lua/crash_worker.lua "$log" "$MODE" 2>>"$dir/runner.err" &
   runner=$!
   sleep "0.$((RANDOM % 25 + 5))"
   kill -9 "$runner" 2>/dev/null || true
   wait "$runner" 2>/dev/null || true
   runner=""
+}
+
+bound=0
+max_inflight=0
+for ((k = 1; k <= KILLS; k++)); do
+  run_and_kill
   sqlite3 -cmd ".timeout 10000" "$db" "select key from items" | sort >"$dir/pending.txt"
   sort -u "$log" >"$dir/ran.txt"
   again=$(comm -12 "$dir/ran.txt" "$dir/pending.txt" | grep -c . || true)
@@ -110,12 +115,7 @@ if [[ $MODE == keep_done ]]; then
   produce &
   producer=$!
   for ((k = 1; k <= KILLS / 2 + 1; k++)); do
-    "$WQRUN" --quiet --serve --db "$db" tests/e2e/lua/crash_worker.lua "$log" "$MODE" 2>>"$dir/runner.err" &
-    runner=$!
-    sleep "0.$((RANDOM % 25 + 5))"
-    kill -9 "$runner" 2>/dev/null || true
-    wait "$runner" 2>/dev/null || true
-    runner=""
+    run_and_kill
   done
   wait "$producer"
   producer=""
