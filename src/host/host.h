@@ -34,9 +34,22 @@ typedef struct wq_qstats {
     uint64_t requeued;  /* handler runs that returned wq.requeue */
     uint64_t timeouts;  /* handler runs stopped by their timeout */
     uint64_t retrying;  /* keys with a failure count */
-    int workers;        /* handler workers, 0 without a handler */
+    uint64_t workers;   /* handler workers, 0 without a handler */
     const wq_metrics *metrics;
 } wq_qstats;
+
+/* The numbers of wq_qstats by name, as /queues and q:stats() show them; ends with a NULL name. */
+typedef struct wq_qstat_field {
+    const char *name;
+    size_t offset; /* of a uint64_t in wq_qstats */
+} wq_qstat_field;
+extern const wq_qstat_field wq_qstat_fields[];
+
+/* The value of field f in st. */
+static inline uint64_t wq_qstat_value(const wq_qstats *st, const wq_qstat_field *f)
+{
+    return *(const uint64_t *)((const char *)st + f->offset);
+}
 
 /* An add from outside the script (inbox row, HTTP request). */
 typedef struct wq_ext_item {

@@ -135,20 +135,8 @@ static json_object *queue_summary(const wq_hqueue *hq)
     if (!o)
         return NULL;
     json_object_object_add(o, "name", json_object_new_string(st.name));
-    add_uint(o, "depth", st.depth);
-    add_uint(o, "queued", st.queued);
-    add_uint(o, "processing", st.processing);
-    add_uint(o, "waiting", st.waiting);
-    add_uint(o, "adds", st.adds);
-    add_uint(o, "done", st.done);
-    add_uint(o, "retries", st.retries);
-    add_uint(o, "failures", st.failures);
-    add_uint(o, "dead", st.dead);
-    add_uint(o, "succeeded", st.succeeded);
-    add_uint(o, "requeued", st.requeued);
-    add_uint(o, "timeouts", st.timeouts);
-    add_uint(o, "retrying", st.retrying);
-    add_uint(o, "workers", (uint64_t)st.workers);
+    for (const wq_qstat_field *f = wq_qstat_fields; f->name; f++)
+        add_uint(o, f->name, wq_qstat_value(&st, f));
     return o;
 }
 

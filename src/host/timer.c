@@ -90,32 +90,34 @@ void wq_timer_stop(wq_host *h, uint64_t id)
     release(h, slot);
 }
 
-int64_t wq_timer_next(wq_host *h)
+/* The earliest pending time; with awaited, only of what keeps the process alive. */
+static int64_t earliest(wq_host *h, int awaited)
 {
     int64_t next = wq_delay_next(&h->timers);
-    int64_t weak = wq_delay_next(&h->weak_timers);
-    if (weak < next)
-        next = weak;
-    for (int i = 0; i < h->nqueues; i++) {
-        int64_t t = h->queues[i].ops->next_ready(h->queues[i].q);
-        if (t < next)
-            next = t;
+    if (!awaited) {
+        int64_t weak = wq_delay_next(&h->weak_timers);
+        if (weak < next)
+            next = weak;
     }
-    return next;
-}
-
-int64_t wq_timer_next_awaited(wq_host *h)
-{
-    int64_t next = wq_delay_next(&h->timers);
     for (int i = 0; i < h->nqueues; i++) {
         const wq_hqueue *hq = &h->queues[i];
-        if (!hq->ops->awaited(hq->q))
+        if (awaited && !hq->ops->awaited(hq->q))
             continue;
         int64_t t = hq->ops->next_ready(hq->q);
         if (t < next)
             next = t;
     }
     return next;
+}
+
+int64_t wq_timer_next(wq_host *h)
+{
+    return earliest(h, 0);
+}
+
+int64_t wq_timer_next_awaited(wq_host *h)
+{
+    return earliest(h, 1);
 }
 
 void wq_timer_run_due(wq_host *h)

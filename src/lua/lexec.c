@@ -10,8 +10,6 @@
 #include "lua/lwq.h"
 #include "lua/sched.h"
 
-#include "host/timer.h"
-
 #include <errno.h>
 #include <lauxlib.h>
 #include <string.h>
@@ -159,21 +157,6 @@ static char **build_env(lua_State *L, int idx)
 
 static int try_spawn(lua_State *L, wq_task *t, box *b);
 
-static void retry_fire(wq_host *h, void *data, uint64_t id)
-{
-    (void)h;
-    (void)id;
-    wq_task *t = data;
-    t->wait_timer = 0;
-    wq_task_wake(t, 0);
-}
-
-static void retry_cancel(wq_task *t)
-{
-    wq_timer_stop(t->host, t->wait_timer);
-    t->wait_timer = 0;
-}
-
 static int retry_k(lua_State *L, int status, lua_KContext ctx)
 {
     (void)status;
@@ -207,10 +190,8 @@ static int try_spawn(lua_State *L, wq_task *t, box *b)
         b->backoff = b->backoff ? b->backoff * 2 : 20 * 1000000LL;
         if (b->backoff > 1000 * 1000000LL)
             b->backoff = 1000 * 1000000LL;
-        t->wait_timer = wq_timer_start(h, wq_add_sat(now, b->backoff), retry_fire, t);
-        if (!t->wait_timer)
-            return luaL_error(L, "exec: out of memory");
-        return wq_task_wait(L, t, retry_cancel, (lua_KContext)b, retry_k);
+        return wq_task_wait_until(L, t, wq_add_sat(now, b->backoff), "exec", (lua_KContext)b,
+                                  retry_k);
     }
     lua_pushnil(L);
     lua_pushfstring(L, "exec: cannot run '%s': %s", b->spec.argv[0], strerror(err));

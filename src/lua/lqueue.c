@@ -34,14 +34,7 @@ static int bad_self(lua_State *L, const char *fn)
  * them), so an address once found to be a queue stays one: the last one
  * checked skips the metatable test.
  */
-static lqueue *check_queue(lua_State *L, const char *fn);
-
 lqueue *lqueue_check(lua_State *L, const char *fn)
-{
-    return check_queue(L, fn);
-}
-
-static lqueue *check_queue(lua_State *L, const char *fn)
 {
     static lqueue *last;
     lqueue *lq = lua_touserdata(L, 1);
@@ -68,6 +61,7 @@ int lqueue_raise(lua_State *L, const char *fn, int err)
 static const wq_queue_ops lqueue_ops;
 static void lqueue_stop(lqueue *lq);
 static void prune_done(wq_host *h, void *data, uint64_t id);
+static void arm_prune(lqueue *lq, double seconds);
 
 /* ---- observer: wakes waiters and feeds the store ---- */
 
@@ -456,9 +450,7 @@ static int queue_new(lua_State *L)
         lqueue_stop(lq);
     lworker_start(L, lq);
     if (lq->done_mem) {
-        double every = keep_done < 30 ? keep_done : 30;
-        lq->prune_timer = wq_timer_start_weak(
-            h, wq_add_sat(wq_host_now(h), wq_seconds_to_ns(every)), prune_done, lq);
+        arm_prune(lq, keep_done < 30 ? keep_done : 30);
     }
     lua_settop(L, 10);
     return 1;
@@ -526,7 +518,7 @@ void lqueue_remember_done_at(lqueue *lq, const char *key, size_t len, double at,
     *v = (uint64_t)(uintptr_t)e;
 }
 
-/* Whether an add of key is skipped: it finished within keep_done and nothing is pending for it. */
+/* Whether key finished within keep_done and nothing is pending for it. */
 static int done_skips(lqueue *lq, const char *key, size_t len)
 {
     done_entry *e = done_get(lq, key, len);
@@ -538,6 +530,29 @@ static int done_skips(lqueue *lq, const char *key, size_t len)
     }
     wq_item_info info;
     return wq_queue_lookup(lq->q, key, len, &info) == 0;
+}
+
+/*
+ * Before any add (Lua, HTTP, inbox): whether keep_done skips it. A forced
+ * add forgets the memory instead. After shutdown the add is refused anyway.
+ */
+static int done_gate(lqueue *lq, const char *key, size_t len, int force)
+{
+    if (!lq->done_mem || wq_queue_shutting_down(lq->q))
+        return 0;
+    if (force) {
+        done_forget(lq, key, len);
+        return 0;
+    }
+    return done_skips(lq, key, len);
+}
+
+/* Arms the next prune turn in seconds (a weak timer: it keeps nothing alive). */
+static void arm_prune(lqueue *lq, double seconds)
+{
+    wq_host *h = lq->host;
+    lq->prune_timer = wq_timer_start_weak(h, wq_add_sat(wq_host_now(h), wq_seconds_to_ns(seconds)),
+                                          prune_done, lq);
 }
 
 #define PRUNE_BATCH 2000  /* expired memories dropped per turn */
@@ -595,9 +610,7 @@ static void prune_done(wq_host *h, void *data, uint64_t id)
     /* The next batch goes on from here (a walk from the start each time
      * would read the emptied front of the table again and again). */
     lq->prune_pos = more ? pos : 0;
-    double every = more ? 0.01 : lq->keep_done < 30 ? lq->keep_done : 30;
-    lq->prune_timer =
-        wq_timer_start_weak(h, wq_add_sat(wq_host_now(h), wq_seconds_to_ns(every)), prune_done, lq);
+    arm_prune(lq, more ? 0.01 : lq->keep_done < 30 ? lq->keep_done : 30);
 }
 
 /* Reads the optional payload (at idx) and opts table (at idx + 1) of an add. */
@@ -638,7 +651,7 @@ enum { ADD_NOW, ADD_AFTER, ADD_LIMITED };
 /* q:add(key [, payload [, opts]]), q:add_after(key, s, ...), q:add_rate_limited(key, ...). */
 static int add_common(lua_State *L, int how, const char *fn)
 {
-    lqueue *lq = check_queue(L, fn);
+    lqueue *lq = lqueue_check(L, fn);
     size_t len;
     const char *key = wq_checkkey(L, 2, fn, &len);
     int64_t delay = 0;
@@ -653,13 +666,9 @@ static int add_common(lua_State *L, int how, const char *fn)
         memset(&o, 0, sizeof o);
     else
         read_add_args(L, rest, fn, &o, &force);
-    if (lq->done_mem && !wq_queue_shutting_down(lq->q)) {
-        if (force)
-            done_forget(lq, key, len);
-        else if (done_skips(lq, key, len)) {
-            lua_pushboolean(L, 0); /* finished within keep_done: skipped */
-            return 1;
-        }
+    if (done_gate(lq, key, len, force)) {
+        lua_pushboolean(L, 0); /* finished within keep_done: skipped */
+        return 1;
     }
     if (how == ADD_LIMITED && wq_limiter_when(lq->limiter, key, len, &delay) < 0)
         return luaL_error(L, "%s: out of memory", fn);
@@ -690,7 +699,7 @@ static int queue_add_rate_limited(lua_State *L)
 
 static int queue_cancel_after(lua_State *L)
 {
-    lqueue *lq = check_queue(L, "cancel_after");
+    lqueue *lq = lqueue_check(L, "cancel_after");
     size_t len;
     const char *key = wq_checkkey(L, 2, "cancel_after", &len);
     lua_pushboolean(L, wq_queue_cancel_after(lq->q, key, len));
@@ -699,7 +708,7 @@ static int queue_cancel_after(lua_State *L)
 
 static int queue_len(lua_State *L)
 {
-    lua_pushinteger(L, (lua_Integer)wq_queue_len(check_queue(L, "len")->q));
+    lua_pushinteger(L, (lua_Integer)wq_queue_len(lqueue_check(L, "len")->q));
     return 1;
 }
 
@@ -731,7 +740,7 @@ static int get_k(lua_State *L, int status, lua_KContext ctx)
 
 static int queue_get(lua_State *L)
 {
-    lqueue *lq = check_queue(L, "get");
+    lqueue *lq = lqueue_check(L, "get");
     wq_item_info info;
     /* A graceful stop (SIGINT/SIGTERM) hands out nothing more: what is
      * queued stays queued (and in the state file) for the next run. */
@@ -758,7 +767,7 @@ static int queue_get(lua_State *L)
 
 static int queue_done(lua_State *L)
 {
-    lqueue *lq = check_queue(L, "done");
+    lqueue *lq = lqueue_check(L, "done");
     size_t len;
     const char *key = wq_checkkey(L, 2, "done", &len);
     int r = wq_queue_done(lq->q, key, len);
@@ -772,7 +781,7 @@ static int queue_done(lua_State *L)
 
 static int queue_shutdown(lua_State *L)
 {
-    wq_queue_shutdown(check_queue(L, "shutdown")->q);
+    wq_queue_shutdown(lqueue_check(L, "shutdown")->q);
     return 0;
 }
 
@@ -797,7 +806,7 @@ static int drain_k(lua_State *L, int status, lua_KContext ctx)
 
 static int queue_shutdown_with_drain(lua_State *L)
 {
-    lqueue *lq = check_queue(L, "shutdown_with_drain");
+    lqueue *lq = lqueue_check(L, "shutdown_with_drain");
     /* If it will have to wait, check that it can before changing anything. */
     if (wq_queue_processing(lq->q) > 0)
         wq_task_require(L, "shutdown_with_drain");
@@ -809,13 +818,13 @@ static int queue_shutdown_with_drain(lua_State *L)
 
 static int queue_shutting_down(lua_State *L)
 {
-    lua_pushboolean(L, wq_queue_shutting_down(check_queue(L, "shutting_down")->q));
+    lua_pushboolean(L, wq_queue_shutting_down(lqueue_check(L, "shutting_down")->q));
     return 1;
 }
 
 static int queue_forget(lua_State *L)
 {
-    lqueue *lq = check_queue(L, "forget");
+    lqueue *lq = lqueue_check(L, "forget");
     size_t len;
     const char *key = wq_checkkey(L, 2, "forget", &len);
     lworker_forget(lq, key, len);
@@ -824,7 +833,7 @@ static int queue_forget(lua_State *L)
 
 static int queue_num_requeues(lua_State *L)
 {
-    lqueue *lq = check_queue(L, "num_requeues");
+    lqueue *lq = lqueue_check(L, "num_requeues");
     size_t len;
     const char *key = wq_checkkey(L, 2, "num_requeues", &len);
     lua_pushinteger(L, wq_limiter_num_requeues(lq->limiter, key, len));
@@ -861,31 +870,19 @@ static void setint(lua_State *L, const char *k, uint64_t v)
 static int queue_stats(lua_State *L)
 {
     wq_qstats st;
-    fill_stats(check_queue(L, "stats"), &st);
+    fill_stats(lqueue_check(L, "stats"), &st);
     lua_createtable(L, 0, 16);
     lua_pushstring(L, st.name);
     lua_setfield(L, -2, "name");
-    setint(L, "depth", st.depth);
-    setint(L, "queued", st.queued);
-    setint(L, "processing", st.processing);
-    setint(L, "waiting", st.waiting);
-    setint(L, "adds", st.adds);
-    setint(L, "done", st.done);
-    setint(L, "retries", st.retries);
-    setint(L, "failures", st.failures);
-    setint(L, "dead", st.dead);
-    setint(L, "succeeded", st.succeeded);
-    setint(L, "requeued", st.requeued);
-    setint(L, "timeouts", st.timeouts);
-    setint(L, "retrying", st.retrying);
-    setint(L, "workers", (uint64_t)st.workers);
+    for (const wq_qstat_field *f = wq_qstat_fields; f->name; f++)
+        setint(L, f->name, wq_qstat_value(&st, f));
     return 1;
 }
 
 /* The dead letters, unsorted (lua/wq.lua's q:dead() sorts them). */
 static int queue_dead_list(lua_State *L)
 {
-    lqueue *lq = check_queue(L, "dead");
+    lqueue *lq = lqueue_check(L, "dead");
     lworker_push_dead(L, lq);
     int dead = lua_gettop(L);
     lua_newtable(L);
@@ -914,7 +911,7 @@ static int queue_dead_list(lua_State *L)
 
 static int queue_retry_dead(lua_State *L)
 {
-    lqueue *lq = check_queue(L, "retry_dead");
+    lqueue *lq = lqueue_check(L, "retry_dead");
     size_t len;
     const char *key = wq_checkkey(L, 2, "retry_dead", &len);
     lworker_push_dead(L, lq);
@@ -950,7 +947,7 @@ static int queue_retry_dead(lua_State *L)
 /* q:done_info(key) -> {finished_at=, result=} or nil */
 static int queue_done_info(lua_State *L)
 {
-    lqueue *lq = check_queue(L, "done_info");
+    lqueue *lq = lqueue_check(L, "done_info");
     size_t len;
     const char *key = wq_checkkey(L, 2, "done_info", &len);
     done_entry *e = done_get(lq, key, len);
@@ -971,7 +968,7 @@ static int queue_done_info(lua_State *L)
 /* q:forget_done(key) -> whether the key was remembered */
 static int queue_forget_done(lua_State *L)
 {
-    lqueue *lq = check_queue(L, "forget_done");
+    lqueue *lq = lqueue_check(L, "forget_done");
     size_t len;
     const char *key = wq_checkkey(L, 2, "forget_done", &len);
     int had = done_get(lq, key, len) != NULL;
@@ -982,7 +979,7 @@ static int queue_forget_done(lua_State *L)
 
 static int queue_name(lua_State *L)
 {
-    lua_pushstring(L, check_queue(L, "name")->name);
+    lua_pushstring(L, lqueue_check(L, "name")->name);
     return 1;
 }
 
@@ -1049,12 +1046,8 @@ static void op_stop(void *q)
 static int op_add(void *q, const wq_ext_item *it)
 {
     lqueue *lq = q;
-    if (lq->done_mem && !wq_queue_shutting_down(lq->q)) {
-        if (it->force)
-            done_forget(lq, it->key, it->keylen);
-        else if (done_skips(lq, it->key, it->keylen))
-            return WQ_ADD_DONE;
-    }
+    if (done_gate(lq, it->key, it->keylen, it->force))
+        return WQ_ADD_DONE;
     wq_add_opts o = {it->payload, it->paylen, it->payload != NULL, it->has_priority, it->priority};
     int r = it->after > 0
                 ? wq_queue_add_after(lq->q, it->key, it->keylen, wq_seconds_to_ns(it->after), &o)

@@ -70,33 +70,6 @@ static void add_dead(lua_State *L, lqueue *lq, const char *key, size_t len, cons
     lua_pop(L, 1);
 }
 
-/*
- * A failed run of key: retry through the limiter while the failure count
- * is below max_retries, else dead-letter it. The caller calls done after.
- */
-/* A key for a log line: at most 64 bytes, control and non-ASCII bytes as \xNN. */
-static void show_key(char out[4 * 64 + 4], const char *key, size_t len)
-{
-    static const char hex[] = "0123456789abcdef";
-    char *o = out;
-    for (size_t i = 0; i < len && i < 64; i++) {
-        unsigned char c = (unsigned char)key[i];
-        if (c >= 0x20 && c < 0x7f && c != '\\') {
-            *o++ = (char)c;
-        } else {
-            *o++ = '\\';
-            *o++ = 'x';
-            *o++ = hex[c >> 4];
-            *o++ = hex[c & 15];
-        }
-    }
-    if (len > 64) {
-        memcpy(o, "...", 3);
-        o += 3;
-    }
-    *o = '\0';
-}
-
 /* Runs the queue's on_dead hook as a task: on_dead(key, payload, err, attempts). */
 static void call_on_dead(lua_State *L, lqueue *lq, const char *key, size_t len, const char *json,
                          size_t jlen, const char *err, int64_t attempts)
@@ -114,6 +87,11 @@ static void call_on_dead(lua_State *L, lqueue *lq, const char *key, size_t len, 
     wq_task_spawn(L, 4, TASK_SPAWN);
 }
 
+/*
+ * A failed run of key: retry through the limiter while the failure count
+ * is below max_retries (and the failure is not permanent), else dead-letter
+ * it. The caller calls done after.
+ */
 static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len, const char *json,
                            size_t jlen, const char *err, const char *tb, int permanent)
 {
@@ -139,8 +117,8 @@ static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len
     add_dead(L, lq, key, len, json, jlen, err, tb, count + 1, at);
     if (lq->sq)
         wq_store_dead(lq->sq, key, len, json, jlen, err, count + 1, at);
-    char shown[4 * 64 + 4];
-    show_key(shown, key, len);
+    char shown[WQ_SHOWN_KEY];
+    wq_show_key(shown, key, len);
     if (permanent)
         wq_host_log(lq->host, "wqrun: %s: '%s' failed for good (wq.fail), dead-lettered: %s",
                     lq->name, shown, err);
@@ -275,8 +253,8 @@ static void remember(lua_State *L, lqueue *lq, const char *key, size_t klen, int
     if (status == LUA_ERRMEM)
         lua_error(L);
     if (status != LUA_OK) {
-        char shown[4 * 64 + 4];
-        show_key(shown, key, klen);
+        char shown[WQ_SHOWN_KEY];
+        wq_show_key(shown, key, klen);
         wq_host_log(lq->host, "wqrun: %s: the result of '%s' is not kept: %s", lq->name, shown,
                     lua_tostring(L, -1));
         lqueue_remember_done(lq, key, klen, NULL, 0);

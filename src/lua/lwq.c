@@ -112,6 +112,28 @@ void wq_push_payload(lua_State *L, const char *json, size_t len)
     }
 }
 
+void wq_show_key(char out[WQ_SHOWN_KEY], const char *key, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    char *o = out;
+    for (size_t i = 0; i < len && i < 64; i++) {
+        unsigned char c = (unsigned char)key[i];
+        if (c >= 0x20 && c < 0x7f && c != '\\') {
+            *o++ = (char)c;
+        } else {
+            *o++ = '\\';
+            *o++ = 'x';
+            *o++ = hex[c >> 4];
+            *o++ = hex[c & 15];
+        }
+    }
+    if (len > 64) {
+        memcpy(o, "...", 3);
+        o += 3;
+    }
+    *o = '\0';
+}
+
 /* ---- runtime functions ---- */
 
 static int wq_spawn(lua_State *L)
@@ -127,21 +149,6 @@ static int wq_spawn(lua_State *L)
     return 1;
 }
 
-static void sleep_fire(wq_host *h, void *data, uint64_t id)
-{
-    (void)h;
-    (void)id;
-    wq_task *t = data;
-    t->wait_timer = 0;
-    wq_task_wake(t, 0);
-}
-
-static void sleep_cancel(wq_task *t)
-{
-    wq_timer_stop(t->host, t->wait_timer);
-    t->wait_timer = 0;
-}
-
 static int sleep_k(lua_State *L, int status, lua_KContext ctx)
 {
     (void)status;
@@ -155,11 +162,8 @@ static int wq_sleep(lua_State *L)
     double s = wq_checkduration(L, 1, "sleep", "seconds", 0);
     wq_task *t = wq_task_require(L, "sleep");
     wq_host *h = t->host;
-    t->wait_timer =
-        wq_timer_start(h, wq_add_sat(wq_host_now(h), wq_seconds_to_ns(s)), sleep_fire, t);
-    if (!t->wait_timer)
-        return luaL_error(L, "sleep: out of memory");
-    return wq_task_wait(L, t, sleep_cancel, 0, sleep_k);
+    return wq_task_wait_until(L, t, wq_add_sat(wq_host_now(h), wq_seconds_to_ns(s)), "sleep", 0,
+                              sleep_k);
 }
 
 static int wq_now(lua_State *L)

@@ -7,7 +7,9 @@
 #include "lua/sched.h"
 
 #include "host/progress.h"
+#include "host/timer.h"
 #include "lua/lqueue.h"
+#include "lua/lwq.h"
 
 #include <lauxlib.h>
 #include <stdio.h>
@@ -111,6 +113,30 @@ int wq_task_wait(lua_State *L, wq_task *t, void (*cancel)(wq_task *), lua_KConte
     t->state = TS_WAITING;
     t->cancel = cancel;
     return lua_yieldk(L, 0, ctx, k);
+}
+
+static void timer_wake(wq_host *h, void *data, uint64_t id)
+{
+    (void)h;
+    (void)id;
+    wq_task *t = data;
+    t->wait_timer = 0;
+    wq_task_wake(t, 0);
+}
+
+static void timer_cancel(wq_task *t)
+{
+    wq_timer_stop(t->host, t->wait_timer);
+    t->wait_timer = 0;
+}
+
+int wq_task_wait_until(lua_State *L, wq_task *t, int64_t when, const char *fn, lua_KContext ctx,
+                       lua_KFunction k)
+{
+    t->wait_timer = wq_timer_start(t->host, when, timer_wake, t);
+    if (!t->wait_timer)
+        return luaL_error(L, "%s: out of memory", fn);
+    return wq_task_wait(L, t, timer_cancel, ctx, k);
 }
 
 void wq_task_interrupt(wq_task *t, const char *msg)
@@ -384,23 +410,10 @@ static void stall_hook(lua_State *L, lua_Debug *ar)
         return;
     char who[160];
     wq_task_describe(t, who, sizeof who);
-    char key[4 * 48 + 8] = "";
+    char shown[WQ_SHOWN_KEY], key[WQ_SHOWN_KEY + 16] = "";
     if (t->kind == TASK_WORKER && t->job_key) {
-        static const char hex[] = "0123456789abcdef";
-        char *o = key;
-        o += sprintf(o, " (key '");
-        for (size_t i = 0; i < t->job_keylen && i < 48; i++) {
-            unsigned char c = (unsigned char)t->job_key[i];
-            if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
-                *o++ = (char)c;
-            } else {
-                *o++ = '\\';
-                *o++ = 'x';
-                *o++ = hex[c >> 4];
-                *o++ = hex[c & 15];
-            }
-        }
-        strcpy(o, t->job_keylen > 48 ? "...')" : "')");
+        wq_show_key(shown, t->job_key, t->job_keylen);
+        snprintf(key, sizeof key, " (key '%s')", shown);
     }
     wq_host_log(t->host,
                 "wqrun: %s%s has held the loop for over %d s without yielding, at %s; timers, "

@@ -111,6 +111,13 @@ void wq_task_wake(wq_task *t, int nargs);
  */
 int wq_task_wait(lua_State *L, wq_task *t, void (*cancel)(wq_task *), lua_KContext ctx,
                  lua_KFunction k);
+/*
+ * Suspends the running task t until host time when (a timer), then
+ * continues with k; raises "<fn>: out of memory" if no timer can be had.
+ * Never returns.
+ */
+int wq_task_wait_until(lua_State *L, wq_task *t, int64_t when, const char *fn, lua_KContext ctx,
+                       lua_KFunction k);
 /* Interrupts t: cancels its wait (if waiting) and makes it raise msg when resumed. */
 void wq_task_interrupt(wq_task *t, const char *msg);
 /* In a continuation: raises the pending interrupt, if any. */

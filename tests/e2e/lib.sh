@@ -17,7 +17,9 @@ fi
 export LUA_PATH="$WQ_SOURCE_DIR/tests/lua/?.lua;;"
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/wqrun-e2e.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
+# Background processes a test starts (PIDS+=(...)) are killed at exit.
+PIDS=()
+trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$TMP"' EXIT
 
 CHECKS=0
 FAILED=0
@@ -173,6 +175,48 @@ wait_exit() {
         wait "$pid"
         RC=$?
     fi
+}
+
+# expect_eq ACTUAL EXPECTED what: exact comparison, both shown on failure
+expect_eq() {
+    CHECKS=$((CHECKS + 1))
+    if [ "$1" != "$2" ]; then
+        FAILED=$((FAILED + 1))
+        echo "FAIL [$NAME:${BASH_LINENO[0]}] $3" >&2
+        echo "     expected: $(printf '%s' "$2" | sed '2,$s/^/               /')" >&2
+        echo "     got:      $(printf '%s' "$1" | sed '2,$s/^/               /')" >&2
+        show_last
+    fi
+}
+
+# listen_start [PREFIX...] -- ARGS...: starts `PREFIX wqrun --quiet --listen
+# 127.0.0.1:PORT ARGS` in the background on a random port (another one when
+# that is taken) and waits until /healthz answers. PREFIX is a command that
+# runs the rest (env VAR=x, bash -c '... exec "$@"' _), or nothing. Sets PID,
+# PORT, BASE, OUTF and ERRF (the runner's stdout and stderr).
+listen_start() {
+    local prefix=() i try
+    while [ "$1" != -- ]; do prefix+=("$1"); shift; done
+    shift
+    for try in 1 2 3 4 5 6; do
+        PORT=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+        BASE=http://127.0.0.1:$PORT
+        OUTF=$TMP/listen.$try.out
+        ERRF=$TMP/listen.$try.err
+        "${prefix[@]}" "$WQRUN" --quiet --listen "127.0.0.1:$PORT" "$@" >"$OUTF" 2>"$ERRF" </dev/null &
+        PID=$!
+        PIDS+=("$PID")
+        for ((i = 0; i < 100; i++)); do
+            kill -0 "$PID" 2>/dev/null || break
+            [ "$(curl -s -m 1 "$BASE/healthz")" = ok ] && return 0
+            sleep 0.05
+        done
+        kill -9 "$PID" 2>/dev/null
+        wait "$PID" 2>/dev/null
+        grep -q "cannot listen" "$ERRF" || break
+    done
+    fail "runner did not start: $(cat "$ERRF")"
+    return 1
 }
 
 finish() {

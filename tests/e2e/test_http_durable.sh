@@ -8,33 +8,11 @@
 command -v sqlite3 >/dev/null || { echo "FAIL: needs sqlite3" >&2; exit 1; }
 command -v curl >/dev/null || { echo "FAIL: needs curl" >&2; exit 1; }
 SCRIPT=$E2E_DIR/lua/http_serve.lua
-PIDS=()
-trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$TMP"' EXIT
-
-# serve DB [wrapper...]: starts a --serve runner on a free port; sets PID, BASE, ERRF, OUTF.
+# serve DB [PREFIX...]: a --serve runner of SCRIPT on DB (see listen_start in lib.sh).
 serve() {
-    local db=$1 i try
+    local db=$1
     shift
-    for try in 1 2 3 4 5; do
-        PORT=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
-        BASE=http://127.0.0.1:$PORT
-        ERRF=$TMP/serve.$try.err
-        OUTF=$TMP/serve.$try.out
-        "$@" "$WQRUN" --quiet --serve --db "$db" --listen "127.0.0.1:$PORT" "$SCRIPT" \
-            >"$OUTF" 2>"$ERRF" </dev/null &
-        PID=$!
-        PIDS+=("$PID")
-        for ((i = 0; i < 100; i++)); do
-            kill -0 "$PID" 2>/dev/null || break
-            [ "$(curl -s -m 1 "$BASE/healthz")" = ok ] && return 0
-            sleep 0.05
-        done
-        kill -9 "$PID" 2>/dev/null
-        wait "$PID" 2>/dev/null
-        grep -q "cannot listen" "$ERRF" || break
-    done
-    fail "runner did not start: $(cat "$ERRF")"
-    return 1
+    listen_start "$@" -- --serve --db "$db" "$SCRIPT"
 }
 
 sql() { sqlite3 -batch -cmd '.timeout 5000' "$@"; }
@@ -100,13 +78,12 @@ expect_rc_code "batch: unknown queue is 404" 404
 awk 'BEGIN { printf "["; for (i = 0; i <= 10000; i++) printf "%s{\"key\":\"k%d\"}", i ? "," : "", i; printf "]" }' >"$TMP/big.json"
 post /queues/jobs/items:batch "@$TMP/big.json"
 expect_rc_code "batch: over 10000 items is 413" 413
-expect_eq_n() { check "$1 (got $2)" test "$2" = "$3"; }
-expect_eq_n "batch: a refused batch changes nothing" "$(sql "$DB" "SELECT count(*) FROM items WHERE key = 'k1'")" 0
+expect_eq "$(sql "$DB" "SELECT count(*) FROM items WHERE key = 'k1'")" 0 "batch: a refused batch changes nothing"
 
 # ---------------------------------------------------------------- JSON the parser must refuse, or keep exact
 post /queues/jobs/items "$(printf '{"key":"tab\tinside"}')"
 expect_rc_code "a raw control character inside a string is 400" 400
-expect_eq_n "the refused key is not stored" "$(sql "$DB" "SELECT count(*) FROM items WHERE key LIKE 'tab%'")" 0
+expect_eq "$(sql "$DB" "SELECT count(*) FROM items WHERE key LIKE 'tab%'")" 0 "the refused key is not stored"
 # A refused body ending inside an escape must leave nothing behind for the next request.
 post /queues/seen/items '{"key":"s1","payload":"\ud800\u'
 expect_rc_code "a truncated escape is 400" 400

@@ -7,34 +7,17 @@
 . "$(dirname "$0")/lib.sh"
 
 command -v curl >/dev/null || { echo "FAIL: needs curl" >&2; exit 1; }
-PIDS=()
-trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$TMP"' EXIT
 
 cat >"$TMP/idle.lua" <<'LUA'
 wq.queue("jobs")
 LUA
 
-# start [env...] -- wqrun-args...: a runner on a free port; sets PID, PORT, ERRF, OUTF
+# start [VAR=value...] -- wqrun-args...: a runner on a free port (listen_start in lib.sh).
 start() {
-    local envs=() i try
+    local envs=()
     while [ "$1" != -- ]; do envs+=("$1"); shift; done
     shift
-    for try in 1 2 3 4 5; do
-        PORT=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
-        ERRF=$TMP/run.$try.err
-        OUTF=$TMP/run.$try.out
-        env "${envs[@]}" "$WQRUN" --quiet --listen "127.0.0.1:$PORT" "$@" >"$OUTF" 2>"$ERRF" </dev/null &
-        PID=$!
-        PIDS+=("$PID")
-        for ((i = 0; i < 100; i++)); do
-            kill -0 "$PID" 2>/dev/null || break
-            [ "$(curl -s -m 1 "http://127.0.0.1:$PORT/healthz")" = ok ] && return 0
-            sleep 0.05
-        done
-        kill -9 "$PID" 2>/dev/null
-        grep -q "cannot listen" "$ERRF" || break
-    done
-    fail "runner did not start: $(cat "$ERRF")"
+    listen_start env "${envs[@]}" -- "$@"
 }
 
 fds() { ls "/proc/$PID/fd" 2>/dev/null | wc -l; }

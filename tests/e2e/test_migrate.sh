@@ -24,18 +24,6 @@ sql() {
     sqlite3 -batch -separator ' ' -cmd '.timeout 5000' "$@"
 }
 
-# expect_eq ACTUAL EXPECTED what
-expect_eq() {
-    CHECKS=$((CHECKS + 1))
-    if [ "$1" != "$2" ]; then
-        FAILED=$((FAILED + 1))
-        echo "FAIL [$NAME:${BASH_LINENO[0]}] $3" >&2
-        echo "     expected: $(printf '%s' "$2" | sed '2,$s/^/               /')" >&2
-        echo "     got:      $(printf '%s' "$1" | sed '2,$s/^/               /')" >&2
-        show_last
-    fi
-}
-
 # Everything a version-1 file holds, in the columns version 1 has.
 V1_ROWS="SELECT queue, key, payload, state, ready_at, priority, seq, added_at, updated_at
            FROM items ORDER BY queue, key;

@@ -54,18 +54,6 @@ bg_wait() {
     ERR=$(cat "$TMP/$name.err")
 }
 
-# expect_eq ACTUAL EXPECTED what: exact comparison, both shown on failure
-expect_eq() {
-    CHECKS=$((CHECKS + 1))
-    if [ "$1" != "$2" ]; then
-        FAILED=$((FAILED + 1))
-        echo "FAIL [$NAME:${BASH_LINENO[0]}] $3" >&2
-        echo "     expected: $(printf '%s' "$2" | sed '2,$s/^/               /')" >&2
-        echo "     got:      $(printf '%s' "$1" | sed '2,$s/^/               /')" >&2
-        show_last
-    fi
-}
-
 sql() {
     sqlite3 -batch -separator ' ' -cmd '.timeout 5000' "$@"
 }
