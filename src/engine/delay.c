@@ -60,11 +60,11 @@ static void sift_down(wq_delay *d, uint32_t i)
     place(d, i, e);
 }
 
-int wq_delay_reserve(wq_delay *d, uint32_t max_id)
+int wq_delay_room(wq_delay *d, uint32_t nids, uint32_t nentries)
 {
-    if (max_id >= d->pos_cap) {
+    if (nids > d->pos_cap) {
         uint32_t ncap = d->pos_cap ? d->pos_cap : 64;
-        while (ncap <= max_id)
+        while (ncap < nids)
             ncap = ncap > UINT32_MAX / 2 ? UINT32_MAX : ncap * 2;
         uint32_t *np = wq_realloc(d->pos, (size_t)ncap * sizeof *np);
         if (!np)
@@ -73,8 +73,10 @@ int wq_delay_reserve(wq_delay *d, uint32_t max_id)
         d->pos = np;
         d->pos_cap = ncap;
     }
-    if (d->len == d->cap) {
-        uint32_t ncap = d->cap ? d->cap * 2 : 64;
+    if (nentries > d->cap) {
+        uint32_t ncap = d->cap ? d->cap : 64;
+        while (ncap < nentries)
+            ncap = ncap > UINT32_MAX / 2 ? UINT32_MAX : ncap * 2;
         wq_delay_entry *nh = wq_realloc(d->heap, (size_t)ncap * sizeof *nh);
         if (!nh)
             return WQ_ENOMEM;
@@ -82,6 +84,31 @@ int wq_delay_reserve(wq_delay *d, uint32_t max_id)
         d->cap = ncap;
     }
     return 0;
+}
+
+int wq_delay_reserve(wq_delay *d, uint32_t max_id)
+{
+    if (max_id == UINT32_MAX)
+        return WQ_ENOMEM;
+    return wq_delay_room(d, max_id + 1, d->len + 1);
+}
+
+void wq_delay_set(wq_delay *d, uint32_t id, int64_t when, uint64_t seq)
+{
+    wq_delay_entry e = {when, seq, id};
+    if (d->pos[id]) {
+        uint32_t i = d->pos[id] - 1;
+        int up = less(&e, &d->heap[i]);
+        place(d, i, e);
+        if (up)
+            sift_up(d, i);
+        else
+            sift_down(d, i);
+        return;
+    }
+    uint32_t i = d->len++;
+    place(d, i, e);
+    sift_up(d, i);
 }
 
 int wq_delay_schedule(wq_delay *d, uint32_t id, int64_t when)

@@ -36,6 +36,19 @@ void wq_delay_destroy(wq_delay *d);
 int wq_delay_schedule(wq_delay *d, uint32_t id, int64_t when);
 /* Makes room so the next schedule of a new id up to max_id cannot fail. 0 or WQ_ENOMEM. */
 int wq_delay_reserve(wq_delay *d, uint32_t max_id);
+/* Makes room for ids below nids and nentries entries at once: later sets cannot fail. */
+int wq_delay_room(wq_delay *d, uint32_t nids, uint32_t nentries);
+/*
+ * Gives id exactly the key (when, seq), adding it or moving it either way
+ * (a heap ordered by something other than time: the caller chooses both
+ * parts). Room must have been made for it (wq_delay_room).
+ */
+void wq_delay_set(wq_delay *d, uint32_t id, int64_t when, uint64_t seq);
+/* The id of the earliest entry; the heap must not be empty. */
+static inline uint32_t wq_delay_top(const wq_delay *d)
+{
+    return d->heap[0].id;
+}
 /* Removes id's pending entry; returns 1 if there was one, else 0. */
 int wq_delay_cancel(wq_delay *d, uint32_t id);
 /* Ready time of id's pending entry in *when; returns 1 if pending, else 0. */

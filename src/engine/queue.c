@@ -17,10 +17,18 @@
  * sorted highest first; the same links chain processing records in the
  * order they were handed out, so the oldest is at the head. Delayed adds
  * live in a wq_delay heap keyed by record id.
+ *
+ * Groups (group.h) are off until the first grouped add or group limit: a
+ * grouped record sits in its group's own levels instead of the queue's,
+ * and get compares the head of the ungrouped store with the head of the
+ * best ready group, by priority then by the sequence number every record
+ * takes when it enters a store. Queues without groups or a rate take the
+ * old path through get untouched.
  */
 #include "engine/queue.h"
 
 #include "engine/delay.h"
+#include "engine/group.h"
 #include "engine/slab.h"
 
 #include <assert.h>
@@ -33,8 +41,11 @@ enum { F_DIRTY = 1, F_PROCESSING = 2, F_QUEUED = 4, F_WAITING = 8, F_PAYLOAD = 1
 struct item {
     char *data;     /* key bytes; with F_PAYLOAD then paylen (PAYLEN_SIZE bytes) and payload */
     int64_t add_ns; /* when it last became dirty */
-    int64_t get_ns; /* when it was handed out */
-    uint32_t next;  /* level list, processing list or free list */
+    union {
+        int64_t get_ns; /* processing: when it was handed out */
+        uint64_t seq;   /* queued: when it entered the store, in store entries */
+    };
+    uint32_t next; /* level list, processing list or free list */
     uint32_t prev;
     uint32_t keylen : 27;
     uint32_t flags : 5;
@@ -47,12 +58,6 @@ _Static_assert(sizeof(struct item) <= 40, "struct item grew");
 /* Bytes of the payload length stored after the key (unaligned, host order). */
 #define PAYLEN_SIZE 4
 
-struct level {
-    int32_t prio;
-    uint32_t head, tail;
-    uint32_t count;
-};
-
 struct wq_queue {
     const wq_clock *clock;
     struct item *items;
@@ -61,14 +66,19 @@ struct wq_queue {
     uint32_t nrecords;
     uint64_t *table; /* hash << 32 | (id + 1), 0 empty */
     uint32_t mask;
-    struct level *levels; /* sorted by prio, highest first; never empty lists */
-    uint32_t nlevels, levels_cap;
-    uint32_t stored;               /* records in the ready store */
+    wq_levels lv;                  /* the ungrouped ready store */
+    uint64_t seq;                  /* entries into any store so far */
+    uint32_t stored;               /* records in the ready stores */
     uint32_t proc_head, proc_tail; /* processing list, oldest first */
     uint32_t nprocessing;
     wq_delay delay;
     wq_slab slab;
     wq_metrics metrics;
+    wq_groups *groups; /* NULL until a group is used */
+    uint32_t *grp;     /* per record id: group index + 1, 0 for none (with groups) */
+    uint32_t grp_cap;
+    wq_pace pace;  /* the queue-wide rate */
+    int paced_out; /* a get found the queue-wide rate exhausted */
     int shutting_down, drain;
     wq_observer_fn observer;
     void *observer_ud;
@@ -147,11 +157,11 @@ wq_queue *wq_queue_new(const wq_clock *clock)
     q->proc_head = q->proc_tail = NIL;
     q->mask = 15;
     q->table = wq_malloc(16 * sizeof *q->table);
-    q->levels_cap = 8;
-    q->levels = wq_malloc(q->levels_cap * sizeof *q->levels);
-    if (!q->table || !q->levels) {
+    q->lv.cap = 8;
+    q->lv.v = wq_malloc(q->lv.cap * sizeof *q->lv.v);
+    if (!q->table || !q->lv.v) {
         wq_free(q->table);
-        wq_free(q->levels);
+        wq_free(q->lv.v);
         wq_free(q);
         return NULL;
     }
@@ -174,7 +184,11 @@ void wq_queue_free(wq_queue *q)
     wq_delay_destroy(&q->delay);
     wq_free(q->items);
     wq_free(q->table);
-    wq_free(q->levels);
+    wq_free(q->lv.v);
+    if (q->groups)
+        wq_groups_destroy(q->groups);
+    wq_free(q->groups);
+    wq_free(q->grp);
     wq_free(q);
 }
 
@@ -284,6 +298,9 @@ static void table_remove(wq_queue *q, uint32_t i)
 
 /* ---- records ---- */
 
+static uint32_t group_of(const wq_queue *q, uint32_t id);
+static void place_group(wq_queue *q, uint32_t gi, int tell);
+
 static int payload_ok(const wq_add_opts *o)
 {
     return !o || !o->set_payload || o->paylen <= WQ_PAYLOAD_MAX - WQ_KEY_MAX;
@@ -296,7 +313,7 @@ static int payload_ok(const wq_add_opts *o)
  * so the caller can still back out.
  */
 static uint32_t new_record(wq_queue *q, const char *key, size_t len, uint32_t h, uint32_t *slot,
-                           const wq_add_opts *o)
+                           const wq_add_opts *o, uint32_t gi)
 {
     if ((q->nrecords + 1) * 2 > q->mask + 1) {
         if (grow_table(q) < 0)
@@ -304,8 +321,16 @@ static uint32_t new_record(wq_queue *q, const char *key, size_t len, uint32_t h,
         *slot = empty_slot(q->table, q->mask, h);
     }
     uint32_t id = q->free_ids;
-    if (id == NIL && q->nitems == q->cap) {
-        uint32_t ncap = q->cap ? q->cap * 2 : 64;
+    uint32_t ncap = id == NIL && q->nitems == q->cap ? (q->cap ? q->cap * 2 : 64) : q->cap;
+    if (q->grp && q->grp_cap < ncap) { /* first, so a failure leaves the records as they were */
+        uint32_t *ng = wq_realloc(q->grp, (size_t)ncap * sizeof *ng);
+        if (!ng)
+            return NIL;
+        memset(ng + q->grp_cap, 0, (size_t)(ncap - q->grp_cap) * sizeof *ng);
+        q->grp = ng;
+        q->grp_cap = ncap;
+    }
+    if (ncap != q->cap) {
         struct item *ni = wq_realloc(q->items, (size_t)ncap * sizeof *ni);
         if (!ni)
             return NIL;
@@ -330,6 +355,11 @@ static uint32_t new_record(wq_queue *q, const char *key, size_t len, uint32_t h,
         it->flags |= F_PAYLOAD;
     if (o && o->set_priority)
         it->prio = o->priority;
+    if (gi != NIL) {
+        q->grp[id] = gi + 1;
+        if (q->groups->v[gi].refs++ == 0 && q->groups->v[gi].where == WQ_G_IDLE)
+            place_group(q, gi, 0); /* in use again: no longer waiting to be forgotten */
+    }
     q->table[*slot] = slot_make(h, id);
     q->nrecords++;
     return id;
@@ -349,8 +379,14 @@ static void drop_record(wq_queue *q, uint32_t id, uint32_t slot, int tell)
     table_remove(q, slot);
     it->flags = 0;
     q->nrecords--;
+    uint32_t gi = group_of(q, id);
+    if (gi != NIL) { /* the group may go too (group.h) */
+        q->grp[id] = 0;
+        q->groups->v[gi].refs--;
+        place_group(q, gi, 0);
+    }
     if (tell)
-        emit(q, WQ_EV_GONE, it);
+        emit(q, WQ_EV_GONE, &q->items[id]);
     it = &q->items[id];
     wq_slab_free(&q->slab, it->data, size);
     it->data = NULL;
@@ -378,19 +414,19 @@ static int set_payload(wq_queue *q, uint32_t id, const char *p, size_t n)
     return 1;
 }
 
-/* ---- the ready store ---- */
+/* ---- the ready stores ---- */
 
-/* Index of prio's level, or where it would be inserted (*found = 0). */
-static uint32_t level_index(const wq_queue *q, int32_t prio, int *found)
+/* Index of prio's level in ls, or where it would be inserted (*found = 0). */
+static uint32_t level_index(const wq_levels *ls, int32_t prio, int *found)
 {
-    uint32_t lo = 0, hi = q->nlevels;
+    uint32_t lo = 0, hi = ls->n;
     while (lo < hi) {
         uint32_t mid = (lo + hi) / 2;
-        if (q->levels[mid].prio == prio) {
+        if (ls->v[mid].prio == prio) {
             *found = 1;
             return mid;
         }
-        if (q->levels[mid].prio > prio)
+        if (ls->v[mid].prio > prio)
             lo = mid + 1;
         else
             hi = mid;
@@ -399,40 +435,53 @@ static uint32_t level_index(const wq_queue *q, int32_t prio, int *found)
     return lo;
 }
 
-/* Makes sure a level for prio exists. Returns its index or WQ_ENOMEM. */
-static int64_t ensure_level(wq_queue *q, int32_t prio)
+/* Makes sure ls has a level for prio. Returns its index or WQ_ENOMEM. */
+static int64_t ensure_level(wq_levels *ls, int32_t prio)
 {
     int found;
-    uint32_t i = level_index(q, prio, &found);
+    uint32_t i = level_index(ls, prio, &found);
     if (found)
         return i;
-    if (q->nlevels == q->levels_cap) {
-        uint32_t ncap = q->levels_cap * 2;
-        struct level *nl = wq_realloc(q->levels, (size_t)ncap * sizeof *nl);
+    if (ls->n == ls->cap) {
+        uint32_t ncap = ls->cap ? ls->cap * 2 : 1;
+        wq_level *nl = wq_realloc(ls->v, (size_t)ncap * sizeof *nl);
         if (!nl)
             return WQ_ENOMEM;
-        q->levels = nl;
-        q->levels_cap = ncap;
+        ls->v = nl;
+        ls->cap = ncap;
     }
-    memmove(&q->levels[i + 1], &q->levels[i], (q->nlevels - i) * sizeof *q->levels);
-    q->levels[i] = (struct level){prio, NIL, NIL, 0};
-    q->nlevels++;
+    memmove(&ls->v[i + 1], &ls->v[i], (ls->n - i) * sizeof *ls->v);
+    ls->v[i] = (wq_level){prio, NIL, NIL, 0};
+    ls->n++;
     return i;
 }
 
-static void level_drop(wq_queue *q, uint32_t li)
+static void level_drop(wq_levels *ls, uint32_t li)
 {
-    q->nlevels--;
-    memmove(&q->levels[li], &q->levels[li + 1], (q->nlevels - li) * sizeof *q->levels);
+    ls->n--;
+    memmove(&ls->v[li], &ls->v[li + 1], (ls->n - li) * sizeof *ls->v);
 }
 
 /* Drops prio's level if it exists and is empty (undoes an unused ensure_level). */
-static void trim_level(wq_queue *q, int32_t prio)
+static void trim_level(wq_levels *ls, int32_t prio)
 {
     int found;
-    uint32_t li = level_index(q, prio, &found);
-    if (found && q->levels[li].count == 0)
-        level_drop(q, li);
+    uint32_t li = level_index(ls, prio, &found);
+    if (found && ls->v[li].count == 0)
+        level_drop(ls, li);
+}
+
+/* The group index of record id, or NIL. */
+static uint32_t group_of(const wq_queue *q, uint32_t id)
+{
+    return q->grp && id < q->grp_cap && q->grp[id] ? q->grp[id] - 1 : NIL;
+}
+
+/* The store record id belongs in: its group's, or the ungrouped one. */
+static wq_levels *levels_of(wq_queue *q, uint32_t id)
+{
+    uint32_t gi = group_of(q, id);
+    return gi == NIL ? &q->lv : &q->groups->v[gi].lv;
 }
 
 /* The record links serve two kinds of list, a level's FIFO and the
@@ -462,37 +511,80 @@ static void link_remove(wq_queue *q, uint32_t *head, uint32_t *tail, uint32_t id
         *tail = it->prev;
 }
 
-static void store_push(wq_queue *q, uint32_t li, uint32_t id)
+static int64_t now(const wq_queue *q)
 {
-    struct level *l = &q->levels[li];
-    link_append(q, &l->head, &l->tail, id);
-    l->count++;
-    q->items[id].flags |= F_QUEUED;
-    q->stored++;
+    return wq_clock_now(q->clock);
 }
 
-/* Unlinks id from its level (dropping the level when it empties). */
+/*
+ * Re-places group gi after a change to its records or limits; tells the
+ * observer (WQ_EV_READY) when the change let a get take from it. The clock
+ * is read only when it matters (a rate).
+ */
+static void place_group(wq_queue *q, uint32_t gi, int tell)
+{
+    wq_group *g = &q->groups->v[gi];
+    int32_t prio = 0;
+    uint64_t seq = 0;
+    if (g->queued) {
+        prio = g->lv.v[0].prio;
+        seq = q->items[g->lv.v[0].head].seq;
+    }
+    int64_t t = g->pace.interval ? now(q) : 0;
+    if (wq_groups_place(q->groups, gi, t, prio, seq) && tell)
+        emit(q, WQ_EV_READY, NULL);
+}
+
+/* Appends id to level li of its store (the caller re-places its group). */
+static void store_push(wq_queue *q, wq_levels *ls, uint32_t li, uint32_t id)
+{
+    wq_level *l = &ls->v[li];
+    link_append(q, &l->head, &l->tail, id);
+    l->count++;
+    struct item *it = &q->items[id];
+    it->flags |= F_QUEUED;
+    it->seq = q->seq++;
+    q->stored++;
+    if (ls != &q->lv)
+        q->groups->v[q->grp[id] - 1].queued++;
+}
+
+/* Unlinks id from its level, dropping the level when it empties (the caller re-places its group).
+ */
 static void store_unlink(wq_queue *q, uint32_t id)
 {
     struct item *it = &q->items[id];
+    wq_levels *ls = levels_of(q, id);
     int found;
-    uint32_t li = level_index(q, it->prio, &found);
+    uint32_t li = level_index(ls, it->prio, &found);
     assert(found);
-    struct level *l = &q->levels[li];
+    wq_level *l = &ls->v[li];
     link_remove(q, &l->head, &l->tail, id);
     it->flags &= ~F_QUEUED;
     q->stored--;
     if (--l->count == 0)
-        level_drop(q, li);
+        level_drop(ls, li);
+    if (ls != &q->lv)
+        q->groups->v[q->grp[id] - 1].queued--;
 }
 
-/* Appends a dirty, not processing record to the store. 0 or WQ_ENOMEM. */
+/* Re-places id's group, if it has one, after its store changed. */
+static void regroup(wq_queue *q, uint32_t id)
+{
+    uint32_t gi = group_of(q, id);
+    if (gi != NIL)
+        place_group(q, gi, 0);
+}
+
+/* Appends a dirty, not processing record to its store. 0 or WQ_ENOMEM. */
 static int enqueue(wq_queue *q, uint32_t id)
 {
-    int64_t li = ensure_level(q, q->items[id].prio);
+    wq_levels *ls = levels_of(q, id);
+    int64_t li = ensure_level(ls, q->items[id].prio);
     if (li < 0)
         return (int)li;
-    store_push(q, (uint32_t)li, id);
+    store_push(q, ls, (uint32_t)li, id);
+    regroup(q, id);
     return 0;
 }
 
@@ -515,9 +607,32 @@ static void proc_unlink(wq_queue *q, uint32_t id)
 
 static void fill_info(const wq_queue *q, uint32_t id, wq_item_info *info);
 
-static int64_t now(const wq_queue *q)
+/* Turns groups on: the table and a group slot per record id. 0 or WQ_ENOMEM. */
+static int groups_on(wq_queue *q)
 {
-    return wq_clock_now(q->clock);
+    if (q->groups)
+        return 0;
+    uint32_t cap = q->cap ? q->cap : 64;
+    wq_groups *gs = wq_malloc(sizeof *gs);
+    uint32_t *grp = wq_malloc((size_t)cap * sizeof *grp);
+    if (!gs || !grp || wq_groups_init(gs) < 0) { /* a failed init holds nothing */
+        wq_free(gs);
+        wq_free(grp);
+        return WQ_ENOMEM;
+    }
+    memset(grp, 0, (size_t)cap * sizeof *grp);
+    q->groups = gs;
+    q->grp = grp;
+    q->grp_cap = cap;
+    return 0;
+}
+
+/* The index of group name, made if needed (see wq_groups_obtain). */
+static int64_t obtain_group(wq_queue *q, const char *name, size_t len)
+{
+    if (groups_on(q) < 0)
+        return WQ_ENOMEM;
+    return wq_groups_obtain(q->groups, name, len, now(q));
 }
 
 /*
@@ -528,20 +643,30 @@ static int64_t now(const wq_queue *q)
 static int64_t obtain(wq_queue *q, const char *key, size_t len, const wq_add_opts *o, int *created,
                       uint32_t *slot)
 {
-    if (len > WQ_KEY_MAX || !payload_ok(o))
+    if (len > WQ_KEY_MAX || !payload_ok(o) || (o && o->group && o->grouplen > WQ_GROUP_MAX))
         return WQ_E2BIG;
     uint32_t h = key_hash(key, len);
     *slot = find_slot(q, key, len, h);
     uint64_t v = q->table[*slot];
-    if (v) {
+    if (v) { /* a pending key keeps its group */
         *created = 0;
         q->last_id = slot_id(v);
         q->last_created = 0;
         return slot_id(v);
     }
-    uint32_t id = new_record(q, key, len, h, slot, o);
-    if (id == NIL)
+    uint32_t gi = NIL;
+    if (o && o->group) {
+        int64_t g = obtain_group(q, o->group, o->grouplen);
+        if (g < 0)
+            return g;
+        gi = (uint32_t)g;
+    }
+    uint32_t id = new_record(q, key, len, h, slot, o, gi);
+    if (id == NIL) {
+        if (gi != NIL)
+            place_group(q, gi, 0); /* forgets it again if it was new */
         return WQ_ENOMEM;
+    }
     *created = 1;
     q->last_id = id;
     q->last_created = 1;
@@ -559,14 +684,15 @@ static int apply_opts(wq_queue *q, uint32_t id, const wq_add_opts *o)
         return 0;
     int changed = 0;
     struct item *it = &q->items[id];
+    wq_levels *ls = levels_of(q, id);
     int move = o->set_priority && (it->flags & F_QUEUED) && o->priority > it->prio;
-    if (move && ensure_level(q, o->priority) < 0)
+    if (move && ensure_level(ls, o->priority) < 0)
         return WQ_ENOMEM;
     if (o->set_payload) {
         int r = set_payload(q, id, o->payload, o->paylen);
         if (r < 0) {
             if (move)
-                trim_level(q, o->priority);
+                trim_level(ls, o->priority);
             return r;
         }
         changed |= r;
@@ -578,9 +704,10 @@ static int apply_opts(wq_queue *q, uint32_t id, const wq_add_opts *o)
                 store_unlink(q, id);
                 it->prio = o->priority;
                 int found;
-                uint32_t li = level_index(q, it->prio, &found);
+                uint32_t li = level_index(ls, it->prio, &found);
                 assert(found);
-                store_push(q, li, id);
+                store_push(q, ls, li, id);
+                regroup(q, id);
                 changed = 1;
             }
         } else {
@@ -632,12 +759,13 @@ int wq_queue_add(wq_queue *q, const char *key, size_t len, const wq_add_opts *o)
     if (!created) {
         int32_t prio = o && o->set_priority ? o->priority : q->items[id].prio;
         int queue_now = !(q->items[id].flags & F_PROCESSING);
-        if (queue_now && ensure_level(q, prio) < 0)
+        wq_levels *ls = levels_of(q, id);
+        if (queue_now && ensure_level(ls, prio) < 0)
             return WQ_ENOMEM;
         int c = apply_opts(q, id, o);
         if (c < 0) {
             if (queue_now)
-                trim_level(q, prio);
+                trim_level(ls, prio);
             return c;
         }
     }
@@ -666,11 +794,67 @@ static void prefetch_slot(const wq_queue *q, uint32_t id)
 #endif
 }
 
+/*
+ * With groups or a queue-wide rate: the record a get hands out at t, or NIL
+ * when every queued record is held back by a limit. Groups whose token
+ * came are made ready first.
+ */
+static uint32_t pick(wq_queue *q, int64_t t)
+{
+    if (wq_pace_next(&q->pace) > t) {
+        q->paced_out = 1;
+        return NIL;
+    }
+    uint32_t best = q->lv.n ? q->lv.v[0].head : NIL;
+    wq_groups *gs = q->groups;
+    if (!gs)
+        return best;
+    while (wq_delay_len(&gs->wait) && wq_delay_next(&gs->wait) <= t)
+        place_group(q, wq_delay_top(&gs->wait), 0);
+    if (!wq_delay_len(&gs->ready))
+        return best;
+    const wq_level *l = &gs->v[wq_delay_top(&gs->ready)].lv.v[0];
+    if (best == NIL || l->prio > q->items[best].prio ||
+        (l->prio == q->items[best].prio && q->items[l->head].seq < q->items[best].seq))
+        best = l->head;
+    return best;
+}
+
+/* After a get with limits: charges the record's group and the queue's rate. */
+static void charge(wq_queue *q, uint32_t id, int64_t t)
+{
+    wq_pace_take(&q->pace, t);
+    uint32_t gi = group_of(q, id);
+    if (gi == NIL)
+        return;
+    wq_group *g = &q->groups->v[gi];
+    g->active++;
+    wq_pace_take(&g->pace, t);
+    place_group(q, gi, 0);
+}
+
+/* Whether a get at t would find something (groups or a rate on). */
+static int available(const wq_queue *q, int64_t t)
+{
+    uint64_t held = q->groups ? q->groups->held : 0;
+    return q->stored > held && wq_pace_next(&q->pace) <= t;
+}
+
 int wq_queue_get(wq_queue *q, wq_item_info *out)
 {
     if (!q->stored)
         return q->shutting_down ? WQ_ESHUTDOWN : WQ_EEMPTY;
-    uint32_t id = q->levels[0].head;
+    int limited = q->groups || q->pace.interval;
+    int64_t t = 0;
+    uint32_t id;
+    if (!limited) {
+        id = q->lv.v[0].head;
+    } else {
+        t = now(q);
+        id = pick(q, t);
+        if (id == NIL)
+            return WQ_EEMPTY;
+    }
     struct item *it = &q->items[id];
     /* A fast worker's done follows its get at once, too soon for the
      * done's table slot (a cache miss in a large table) to load in the
@@ -681,7 +865,10 @@ int wq_queue_get(wq_queue *q, wq_item_info *out)
     if (ahead != NIL)
         prefetch_slot(q, ahead);
     store_unlink(q, id);
-    int64_t t = now(q);
+    if (!limited)
+        t = now(q);
+    else
+        charge(q, id, t);
     it->flags = (it->flags & ~F_DIRTY) | F_PROCESSING;
     q->metrics.depth--;
     wq_histogram_observe(&q->metrics.queue_latency, (double)(t - it->add_ns) / 1e9);
@@ -690,6 +877,10 @@ int wq_queue_get(wq_queue *q, wq_item_info *out)
     emit(q, WQ_EV_PROCESSING, it);
     if (out)
         fill_info(q, id, out);
+    /* A limit may have kept waiters asleep while this get found a record:
+     * wake the next one while more are there to take. */
+    if (limited && available(q, t))
+        emit(q, WQ_EV_READY, NULL);
     return 0;
 }
 
@@ -702,19 +893,30 @@ int wq_queue_done(wq_queue *q, const char *key, size_t len)
     struct item *it = &q->items[id];
     if (!(it->flags & F_PROCESSING))
         return WQ_ENOENT;
-    if ((it->flags & F_DIRTY) && ensure_level(q, it->prio) < 0)
+    if ((it->flags & F_DIRTY) && ensure_level(levels_of(q, id), it->prio) < 0)
         return WQ_ENOMEM;
     proc_unlink(q, id);
     it->flags &= ~F_PROCESSING;
     wq_histogram_observe(&q->metrics.work_duration, (double)(now(q) - it->get_ns) / 1e9);
+    uint32_t gi = group_of(q, id);
+    int was_ready = 0;
+    if (gi != NIL) {
+        q->groups->v[gi].active--;
+        was_ready = q->groups->v[gi].where == WQ_G_READY;
+    }
     if (it->flags & F_DIRTY) {
         enqueue(q, id); /* cannot fail: the level exists */
         emit(q, WQ_EV_QUEUED, &q->items[id]);
     } else if (!pending(it)) {
         drop_record(q, id, slot, 1);
     } else {
+        if (gi != NIL)
+            place_group(q, gi, 0);
         emit(q, WQ_EV_WAITING, it);
     }
+    /* The group was placed above (enqueue, drop_record or here); it may be gone. */
+    if (gi != NIL && q->groups->v[gi].name && !was_ready && q->groups->v[gi].where == WQ_G_READY)
+        emit(q, WQ_EV_READY, NULL); /* a slot freed: one more get can take from it */
     if (q->nprocessing == 0)
         emit(q, WQ_EV_IDLE, NULL);
     return 0;
@@ -828,20 +1030,43 @@ int wq_queue_cancel_after(wq_queue *q, const char *key, size_t len)
 
 int64_t wq_queue_next_ready(const wq_queue *q)
 {
-    return q->shutting_down ? WQ_NEVER : wq_delay_next(&q->delay);
+    int64_t t = q->shutting_down ? WQ_NEVER : wq_delay_next(&q->delay);
+    if (q->groups && wq_delay_len(&q->groups->wait) && wq_delay_next(&q->groups->wait) < t)
+        t = wq_delay_next(&q->groups->wait);
+    if (q->paced_out && wq_pace_next(&q->pace) < t)
+        t = wq_pace_next(&q->pace);
+    return t;
+}
+
+/* Groups whose token came become ready; the queue's rate earns one. Counts the wakes. */
+static int release_due(wq_queue *q, int64_t t)
+{
+    int n = 0;
+    wq_groups *gs = q->groups;
+    while (gs && wq_delay_len(&gs->wait) && wq_delay_next(&gs->wait) <= t) {
+        place_group(q, wq_delay_top(&gs->wait), 1);
+        n++;
+    }
+    if (q->paced_out && wq_pace_next(&q->pace) <= t) {
+        q->paced_out = 0;
+        emit(q, WQ_EV_READY, NULL);
+        n++;
+    }
+    return n;
 }
 
 int wq_queue_fire_due(wq_queue *q)
 {
+    int64_t t = now(q);
+    release_due(q, t); /* even shut down: queued records still go out */
     if (q->shutting_down)
         return 0;
-    int64_t t = now(q);
     int n = 0;
     wq_delay_entry e;
     while (wq_delay_next(&q->delay) <= t) {
         uint32_t id = q->delay.heap[0].id;
         struct item *it = &q->items[id];
-        if (!(it->flags & (F_DIRTY | F_PROCESSING)) && ensure_level(q, it->prio) < 0)
+        if (!(it->flags & (F_DIRTY | F_PROCESSING)) && ensure_level(levels_of(q, id), it->prio) < 0)
             return n ? n : WQ_ENOMEM;
         wq_delay_pop_due(&q->delay, t, &e);
         it = &q->items[id];
@@ -880,6 +1105,9 @@ static void fill_info(const wq_queue *q, uint32_t id, wq_item_info *info)
         wq_delay_when(&q->delay, id, &info->ready_at);
     }
     info->added_at = it->add_ns;
+    uint32_t gi = group_of(q, id);
+    info->group = gi == NIL ? NULL : q->groups->v[gi].name;
+    info->grouplen = gi == NIL ? 0 : q->groups->v[gi].namelen;
 }
 
 int wq_queue_lookup(const wq_queue *q, const char *key, size_t len, wq_item_info *info)
@@ -889,6 +1117,81 @@ int wq_queue_lookup(const wq_queue *q, const char *key, size_t len, wq_item_info
         return 0;
     fill_info(q, slot_id(q->table[slot]), info);
     return 1;
+}
+
+static int limit_ok(const wq_limit *l)
+{
+    return l->rate >= 0 && l->burst >= 0 && l->rate <= 1e12 && l->burst <= 1e12;
+}
+
+/* Re-places every group (after the default limit changed). */
+static void place_all(wq_queue *q)
+{
+    for (uint32_t gi = 0; gi < q->groups->n; gi++)
+        if (q->groups->v[gi].name)
+            place_group(q, gi, 1);
+}
+
+int wq_queue_set_group_default(wq_queue *q, const wq_limit *lim)
+{
+    if (!limit_ok(lim))
+        return WQ_EINVAL;
+    if (groups_on(q) < 0)
+        return WQ_ENOMEM;
+    wq_groups_set_default(q->groups, lim);
+    place_all(q);
+    return 0;
+}
+
+int wq_queue_set_group_limit(wq_queue *q, const char *group, size_t len, const wq_limit *lim)
+{
+    if (lim && !limit_ok(lim))
+        return WQ_EINVAL;
+    if (!lim && (!q->groups || wq_groups_find(q->groups, group, len) < 0))
+        return 0; /* nothing of its own to forget */
+    int64_t gi = obtain_group(q, group, len);
+    if (gi < 0)
+        return (int)gi;
+    wq_groups_set_limit(q->groups, (uint32_t)gi, lim);
+    place_group(q, (uint32_t)gi, 1);
+    return 0;
+}
+
+int wq_queue_set_rate(wq_queue *q, double per_second, double burst)
+{
+    wq_limit l = {0, per_second, burst};
+    if (!limit_ok(&l))
+        return WQ_EINVAL;
+    wq_pace_set(&q->pace, per_second, burst);
+    if (!q->pace.interval && q->paced_out) {
+        q->paced_out = 0;
+        emit(q, WQ_EV_READY, NULL);
+    }
+    return 0;
+}
+
+int wq_queue_group_limit(const wq_queue *q, const char *group, size_t len, wq_limit *out)
+{
+    int64_t gi = q->groups ? wq_groups_find(q->groups, group, len) : -1;
+    if (gi < 0) {
+        static const wq_limit none;
+        *out = q->groups ? q->groups->dflt : none;
+        return 0;
+    }
+    *out = q->groups->v[gi].lim;
+    return q->groups->v[gi].own;
+}
+
+size_t wq_queue_groups(const wq_queue *q)
+{
+    return q->groups ? q->groups->nonempty : 0;
+}
+
+size_t wq_queue_throttled(const wq_queue *q)
+{
+    if (q->pace.interval && wq_pace_next(&q->pace) > now(q))
+        return q->stored;
+    return q->groups ? (size_t)q->groups->held : 0;
 }
 
 size_t wq_queue_processing(const wq_queue *q)
@@ -947,6 +1250,60 @@ int wq_queue_foreach(const wq_queue *q, int (*fn)(void *ud, const wq_item_info *
             return -1;                                                                             \
     } while (0)
 
+/*
+ * Checks one store: levels non-empty, sorted, linked both ways, members
+ * queued at that priority, in the store of group gi (NIL: ungrouped), in
+ * order of entry. Returns the count of records, or -1.
+ */
+static int64_t check_levels(const wq_queue *q, const wq_levels *ls, uint32_t gi)
+{
+    int64_t total = 0;
+    for (uint32_t li = 0; li < ls->n; li++) {
+        const wq_level *l = &ls->v[li];
+        CHECK(l->count > 0);
+        CHECK(li == 0 || ls->v[li - 1].prio > l->prio);
+        uint32_t n = 0, prev = NIL;
+        for (uint32_t id = l->head; id != NIL; id = q->items[id].next) {
+            CHECK(id < q->nitems);
+            CHECK(q->items[id].prev == prev);
+            CHECK(q->items[id].flags & F_QUEUED);
+            CHECK(q->items[id].prio == l->prio);
+            CHECK(group_of(q, id) == gi);
+            CHECK(prev == NIL || q->items[prev].seq < q->items[id].seq);
+            prev = id;
+            CHECK(++n <= q->nrecords);
+        }
+        CHECK(prev == l->tail && n == l->count);
+        total += n;
+    }
+    return total;
+}
+
+/* Every grouped record names a live group; each group's refs and active counts are right. */
+static int check_refs(const wq_queue *q)
+{
+    const wq_groups *gs = q->groups;
+    uint32_t *n = wq_malloc(2 * (size_t)gs->n * sizeof *n + 1);
+    if (!n)
+        return 0; /* cannot count: nothing found wrong */
+    memset(n, 0, 2 * (size_t)gs->n * sizeof *n);
+    int bad = 0;
+    for (uint32_t id = 0; id < q->nitems && !bad; id++) {
+        uint32_t gi = group_of(q, id);
+        if (gi == NIL)
+            continue;
+        bad = !pending(&q->items[id]) || gi >= gs->n || !gs->v[gi].name;
+        if (!bad) {
+            n[2 * gi]++;
+            n[2 * gi + 1] += !!(q->items[id].flags & F_PROCESSING);
+        }
+    }
+    for (uint32_t gi = 0; gi < gs->n && !bad; gi++)
+        bad = gs->v[gi].name && (n[2 * gi] != gs->v[gi].refs || n[2 * gi + 1] != gs->v[gi].active);
+    wq_free(n);
+    return bad ? -1 : 0;
+}
+
 int wq_queue_check(const wq_queue *q)
 {
     uint32_t records = 0, dirty = 0, queued = 0, processing = 0, waiting = 0;
@@ -995,23 +1352,25 @@ int wq_queue_check(const wq_queue *q)
     }
     CHECK(slots == q->nrecords);
     CHECK(q->nrecords * 2 <= q->mask + 1);
-    /* Each level: non-empty, sorted, linked both ways, members queued at that priority. */
-    uint32_t inlevels = 0;
-    for (uint32_t li = 0; li < q->nlevels; li++) {
-        const struct level *l = &q->levels[li];
-        CHECK(l->count > 0);
-        CHECK(li == 0 || q->levels[li - 1].prio > l->prio);
-        uint32_t n = 0, prev = NIL;
-        for (uint32_t id = l->head; id != NIL; id = q->items[id].next) {
-            CHECK(id < q->nitems);
-            CHECK(q->items[id].prev == prev);
-            CHECK(q->items[id].flags & F_QUEUED);
-            CHECK(q->items[id].prio == l->prio);
-            prev = id;
-            CHECK(++n <= q->nrecords);
+    int64_t inlevels = check_levels(q, &q->lv, NIL);
+    CHECK(inlevels >= 0);
+    if (q->groups) {
+        const wq_groups *gs = q->groups;
+        CHECK(wq_groups_check(gs, now(q)) == 0);
+        for (uint32_t gi = 0; gi < gs->n; gi++) {
+            const wq_group *g = &gs->v[gi];
+            if (!g->name)
+                continue;
+            int64_t n = check_levels(q, &g->lv, gi);
+            CHECK(n == g->queued);
+            inlevels += n;
+            int64_t when;
+            if (g->where == WQ_G_READY) { /* keyed by its head: (-prio, seq) */
+                CHECK(wq_delay_when(&gs->ready, gi, &when) && when == -(int64_t)g->lv.v[0].prio);
+                CHECK(gs->ready.heap[gs->ready.pos[gi] - 1].seq == q->items[g->lv.v[0].head].seq);
+            }
         }
-        CHECK(prev == l->tail && n == l->count);
-        inlevels += n;
+        CHECK(check_refs(q) == 0);
     }
     CHECK(inlevels == q->stored);
     uint32_t n = 0, prev = NIL;

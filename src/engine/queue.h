@@ -14,6 +14,7 @@
 
 #include "engine/clock.h"
 #include "engine/common.h"
+#include "engine/group.h"
 #include "engine/metrics.h"
 
 typedef struct wq_queue wq_queue;
@@ -39,7 +40,8 @@ typedef enum wq_event {
     WQ_EV_UPDATED,    /* key's payload or priority changed, nothing else */
     WQ_EV_GONE,       /* nothing is pending for key any more */
     WQ_EV_IDLE,       /* the processing set became empty */
-    WQ_EV_SHUTDOWN    /* shutdown began */
+    WQ_EV_SHUTDOWN,   /* shutdown began */
+    WQ_EV_READY       /* a limit let go: one more get can hand something out */
 } wq_event;
 
 /*
@@ -55,7 +57,9 @@ typedef struct wq_add_opts {
     size_t paylen;
     int set_payload; /* nonzero: replace the payload with the bytes above */
     int set_priority;
-    int32_t priority; /* higher is handed out first; default 0 */
+    int32_t priority;  /* higher is handed out first; default 0 */
+    const char *group; /* the key's group when the add creates its record; NULL: none */
+    size_t grouplen;   /* at most WQ_GROUP_MAX */
 } wq_add_opts;
 
 /* A record as seen from outside. Pointers are valid until the next call that changes key. */
@@ -66,9 +70,11 @@ typedef struct wq_item_info {
     const char *payload; /* NULL when the key has no payload */
     size_t paylen;
     int32_t priority;
-    unsigned state;   /* WQ_ST_* bits */
-    int64_t ready_at; /* absolute ns of the pending delayed add (WQ_ST_WAITING) */
-    int64_t added_at; /* when the key last became dirty (WQ_ST_DIRTY) */
+    unsigned state;    /* WQ_ST_* bits */
+    int64_t ready_at;  /* absolute ns of the pending delayed add (WQ_ST_WAITING) */
+    int64_t added_at;  /* when the key last became dirty (WQ_ST_DIRTY) */
+    const char *group; /* the key's group, NULL for none */
+    size_t grouplen;
 } wq_item_info;
 
 /* A new queue reading time from clock (borrowed; must outlive it). NULL on OOM. */
@@ -79,15 +85,19 @@ void wq_queue_free(wq_queue *q);
 void wq_queue_set_observer(wq_queue *q, wq_observer_fn fn, void *ud);
 
 /*
- * Add: marks key dirty and queues it unless it is processing. Returns 1 if
+ * Add: marks key dirty and queues it unless it is processing. A key's
+ * group is the one named by the add that created its record; it stays
+ * while anything is pending for the key. Returns 1 if
  * key became dirty, 0 if it already was (payload replaced, priority raised
  * when given), WQ_ESHUTDOWN (ignored), WQ_ENOMEM or WQ_E2BIG (nothing changed).
  */
 int wq_queue_add(wq_queue *q, const char *key, size_t len, const wq_add_opts *opts);
 /*
- * Get: hands out the head of the highest priority level. Returns 0 and
- * fills *out, WQ_EEMPTY when nothing is queued, WQ_ESHUTDOWN when nothing
- * is queued and the queue is shut down.
+ * Get: hands out the first queued record, by priority then FIFO, whose
+ * group is under its limits (when the queue-wide rate allows one). Returns
+ * 0 and fills *out, WQ_EEMPTY when nothing can be handed out now (the
+ * observer hears WQ_EV_QUEUED or WQ_EV_READY when that changes),
+ * WQ_ESHUTDOWN when nothing is queued and the queue is shut down.
  */
 int wq_queue_get(wq_queue *q, wq_item_info *out);
 /*
@@ -120,10 +130,32 @@ int wq_queue_add_at(wq_queue *q, const char *key, size_t len, int64_t ready_at,
                     const wq_add_opts *opts);
 /* Cancels key's pending delayed add. Returns 1 if there was one, else 0. */
 int wq_queue_cancel_after(wq_queue *q, const char *key, size_t len);
-/* The earliest pending ready time, or WQ_NEVER (none, or shut down). */
+/*
+ * The earliest time something is due: a delayed add (none once shut down)
+ * or a token a held-back group or the queue-wide rate waits for; WQ_NEVER.
+ */
 int64_t wq_queue_next_ready(const wq_queue *q);
-/* Adds every delayed key that is due at the clock's now. Returns the count or WQ_ENOMEM. */
+/*
+ * Adds every delayed key that is due at the clock's now and lets go of
+ * groups whose token came. Returns the count of adds or WQ_ENOMEM.
+ */
 int wq_queue_fire_due(wq_queue *q);
+
+/*
+ * Limits (SPEC 7.4). The default limit of every group; the limit of one
+ * group (lim NULL: back to the default); the queue-wide rate (0: none).
+ * Return 0, WQ_EINVAL (a negative or NaN field), WQ_E2BIG (group name too
+ * long) or WQ_ENOMEM, nothing changed on error.
+ */
+int wq_queue_set_group_default(wq_queue *q, const wq_limit *lim);
+int wq_queue_set_group_limit(wq_queue *q, const char *group, size_t len, const wq_limit *lim);
+int wq_queue_set_rate(wq_queue *q, double per_second, double burst);
+/* The limit group applies (its own or the default); 1 if it has its own, else 0. */
+int wq_queue_group_limit(const wq_queue *q, const char *group, size_t len, wq_limit *out);
+/* Number of groups with queued records. */
+size_t wq_queue_groups(const wq_queue *q);
+/* Number of queued records a limit holds back at the clock's now. */
+size_t wq_queue_throttled(const wq_queue *q);
 
 /* Fills *info for key; returns 1 if key has a record, else 0. */
 int wq_queue_lookup(const wq_queue *q, const char *key, size_t len, wq_item_info *info);

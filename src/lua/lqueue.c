@@ -261,7 +261,11 @@ static void restore_item(void *ud, const wq_restored *r)
 {
     lworker_restore *ctx = ud;
     lqueue *lq = ctx->lq;
-    wq_add_opts o = {r->payload, r->paylen, r->payload != NULL, 1, r->priority};
+    wq_add_opts o = {.payload = r->payload,
+                     .paylen = r->paylen,
+                     .set_payload = r->payload != NULL,
+                     .set_priority = 1,
+                     .priority = r->priority};
     int rc;
     if (r->queued) {
         rc = wq_queue_add(lq->q, r->key, r->keylen, &o);
@@ -923,7 +927,7 @@ static int queue_retry_dead(lua_State *L)
     lua_getfield(L, -1, "json");
     size_t jlen;
     const char *json = lua_tolstring(L, -1, &jlen);
-    wq_add_opts o = {json, jlen, json != NULL, 0, 0};
+    wq_add_opts o = {.payload = json, .paylen = jlen, .set_payload = json != NULL};
     lworker_forget(lq, key, len);
     int r = wq_queue_add(lq->q, key, len, &o);
     if (r < 0 && r != WQ_ESHUTDOWN)
@@ -1048,7 +1052,11 @@ static int op_add(void *q, const wq_ext_item *it)
     lqueue *lq = q;
     if (done_gate(lq, it->key, it->keylen, it->force))
         return WQ_ADD_DONE;
-    wq_add_opts o = {it->payload, it->paylen, it->payload != NULL, it->has_priority, it->priority};
+    wq_add_opts o = {.payload = it->payload,
+                     .paylen = it->paylen,
+                     .set_payload = it->payload != NULL,
+                     .set_priority = it->has_priority,
+                     .priority = it->priority};
     int r = it->after > 0
                 ? wq_queue_add_after(lq->q, it->key, it->keylen, wq_seconds_to_ns(it->after), &o)
                 : wq_queue_add(lq->q, it->key, it->keylen, &o);

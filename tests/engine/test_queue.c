@@ -227,6 +227,7 @@ static const char *event_name(wq_event ev)
     case WQ_EV_GONE: return "gone";
     case WQ_EV_IDLE: return "idle";
     case WQ_EV_SHUTDOWN: return "shutdown";
+    case WQ_EV_READY: return "ready";
     }
     return "?";
 }

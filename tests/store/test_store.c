@@ -117,7 +117,11 @@ static void pq_attach(struct pq *p, wq_store *s, const char *name)
 
 static void add(struct pq *p, const char *key, const char *payload, int prio)
 {
-    wq_add_opts o = {payload, payload ? strlen(payload) : 0, payload != NULL, 1, prio};
+    wq_add_opts o = {.payload = payload,
+                     .paylen = payload ? strlen(payload) : 0,
+                     .set_payload = payload != NULL,
+                     .set_priority = 1,
+                     .priority = prio};
     cr_assert_geq(wq_queue_add(p->q, key, strlen(key), &o), 0);
 }
 
@@ -1019,7 +1023,11 @@ Test(store, a_random_run_keeps_the_items_table_equal_to_the_engine_after_every_f
 static void restore_into(void *ud, const wq_restored *r)
 {
     struct pq *p = ud;
-    wq_add_opts o = {r->payload, r->paylen, r->payload != NULL, 1, r->priority};
+    wq_add_opts o = {.payload = r->payload,
+                     .paylen = r->paylen,
+                     .set_payload = r->payload != NULL,
+                     .set_priority = 1,
+                     .priority = r->priority};
     cr_assert_geq(wq_queue_add(p->q, r->key, r->keylen, &o), 0);
 }
 
@@ -1107,7 +1115,11 @@ static void on_item(void *ud, const wq_restored *r)
     c->n++;
     if (!c->into)
         return;
-    wq_add_opts o = {r->payload, r->paylen, r->payload != NULL, 1, r->priority};
+    wq_add_opts o = {.payload = r->payload,
+                     .paylen = r->paylen,
+                     .set_payload = r->payload != NULL,
+                     .set_priority = 1,
+                     .priority = r->priority};
     if (r->queued)
         wq_queue_add(c->into->q, r->key, r->keylen, &o);
     if (r->waiting)
