@@ -14,7 +14,7 @@ static void usage(FILE *f)
 {
     fputs(
         "usage: wqrun [options] SCRIPT.lua [ARGS...]\n"
-        "       wqrun add --db PATH QUEUE KEY [PAYLOAD] [--after SECONDS]\n"
+        "       wqrun add --db PATH QUEUE KEY [PAYLOAD] [--after SECONDS] [--group GROUP]\n"
         "       wqrun status --db PATH\n"
         "       wqrun --help | --version\n"
         "\n"

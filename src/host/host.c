@@ -95,9 +95,10 @@ void wq_host_log(wq_host *h, const char *fmt, ...)
 #f, offsetof(wq_qstats, f)                                                                 \
     }
 const wq_qstat_field wq_qstat_fields[] = {
-    FIELD(depth),    FIELD(queued),   FIELD(processing), FIELD(waiting), FIELD(adds),
-    FIELD(done),     FIELD(retries),  FIELD(failures),   FIELD(dead),    FIELD(succeeded),
-    FIELD(requeued), FIELD(timeouts), FIELD(retrying),   FIELD(workers), {NULL, 0}};
+    FIELD(depth),     FIELD(queued),   FIELD(processing), FIELD(waiting), FIELD(adds),
+    FIELD(done),      FIELD(retries),  FIELD(failures),   FIELD(dead),    FIELD(succeeded),
+    FIELD(requeued),  FIELD(timeouts), FIELD(retrying),   FIELD(workers), FIELD(groups),
+    FIELD(throttled), {NULL, 0}};
 #undef FIELD
 
 int wq_host_add_queue(wq_host *h, const wq_queue_ops *ops, void *q, const char *name, int persist)

@@ -35,6 +35,8 @@ typedef struct wq_qstats {
     uint64_t timeouts;  /* handler runs stopped by their timeout */
     uint64_t retrying;  /* keys with a failure count */
     uint64_t workers;   /* handler workers, 0 without a handler */
+    uint64_t groups;    /* groups with queued items (SPEC 7.4) */
+    uint64_t throttled; /* queued items a limit holds back now */
     const wq_metrics *metrics;
 } wq_qstats;
 
@@ -60,7 +62,11 @@ typedef struct wq_ext_item {
     double after; /* seconds; <= 0 adds now */
     int has_priority;
     int32_t priority;
-    int force; /* add even if the key finished within keep_done */
+    int force;         /* add even if the key finished within keep_done */
+    const char *group; /* its group (SPEC 7.4), NULL: the queue's group_of decides */
+    size_t grouplen;
+    char *why; /* when add answers WQ_EINVAL: the reason (whysize bytes), if given */
+    size_t whysize;
 } wq_ext_item;
 
 /* What a queue's add answers when it skipped a key that finished within keep_done. */

@@ -193,14 +193,21 @@ static const char *read_item(json_object *body, wq_ext_item *it, json_object **p
             if (!json_object_is_type(v, json_type_boolean))
                 return "force must be true or false";
             it->force = json_object_get_boolean(v);
+        } else if (strcmp(f, "group") == 0) {
+            if (!json_object_is_type(v, json_type_string))
+                return "group must be a string";
+            it->group = json_object_get_string(v);
+            it->grouplen = (size_t)json_object_get_string_len(v);
         } else {
-            return "unknown field (expected key, payload, after, priority, force)";
+            return "unknown field (expected key, payload, after, priority, force, group)";
         }
     }
     if (!has_key)
         return "missing key";
     if (it->keylen > WQ_KEY_MAX)
         return "key too long";
+    if (it->grouplen > WQ_GROUP_MAX)
+        return "group too long (at most 1024 bytes)";
     return NULL;
 }
 
@@ -283,10 +290,17 @@ static const char *add_one(const wq_hqueue *hq, json_object *item, int *queued, 
             return "payload cannot be stored";
         it.paylen = strlen(it.payload);
     }
+    static char why[512];
+    it.why = why;
+    it.whysize = sizeof why;
     int r = hq->ops->add(hq->q, &it);
     if (r == WQ_ESHUTDOWN) {
         *status = 503;
         return "queue is shutting down";
+    }
+    if (r == WQ_EINVAL) { /* the queue's group_of refused it */
+        *status = 422;
+        return why;
     }
     if (r < 0) {
         *status = 500;

@@ -22,32 +22,45 @@ static void report_once(wq_host *h, char warned[16][65], const char *queue, cons
             return;
         if (!warned[i][0]) {
             snprintf(warned[i], sizeof warned[i], "%s", queue);
-            wq_host_log(h, "wqrun: inbox rows for %s queue '%s' stay in the inbox", why, queue);
+            wq_host_log(h, "wqrun: inbox rows for queue '%s' stay in the inbox: %s", queue, why);
             return;
         }
     }
 }
 
-static int take(void *ud, const char *queue, const char *key, size_t keylen, const char *payload,
-                size_t paylen, double after)
+static int take(void *ud, const wq_inbox_row *row)
 {
     struct poll_ctx *c = ud;
+    const char *queue = row->queue;
     const wq_hqueue *hq = wq_host_find_queue(c->h, queue);
     static char unknown[16][65], memory[16][65];
     if (!hq) {
-        report_once(c->h, unknown, queue, "unknown");
+        report_once(c->h, unknown, queue, "no such queue");
         return 0;
     }
     if (!hq->persist) {
         /* A row that reached the inbox is never lost: an in-memory queue
          * could not keep that promise, so the row waits for one that can. */
-        report_once(c->h, memory, queue, "the persist = false");
+        report_once(c->h, memory, queue, "the queue has persist = false");
         return 0;
     }
     /* After shutdown the add is refused (WQ_ESHUTDOWN): the row stays for the next run. */
-    wq_ext_item it = {
-        .key = key, .keylen = keylen, .payload = payload, .paylen = paylen, .after = after};
-    return hq->ops->add(hq->q, &it) >= 0;
+    char why[256];
+    wq_ext_item it = {.key = row->key,
+                      .keylen = row->keylen,
+                      .payload = row->payload,
+                      .paylen = row->paylen,
+                      .after = row->after,
+                      .group = row->grp,
+                      .grouplen = row->grplen,
+                      .why = why,
+                      .whysize = sizeof why};
+    int r = hq->ops->add(hq->q, &it);
+    if (r == WQ_EINVAL) { /* group_of refused it: the row stays, for a fixed script */
+        static char refused[16][65];
+        report_once(c->h, refused, queue, why);
+    }
+    return r >= 0;
 }
 
 void wq_inbox_poll(wq_host *h)

@@ -8,12 +8,14 @@
 
 #include "host/timer.h"
 #include "lua/lcron.h"
+#include "lua/lgroup.h"
 #include "lua/llimiter.h"
 #include "lua/lworker.h"
 #include "lua/lwq.h"
 #include "store/store.h"
 
 #include <lauxlib.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,7 +78,8 @@ static void observe(void *ud, wq_queue *q, wq_event ev, const char *key, size_t 
 {
     lqueue *lq = ud;
     switch (ev) {
-    case WQ_EV_QUEUED: {
+    case WQ_EV_QUEUED:
+    case WQ_EV_READY: {
         wq_task *t = wq_waitlist_pop(&lq->getters);
         if (t)
             wq_task_wake(t, 0);
@@ -185,6 +188,8 @@ static void item_meta(void *ud, const wq_item_info *info, wq_item_meta *out)
     const lqueue *lq = ud;
     if (info->id < lq->nslots)
         out->enqueued_at = lq->slots[info->id].enqueued;
+    out->grp = info->group;
+    out->grplen = info->grouplen;
 }
 
 /* After an add of the key at idx that returned >= 0. */
@@ -265,7 +270,9 @@ static void restore_item(void *ud, const wq_restored *r)
                      .paylen = r->paylen,
                      .set_payload = r->payload != NULL,
                      .set_priority = 1,
-                     .priority = r->priority};
+                     .priority = r->priority,
+                     .group = r->grp,
+                     .grouplen = r->grplen};
     int rc;
     if (r->queued) {
         rc = wq_queue_add(lq->q, r->key, r->keylen, &o);
@@ -300,9 +307,9 @@ static void restore_schedule(void *ud, const wq_schedule_row *row)
     lcron_restore(((lworker_restore *)ud)->lq, row);
 }
 
-static const char *const queue_opts[] = {"handler",     "workers",   "limiter",
-                                         "max_retries", "timeout",   "persist",
-                                         "on_dead",     "keep_done", NULL};
+static const char *const queue_opts[] = {"handler",  "workers",     "limiter", "max_retries",
+                                         "timeout",  "persist",     "on_dead", "keep_done",
+                                         "group_of", "group_limit", "rate",    NULL};
 
 static int queue_new(lua_State *L)
 {
@@ -377,6 +384,8 @@ static int queue_new(lua_State *L)
     if (on_dead != LUA_TNIL && on_dead != LUA_TFUNCTION)
         wq_argerror(L, "queue", "on_dead",
                     lua_pushfstring(L, "function expected, got %s", luaL_typename(L, 9)));
+    lgroup_opts gopts;
+    lgroup_read_options(L, 2, &gopts);
     /* A handler declaring a third parameter (or ...) gets the job table. */
     int job_arg = 0;
     if (handler == LUA_TFUNCTION) {
@@ -389,7 +398,8 @@ static int queue_new(lua_State *L)
     lqueue *lq = lua_newuserdatauv(L, sizeof *lq, 0); /* 10 */
     memset(lq, 0, sizeof *lq);
     lq->handler_ref = lq->limiter_ref = lq->dead_ref = lq->keys_ref = lq->ref = LUA_NOREF;
-    lq->on_dead_ref = LUA_NOREF;
+    lq->on_dead_ref = lq->group_of_ref = LUA_NOREF;
+    lq->L = wq_sched_of(L)->L;
     lq->job_arg = job_arg;
     lq->keep_done = keep_done;
     luaL_setmetatable(L, "wq.Queue");
@@ -431,6 +441,7 @@ static int queue_new(lua_State *L)
         return luaL_error(L, "queue: out of memory");
     }
     wq_queue_set_observer(lq->q, observe, lq);
+    lgroup_apply_options(L, lq, 2, &gopts); /* before restoring: restored items obey them */
     if (h->store && persist) {
         lq->sq = wq_store_attach(h->store, name, lq->q);
         if (!lq->sq)
@@ -642,6 +653,10 @@ static void read_add_args(lua_State *L, int idx, const char *fn, wq_add_opts *o,
             o->priority = (int32_t)lua_tointeger(L, -1);
         }
         lua_pop(L, 1);
+        if (lua_getfield(L, idx + 1, "group") != LUA_TNIL) /* stays: it holds the name */
+            o->group = lgroup_checkname(L, -1, fn, "group", &o->grouplen);
+        else
+            lua_pop(L, 1);
     }
     wq_encode_payload(L, idx, fn); /* pushed: JSON text or nil */
     if (!lua_isnil(L, -1)) {
@@ -666,10 +681,13 @@ static int add_common(lua_State *L, int how, const char *fn)
     }
     wq_add_opts o;
     int force = 0;
-    if (lua_gettop(L) < rest) /* the common case: no payload, no opts */
+    int top = lua_gettop(L);
+    if (top < rest) /* the common case: no payload, no opts */
         memset(&o, 0, sizeof o);
     else
         read_add_args(L, rest, fn, &o, &force);
+    if (!o.group && lq->group_of_ref != LUA_NOREF)
+        lgroup_resolve(L, lq, 2, top >= rest ? rest : 0, fn, &o);
     if (done_gate(lq, key, len, force)) {
         lua_pushboolean(L, 0); /* finished within keep_done: skipped */
         return 1;
@@ -862,6 +880,8 @@ static void fill_stats(lqueue *lq, wq_qstats *st)
     st->timeouts = lq->ntimeouts;
     st->retrying = wq_keymap_count(lq->failures);
     st->workers = lq->workers;
+    st->groups = wq_queue_groups(lq->q);
+    st->throttled = wq_queue_throttled(lq->q);
     st->metrics = m;
 }
 
@@ -928,6 +948,10 @@ static int queue_retry_dead(lua_State *L)
     size_t jlen;
     const char *json = lua_tolstring(L, -1, &jlen);
     wq_add_opts o = {.payload = json, .paylen = jlen, .set_payload = json != NULL};
+    char buf[WQ_GROUP_MAX + 1];
+    if (lq->group_of_ref != LUA_NOREF &&
+        lgroup_resolve_ext(lq, key, len, json, jlen, &o, buf, sizeof buf) < 0)
+        return luaL_error(L, "retry_dead: %s", buf);
     lworker_forget(lq, key, len);
     int r = wq_queue_add(lq->q, key, len, &o);
     if (r < 0 && r != WQ_ESHUTDOWN)
@@ -1056,7 +1080,17 @@ static int op_add(void *q, const wq_ext_item *it)
                      .paylen = it->paylen,
                      .set_payload = it->payload != NULL,
                      .set_priority = it->has_priority,
-                     .priority = it->priority};
+                     .priority = it->priority,
+                     .group = it->group,
+                     .grouplen = it->grouplen};
+    char buf[WQ_GROUP_MAX + 1];
+    if (!o.group && lq->group_of_ref != LUA_NOREF &&
+        lgroup_resolve_ext(lq, it->key, it->keylen, it->payload, it->paylen, &o, buf, sizeof buf) <
+            0) {
+        if (it->why)
+            snprintf(it->why, it->whysize, "%s", buf);
+        return WQ_EINVAL;
+    }
     int r = it->after > 0
                 ? wq_queue_add_after(lq->q, it->key, it->keylen, wq_seconds_to_ns(it->after), &o)
                 : wq_queue_add(lq->q, it->key, it->keylen, &o);
@@ -1140,6 +1174,7 @@ void wq_lua_open_queue(lua_State *L, int internals)
     lua_setfield(L, internals, "dead_list");
     lua_getfield(L, internals, "queue_methods");
     lcron_register(L, -1);
+    lgroup_register(L, -1);
     lua_pop(L, 1);
     lua_pushcfunction(L, queue_tostring);
     lua_setfield(L, -2, "__tostring");

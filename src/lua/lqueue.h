@@ -46,6 +46,8 @@ typedef struct lqueue {
     uint64_t prune_timer;
     size_t prune_pos;    /* where the next prune batch starts in done_mem */
     struct lcron *crons; /* its schedules (lcron.c) */
+    int group_of_ref;    /* registry: the group_of option, LUA_NOREF without one */
+    lua_State *L;        /* the main thread (group_of for adds from outside the script) */
 } lqueue;
 
 /* What the binding keeps per engine record id. */

@@ -379,6 +379,10 @@ static int worker_k(lua_State *L, int status, lua_KContext ctx)
             lua_setfield(L, -2, "queue");
             lua_pushnumber(L, lqueue_enqueued_at(lq, info.id));
             lua_setfield(L, -2, "enqueued_at");
+            if (info.group) {
+                lua_pushlstring(L, info.group, info.grouplen);
+                lua_setfield(L, -2, "group");
+            }
             nargs = 3;
         }
         if (lq->timeout_ns > 0) {

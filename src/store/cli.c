@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 static const char add_usage[] =
-    "usage: wqrun add --db PATH QUEUE KEY [PAYLOAD] [--after SECONDS]\n";
+    "usage: wqrun add --db PATH QUEUE KEY [PAYLOAD] [--after SECONDS] [--group GROUP]\n";
 static const char status_usage[] = "usage: wqrun status --db PATH\n";
 
 static int usage(FILE *err, const char *usage_line, const char *fmt, ...)
@@ -68,7 +68,7 @@ static int option(int argc, char **argv, int *i, const char *name, const char **
 
 int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
 {
-    const char *db = NULL, *after_s = NULL, *pos[3];
+    const char *db = NULL, *after_s = NULL, *group = NULL, *pos[3];
     int npos = 0, opts_done = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -84,6 +84,8 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
             int m = option(argc, argv, &i, "--db", &db);
             if (m == 0)
                 m = option(argc, argv, &i, "--after", &after_s);
+            if (m == 0)
+                m = option(argc, argv, &i, "--group", &group);
             if (m < 0)
                 return usage(err, add_usage, "add: option %s needs a value", a);
             if (m == 0)
@@ -104,6 +106,8 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
     if (!wq_schema_valid_queue(pos[0], strlen(pos[0])))
         return usage(err, add_usage, "add: bad queue name '%s' (1-64 characters of [A-Za-z0-9_.-])",
                      pos[0]);
+    if (group && strlen(group) > WQ_GROUP_MAX)
+        return usage(err, add_usage, "add: --group is longer than %d bytes", WQ_GROUP_MAX);
     double after = 0;
     if (after_s) {
         char *end;
@@ -123,10 +127,16 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
     }
     /* PAYLOAD is kept as written when it is JSON, else stored as a JSON string. */
     sqlite3_stmt *st;
+    /* Without a group, the row a version-1 file also has room for. */
     int rc = sqlite3_prepare_v2(conn,
-                                "INSERT INTO inbox(queue, key, payload, after) VALUES (?1, ?2,"
-                                " CASE WHEN ?3 IS NULL THEN NULL WHEN json_valid(?3) THEN ?3"
-                                " ELSE json_quote(?3) END, ?4)",
+                                group ? "INSERT INTO inbox(queue, key, payload, after, grp)"
+                                        " VALUES (?1, ?2, CASE WHEN ?3 IS NULL THEN NULL"
+                                        " WHEN json_valid(?3) THEN ?3 ELSE json_quote(?3) END,"
+                                        " ?4, ?5)"
+                                      : "INSERT INTO inbox(queue, key, payload, after)"
+                                        " VALUES (?1, ?2, CASE WHEN ?3 IS NULL THEN NULL"
+                                        " WHEN json_valid(?3) THEN ?3 ELSE json_quote(?3) END,"
+                                        " ?4)",
                                 -1, &st, NULL);
     if (rc == SQLITE_OK) {
         sqlite3_bind_text(st, 1, pos[0], -1, SQLITE_STATIC);
@@ -139,6 +149,8 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
             sqlite3_bind_double(st, 4, after);
         else
             sqlite3_bind_null(st, 4);
+        if (group)
+            sqlite3_bind_text(st, 5, group, -1, SQLITE_STATIC);
         rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
         sqlite3_finalize(st);
     }

@@ -7,7 +7,8 @@
 
 #include <stdio.h>
 
-/* `wqrun add --db PATH QUEUE KEY [PAYLOAD] [--after S]`: argv after "add". Returns exit code. */
+/* `wqrun add --db PATH QUEUE KEY [PAYLOAD] [--after S] [--group G]`: argv after "add". Returns exit
+ * code. */
 int wq_store_cli_add(int argc, char **argv);
 /* `wqrun status --db PATH`: argv after "status". Returns exit code. */
 int wq_store_cli_status(int argc, char **argv);

@@ -204,7 +204,8 @@ static const char select_inbox_sql[] =
     "  ELSE json_quote(CAST(payload AS TEXT)) END,"
     " CASE WHEN after IS NULL THEN 0.0"
     "  WHEN typeof(created_at) IN ('real', 'integer') THEN created_at + after - ?2"
-    "  ELSE after END"
+    "  ELSE after END,"
+    " CAST(grp AS TEXT)"
     " FROM inbox WHERE id > ?1 ORDER BY id";
 
 static int taken(const wq_store *s, int64_t id)
@@ -246,10 +247,7 @@ static void take(wq_store *s, int64_t id)
     s->ninbox_del++;
 }
 
-int wq_store_poll_inbox(wq_store *s,
-                        int (*fn)(void *ud, const char *queue, const char *key, size_t keylen,
-                                  const char *payload, size_t paylen, double after),
-                        void *ud)
+int wq_store_poll_inbox(wq_store *s, int (*fn)(void *ud, const wq_inbox_row *row), void *ud)
 {
     if (!s || !fn)
         return WQ_EINVAL;
@@ -297,7 +295,10 @@ int wq_store_poll_inbox(wq_store *s,
             r = wq_store_fail(s, WQ_ENOMEM, "out of memory reading the inbox");
             break;
         }
-        if (fn(ud, queue, key, keylen, payload, paylen, after) == 1) {
+        wq_inbox_row row = {queue, key, keylen, payload, paylen, after, NULL, 0};
+        row.grp = (const char *)sqlite3_column_text(st, 5);
+        row.grplen = row.grp ? (size_t)sqlite3_column_bytes(st, 5) : 0;
+        if (fn(ud, &row) == 1) {
             take(s, id);
             n++;
         }

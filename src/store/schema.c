@@ -98,6 +98,7 @@ static const char schema_v1[] =
 static const char v1_to_v2[] =
     "ALTER TABLE items ADD COLUMN enqueued_at REAL; -- Unix time the pending item was first added\n"
     "ALTER TABLE items ADD COLUMN grp TEXT;          -- its group, or NULL\n"
+    "ALTER TABLE inbox ADD COLUMN grp TEXT;          -- the item's group, or NULL\n"
     "UPDATE items SET enqueued_at = added_at;\n"
     "CREATE TABLE done(                -- keys whose handler succeeded, remembered for keep_done\n"
     "  queue TEXT NOT NULL,\n"

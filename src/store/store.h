@@ -230,10 +230,17 @@ int wq_store_flush(wq_store *s);
  * NULL. after is the delay left, in seconds: the row's `after` counts from
  * its created_at, so a row whose time has passed arrives with after <= 0.
  */
-int wq_store_poll_inbox(wq_store *s,
-                        int (*fn)(void *ud, const char *queue, const char *key, size_t keylen,
-                                  const char *payload, size_t paylen, double after),
-                        void *ud);
+typedef struct wq_inbox_row {
+    const char *queue;
+    const char *key;
+    size_t keylen;
+    const char *payload; /* JSON text or NULL */
+    size_t paylen;
+    double after;
+    const char *grp; /* its group (SPEC 7.4), NULL for none */
+    size_t grplen;
+} wq_inbox_row;
+int wq_store_poll_inbox(wq_store *s, int (*fn)(void *ud, const wq_inbox_row *row), void *ud);
 
 /* Store counters for metrics. */
 typedef struct wq_store_stats {

@@ -29,7 +29,7 @@ V1_ROWS="SELECT queue, key, payload, state, ready_at, priority, seq, added_at, u
            FROM items ORDER BY queue, key;
          SELECT * FROM failures ORDER BY queue, key;
          SELECT * FROM dead ORDER BY queue, key;
-         SELECT * FROM inbox ORDER BY id;
+         SELECT id, queue, key, payload, after, created_at FROM inbox ORDER BY id;
          SELECT * FROM queues ORDER BY name;
          SELECT * FROM meta ORDER BY name"
 
@@ -73,6 +73,8 @@ expect_eq "$(sql "$DB" "SELECT group_concat(name, ',') FROM pragma_table_info('d
 queue,name,spec,key,payload,next_at,last_at,tz,catch_up,updated_at
 0
 0" "the new tables exist, empty"
+expect_eq "$(sql "$DB" "SELECT group_concat(name, ',') FROM pragma_table_info('inbox')")" \
+    "id,queue,key,payload,after,created_at,grp" "the inbox gained its group column"
 expect_eq "$(sql "$DB" "SELECT key, state, priority, coalesce(grp, '-'), enqueued_at = datetime(
                           (SELECT added_at FROM items AS i WHERE i.queue = p.queue AND i.key = p.key),
                           'unixepoch')

@@ -218,7 +218,7 @@ t_k5=$(printf '%s\n' "$OUT" | awk '$2 == "k5" { print $4 }')
 expect_between "$(sub "${t_k4:-99}" "${t_start:-0}")" 0 0.3 "inbox: after 5 from a created_at 10 s ago runs at once"
 expect_between "$(sub "${t_k5:-99}" "${t_start:-0}")" 0.45 1.0 "inbox: after 0.5 with created_at NULL counts from the take"
 expect_in "$OUT" "got k4 table" "inbox: a JSON array payload arrives as a table"
-expect_count "$ERR" "unknown queue 'nosuch'" 1 "inbox: unknown queue reported once"
+expect_count "$ERR" "queue 'nosuch' stay in the inbox: no such queue" 1 "inbox: unknown queue reported once"
 expect_eq "$(sql "$DB" "SELECT queue, key FROM inbox ORDER BY id")" "nosuch z1
 nosuch z2" "inbox: rows for an unknown queue stay in the inbox"
 expect_eq "$(sql "$DB" "SELECT count(*) FROM items")" "0" "inbox: consumed items ran and left"
@@ -293,7 +293,7 @@ inbox_settled
 expect_eq "$(sql "$DB" "SELECT queue, key FROM inbox ORDER BY id")" "nosuch z1
 nosuch z2
 other o1" "inbox: sqlite3 reads the file while the runner runs; unknown queues' rows stay"
-expect_count "$(cat "$TMP/serve.err")" "unknown queue 'other'" 1 "inbox: unknown queue reported once while running"
+expect_count "$(cat "$TMP/serve.err")" "queue 'other' stay in the inbox: no such queue" 1 "inbox: unknown queue reported once while running"
 kill -TERM "$SERVE_PID"
 bg_wait serve "$SERVE_PID" 10
 expect_rc 0 "inbox: the --serve runner exits 0 on SIGTERM"
@@ -355,7 +355,7 @@ expect_rc 0 "persist=false, inbox: run"
 expect_in "$OUT" "ran 3 mem 5 disk 2" "persist=false, inbox: the persisted queue took its row"
 expect_eq "$(sql "$DB" "SELECT queue, key FROM inbox")" "memh from-inbox" \
     "persist=false, inbox: the row for the in-memory queue stays in the inbox"
-expect_in "$ERR" "persist = false queue 'memh'" "persist=false, inbox: the log says why"
+expect_in "$ERR" "queue 'memh' stay in the inbox: the queue has persist = false" "persist=false, inbox: the log says why"
 EMPTY=$TMP/empty
 mkdir -p "$EMPTY"
 cd "$EMPTY" || exit 1

@@ -561,10 +561,9 @@ static void count_item(void *ud, const wq_restored *r)
     ++*(int *)ud;
 }
 
-static int take_nothing(void *ud, const char *queue, const char *key, size_t keylen,
-                        const char *payload, size_t paylen, double after)
+static int take_nothing(void *ud, const wq_inbox_row *row)
 {
-    (void)ud, (void)queue, (void)key, (void)keylen, (void)payload, (void)paylen, (void)after;
+    (void)ud, (void)row;
     return 0;
 }
 
@@ -1332,26 +1331,29 @@ struct inbox_ctx {
     const char *accept; /* queue name taken; others left */
 };
 
-static int on_inbox(void *ud, const char *queue, const char *key, size_t keylen,
-                    const char *payload, size_t paylen, double after)
+static int on_inbox(void *ud, const wq_inbox_row *r)
 {
     struct inbox_ctx *c = ud;
-    snprintf(c->got[c->n], sizeof c->got[0], "%s/%.*s=%.*s", queue, (int)keylen, key, (int)paylen,
-             payload ? payload : "");
-    c->after[c->n] = after;
+    snprintf(c->got[c->n], sizeof c->got[0], "%s/%.*s=%.*s%s%.*s", r->queue, (int)r->keylen, r->key,
+             (int)r->paylen, r->payload ? r->payload : "", r->grp ? " group " : "", (int)r->grplen,
+             r->grp ? r->grp : "");
+    c->after[c->n] = r->after;
     c->n++;
-    return strcmp(queue, c->accept) == 0;
+    return strcmp(r->queue, c->accept) == 0;
 }
 
 Test(store, the_inbox_is_taken_in_id_order_and_deleted_with_the_next_flush)
 {
     wq_store *s = open_ok();
     sql("INSERT INTO inbox(queue, key, payload) VALUES ('jobs', 'k1', '{\"a\":1}'),"
-        " ('jobs', 'k2', NULL), ('jobs', 'k3', 'plain words')");
+        " ('jobs', 'k3', 'plain words')");
+    sql("INSERT INTO inbox(queue, key, payload, grp) VALUES ('jobs', 'k2', NULL, 'host-a')");
+    sql("UPDATE inbox SET id = 10 + id");
+    sql("UPDATE inbox SET id = CASE key WHEN 'k1' THEN 1 WHEN 'k2' THEN 2 ELSE 3 END");
     struct inbox_ctx c = {.accept = "jobs"};
     cr_assert_eq(wq_store_poll_inbox(s, on_inbox, &c), 3);
     cr_assert_str_eq(c.got[0], "jobs/k1={\"a\":1}");
-    cr_assert_str_eq(c.got[1], "jobs/k2=");
+    cr_assert_str_eq(c.got[1], "jobs/k2= group host-a", "the group column comes along");
     cr_assert_str_eq(c.got[2], "jobs/k3=\"plain words\"");
     cr_assert_float_eq(c.after[0], 0, 1e-9);
     /* Not offered twice, nothing changed: the rows wait for the flush. */
