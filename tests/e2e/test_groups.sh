@@ -93,6 +93,23 @@ expect_eq "$code" 422 "a group_of that raises refuses the POST"
 expect_in "$(cat "$TMP/body")" "no group for bad-1" "with group_of's error"
 code=$(curl -s -o "$TMP/body" -w '%{http_code}' --data-binary '{"key":"y-2","group":5}' "$BASE/queues/hosts/items")
 expect_eq "$code" 400 "a group that is not a string is a 400"
+
+# examples/crawler.lua against this runner's HTTP server, as two hosts
+{
+    for i in 1 2 3 4 5; do echo "http://127.0.0.1:$PORT/healthz?i=$i"; done
+    for i in 1 2 3 4 5; do echo "http://localhost:$PORT/queues?i=$i"; done
+    echo "http://127.0.0.1:$PORT/no-such-page"
+} >"$TMP/urls.txt"
+run --db "$TMP/crawl.db" "$E2E_DIR/../../examples/crawler.lua" "@$TMP/urls.txt"
+expect_rc 0 "the crawler example runs"
+expect_in "$OUT" "fetched 10 pages" "it fetched every page"
+expect_re "$OUT" "127.0.0.1 +5 pages" "five from one host"
+expect_re "$OUT" "localhost +5 pages" "five from the other"
+expect_in "$OUT" "1 URLs failed for good, e.g. http://127.0.0.1:$PORT/no-such-page: HTTP 404" \
+    "a 404 is a permanent failure"
+run --db "$TMP/crawl.db" "$E2E_DIR/../../examples/crawler.lua" "@$TMP/urls.txt"
+expect_in "$OUT" "fetched 0 pages" "run again: keep_done skips what was fetched"
+
 kill -TERM "$PID"
 wait "$PID" 2>/dev/null
 expect_eq "$(sql "$DB3" "SELECT count(*) FROM items WHERE key LIKE 'bad%' OR key = 'y-2'")" 0 \
