@@ -1,6 +1,6 @@
 -- One short run that touches every path an allocation can fail on, for
 -- tests/e2e/test_oom_sweep.sh (which runs it with WQ_TEST_FAIL_ALLOC=N for
--- many N): queues with handlers and table payloads, wq.after / wq.every
+-- many N): queues with handlers, table payloads and group limits, wq.after / wq.every
 -- timers, wq.sleep, q:add_after, a handler that fails, retries and is
 -- dead-lettered, handler timeouts and wq.requeue, a get/done loop and
 -- shutdown_with_drain, wq.exec (with stdin and env), HTTP posts to its own
@@ -37,6 +37,9 @@ end
 
 local jobs = wq.queue("jobs", {
     workers = 2,
+    -- groups (and their allocations) on the path of every add and get
+    group_of = function(key) return "g" .. (#key % 3) end,
+    group_limit = {concurrency = 2, rate = 10000},
     handler = function(key, payload)
         if type(payload) ~= "table" or payload.key ~= key then
             error("jobs: " .. key .. ": wrong payload " .. cjson.encode(payload))
