@@ -269,7 +269,8 @@ static const char *const stmt_sql[ST_INSERT_ITEMS] = {
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     "DELETE FROM dead WHERE queue = ?1 AND key = ?2",
     "DELETE FROM inbox WHERE id = ?1",
-    "INSERT OR REPLACE INTO queues(name, seen_at) VALUES (?1, ?2)",
+    "INSERT INTO queues(name, seen_at) VALUES (?1, ?2)"
+    " ON CONFLICT (name) DO UPDATE SET seen_at = excluded.seen_at",
     "DELETE FROM items WHERE queue = ?1",
     "INSERT OR REPLACE INTO done(queue, key, finished_at, result) VALUES (?1, ?2, ?3, ?4)",
     "DELETE FROM done WHERE queue = ?1 AND key = ?2",
@@ -334,12 +335,19 @@ static int write_owner(wq_store *s)
 /* Takes the file's exclusive lock on fd; WQ_EBUSY names the owner. */
 static int take_lock(const char *path, int fd, char *err, size_t errlen)
 {
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-        return 0;
-    if (errno != EWOULDBLOCK)
-        return fail_buf(err, errlen, WQ_EIO, "cannot lock state file %s: %s", path,
-                        strerror(errno));
-    return WQ_EBUSY;
+    /* `wqrun pause` and friends hold the lock for a few milliseconds when no runner does:
+     * a runner starting then waits for them (300 ms at most) instead of failing. */
+    for (int tries = 0;; tries++) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+            return 0;
+        if (errno != EWOULDBLOCK)
+            return fail_buf(err, errlen, WQ_EIO, "cannot lock state file %s: %s", path,
+                            strerror(errno));
+        if (tries == 30)
+            return WQ_EBUSY;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 static void busy_message(const char *path, char *err, size_t errlen)
@@ -543,6 +551,7 @@ void wq_store_close(wq_store *s)
     wq_free(s->announce);
     wq_free(s->sched);
     wq_free(s->inbox_del);
+    wq_free(s->cmd_results);
     wq_free(s->bloom_mem);
     wq_free(s->path);
     wq_free(s);
