@@ -48,7 +48,7 @@ static int negative_number(const char *a)
 }
 
 /* Matches "--name VALUE" or "--name=VALUE"; advances *i past the value. -1: value missing. */
-static int option(int argc, char **argv, int *i, const char *name, const char **value)
+int wq_store_cli_option(int argc, char **argv, int *i, const char *name, const char **value)
 {
     size_t n = strlen(name);
     const char *a = argv[*i];
@@ -81,11 +81,11 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
                 fputs(add_usage, out);
                 return 0;
             }
-            int m = option(argc, argv, &i, "--db", &db);
+            int m = wq_store_cli_option(argc, argv, &i, "--db", &db);
             if (m == 0)
-                m = option(argc, argv, &i, "--after", &after_s);
+                m = wq_store_cli_option(argc, argv, &i, "--after", &after_s);
             if (m == 0)
-                m = option(argc, argv, &i, "--group", &group);
+                m = wq_store_cli_option(argc, argv, &i, "--group", &group);
             if (m < 0)
                 return usage(err, add_usage, "add: option %s needs a value", a);
             if (m == 0)
@@ -460,7 +460,7 @@ int wq_store_cli_status_io(int argc, char **argv, FILE *out, FILE *err)
             fputs(status_usage, out);
             return 0;
         }
-        int m = option(argc, argv, &i, "--db", &db);
+        int m = wq_store_cli_option(argc, argv, &i, "--db", &db);
         if (m < 0)
             return usage(err, status_usage, "status: option %s needs a value", a);
         if (m == 0 && a[0] == '-')

@@ -70,25 +70,6 @@ static int usage(FILE *err, const char *cmd, const char *fmt, ...)
     return 2;
 }
 
-/* Matches "--name VALUE" or "--name=VALUE"; advances *i past the value. -1: value missing. */
-static int option(int argc, char **argv, int *i, const char *name, const char **value)
-{
-    size_t n = strlen(name);
-    const char *a = argv[*i];
-    if (strncmp(a, name, n) != 0)
-        return 0;
-    if (a[n] == '=') {
-        *value = a + n + 1;
-        return 1;
-    }
-    if (a[n] != 0)
-        return 0;
-    if (*i + 1 >= argc)
-        return -1;
-    *value = argv[++*i];
-    return 1;
-}
-
 /* Parses argv (after the command name); 0, or an exit status (help: 0 with done set). */
 static int parse(const char *cmd, int argc, char **argv, struct args *a, FILE *out, FILE *err,
                  int *done)
@@ -118,11 +99,13 @@ static int parse(const char *cmd, int argc, char **argv, struct args *a, FILE *o
         }
         int m = 0;
         if (!opts_done && arg[0] == '-' && arg[1]) {
-            if ((m = option(argc, argv, &i, "--db", &v)) > 0)
+            if ((m = wq_store_cli_option(argc, argv, &i, "--db", &v)) > 0)
                 a->db = v;
-            else if (m == 0 && a->op == OP_ITEMS && (m = option(argc, argv, &i, "--state", &v)) > 0)
+            else if (m == 0 && a->op == OP_ITEMS &&
+                     (m = wq_store_cli_option(argc, argv, &i, "--state", &v)) > 0)
                 a->state = v;
-            else if (m == 0 && a->op == OP_ITEMS && (m = option(argc, argv, &i, "--limit", &v)) > 0)
+            else if (m == 0 && a->op == OP_ITEMS &&
+                     (m = wq_store_cli_option(argc, argv, &i, "--limit", &v)) > 0)
                 limit = v;
             else if (m == 0 && a->op == OP_ITEMS && strcmp(arg, "--json") == 0)
                 m = a->json = 1;
