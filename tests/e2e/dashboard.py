@@ -179,6 +179,12 @@ def js_errors():
     return [e for e in driver.get_log("browser") if e.get("source") == "javascript"]
 
 
+# ------------------------------------------------------------------ the runners settled
+# jobs has failed its "bad" key into a dead letter and runs "slow" (an hour).
+for base, tok in ((BASE, None), (TBASE, TOKEN)):
+    wait("jobs settled on " + base, lambda: (lambda j: (j["processing"], j["waiting"], j["dead"]) == (1, 1, 1))(
+        queues(base, tok)["jobs"]))
+
 # ------------------------------------------------------------------ the browser
 opts = webdriver.ChromeOptions()
 opts.binary_location = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -311,7 +317,7 @@ ok("Remove (after a confirmation) removes the key through a percent-encoded path
 driver.get(BASE + "/?refresh=0#/queue/idle")
 wait("k001 shown", lambda: key_row("items", "k001"))
 status, body = api("DELETE", "/queues/idle/items/k001")
-if status != 200 and status != 204:
+if status // 100 != 2:
     fail("DELETE /queues/idle/items/k001: %s %s" % (status, body))
 click("Remove k001", lambda: key_row("items", "k001").find_element(By.CSS_SELECTOR, '[data-action="remove"]'))
 accept_confirm("remove k001")
