@@ -70,6 +70,7 @@ struct wq_queue {
     wq_slab slab;
     wq_metrics metrics;
     int shutting_down, drain;
+    int paused; /* get hands nothing out (SPEC 7.5) */
     wq_observer_fn observer;
     void *observer_ud;
     uint32_t ev_id;   /* record of the key event being reported */
@@ -668,7 +669,7 @@ static void prefetch_slot(const wq_queue *q, uint32_t id)
 
 int wq_queue_get(wq_queue *q, wq_item_info *out)
 {
-    if (!q->stored)
+    if (!q->stored || q->paused)
         return q->shutting_down ? WQ_ESHUTDOWN : WQ_EEMPTY;
     uint32_t id = q->levels[0].head;
     struct item *it = &q->items[id];
@@ -717,6 +718,43 @@ int wq_queue_done(wq_queue *q, const char *key, size_t len)
     }
     if (q->nprocessing == 0)
         emit(q, WQ_EV_IDLE, NULL);
+    return 0;
+}
+
+int wq_queue_set_paused(wq_queue *q, int paused)
+{
+    paused = paused != 0;
+    if (q->paused == paused)
+        return 0;
+    q->paused = paused;
+    return 1;
+}
+
+int wq_queue_paused(const wq_queue *q)
+{
+    return q->paused;
+}
+
+int wq_queue_remove(wq_queue *q, const char *key, size_t len)
+{
+    uint32_t slot = find(q, key, len);
+    if (slot == NIL)
+        return WQ_ENOENT;
+    uint32_t id = slot_id(q->table[slot]);
+    struct item *it = &q->items[id];
+    if (it->flags & F_PROCESSING)
+        return WQ_EBUSY;
+    if (it->flags & F_QUEUED)
+        store_unlink(q, id);
+    if (it->flags & F_DIRTY) {
+        it->flags &= ~F_DIRTY;
+        q->metrics.depth--;
+    }
+    if (it->flags & F_WAITING) {
+        wq_delay_cancel(&q->delay, id);
+        it->flags &= ~F_WAITING;
+    }
+    drop_record(q, id, slot, 1);
     return 0;
 }
 

@@ -96,6 +96,22 @@ int wq_queue_get(wq_queue *q, wq_item_info *out);
  * (key stays processing; try again).
  */
 int wq_queue_done(wq_queue *q, const char *key, size_t len);
+/*
+ * Pause (paused != 0) or resume dispatch (SPEC 7.5): a paused queue takes
+ * adds and delayed adds as usual, but get hands nothing out (WQ_EEMPTY, or
+ * WQ_ESHUTDOWN once shut down). Resuming wakes nobody: the caller wakes
+ * its waiting getters. Returns 1 if the state changed, else 0.
+ */
+int wq_queue_set_paused(wq_queue *q, int paused);
+/* Whether dispatch is paused. */
+int wq_queue_paused(const wq_queue *q);
+/*
+ * Remove: drops key's queued entry and pending delayed add, as if it had
+ * never been added (depth goes down; the observer hears WQ_EV_GONE).
+ * Returns 0, WQ_ENOENT (nothing pending for key) or WQ_EBUSY (key is
+ * processing: nothing changed).
+ */
+int wq_queue_remove(wq_queue *q, const char *key, size_t len);
 /* Len: number of keys in the ready store. */
 size_t wq_queue_len(const wq_queue *q);
 /* ShutDown: no more adds, delayed adds freeze, a drain in progress is released. */

@@ -7,6 +7,7 @@
  * no task can run and no child is running.
  */
 #include "host/host.h"
+#include "host/commands.h"
 
 #include "host/http.h"
 #include "host/inbox.h"
@@ -95,9 +96,10 @@ void wq_host_log(wq_host *h, const char *fmt, ...)
 #f, offsetof(wq_qstats, f)                                                                 \
     }
 const wq_qstat_field wq_qstat_fields[] = {
-    FIELD(depth),    FIELD(queued),   FIELD(processing), FIELD(waiting), FIELD(adds),
-    FIELD(done),     FIELD(retries),  FIELD(failures),   FIELD(dead),    FIELD(succeeded),
-    FIELD(requeued), FIELD(timeouts), FIELD(retrying),   FIELD(workers), {NULL, 0}};
+    FIELD(depth),    FIELD(queued),    FIELD(processing), FIELD(waiting),
+    FIELD(adds),     FIELD(done),      FIELD(retries),    FIELD(failures),
+    FIELD(dead),     FIELD(succeeded), FIELD(requeued),   FIELD(timeouts),
+    FIELD(retrying), FIELD(workers),   FIELD(cancelled),  {NULL, 0}};
 #undef FIELD
 
 int wq_host_add_queue(wq_host *h, const wq_queue_ops *ops, void *q, const char *name, int persist)
@@ -563,6 +565,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         return;
     }
     wq_inbox_poll(h);
+    wq_commands_poll(h);
     wq_progress_draw(h, 0);
     wq_host_settle(h);
 }
@@ -681,6 +684,7 @@ int wq_host_run(wq_host *h)
     /* The loop is over: whoever still waits is not answered (the
      * connection closes without an acknowledgement). */
     release_waiters(h, 0);
+    wq_commands_abandon(h);
     wq_progress_finish(h);
     return status;
 }

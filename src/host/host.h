@@ -35,6 +35,8 @@ typedef struct wq_qstats {
     uint64_t timeouts;  /* handler runs stopped by their timeout */
     uint64_t retrying;  /* keys with a failure count */
     uint64_t workers;   /* handler workers, 0 without a handler */
+    uint64_t cancelled; /* handler runs stopped by a cancel */
+    int paused;         /* hands nothing out (SPEC 7.5; shown as a boolean, not a counter) */
     const wq_metrics *metrics;
 } wq_qstats;
 
@@ -66,6 +68,39 @@ typedef struct wq_ext_item {
 /* What a queue's add answers when it skipped a key that finished within keep_done. */
 #define WQ_ADD_DONE 2
 
+/* A pending item as an operator sees it (q:items, GET /queues/NAME/items). */
+typedef struct wq_item_view {
+    const char *key;
+    size_t keylen;
+    const char *payload; /* JSON text, NULL for none */
+    size_t paylen;
+    const char *state; /* "queued", "processing" or "waiting" */
+    int32_t priority;
+    const char *group; /* NULL: none */
+    size_t grouplen;
+    double ready_at; /* Unix seconds of a pending delayed add, 0: none */
+    int64_t attempt; /* the run it would be: failure count + 1 */
+} wq_item_view;
+
+/* Which pending items to list: in key order (bytes), after after_key, at most limit. */
+typedef struct wq_items_query {
+    const char *state; /* "queued", "processing", "waiting", NULL: all */
+    size_t limit;
+    const char *after_key; /* NULL: from the first key */
+    size_t after_len;
+} wq_items_query;
+
+/* A dead letter as an operator sees it (q:dead, GET /queues/NAME/dead). */
+typedef struct wq_dead_view {
+    const char *key;
+    size_t keylen;
+    const char *payload; /* JSON text, NULL for none */
+    size_t paylen;
+    const char *error;
+    int64_t attempts;
+    double failed_at; /* Unix seconds */
+} wq_dead_view;
+
 /* What the host may ask of a queue; q is the pointer given to wq_host_add_queue. */
 typedef struct wq_queue_ops {
     void (*stats)(void *q, wq_qstats *out);
@@ -81,6 +116,25 @@ typedef struct wq_queue_ops {
     void (*stop)(void *q);         /* a graceful stop began */
     /* External add: 1 queued, 0 already pending, WQ_ESHUTDOWN or another WQ_E* code. */
     int (*add)(void *q, const wq_ext_item *it);
+
+    /* Operator actions (SPEC 7.5); each change is written with the next commit. */
+    /* Pauses (1) or resumes (0) dispatch: 1 changed, 0 it already was. */
+    int (*pause)(void *q, int paused);
+    int (*paused)(void *q);
+    /* Removes a queued or delayed key: 0, WQ_ENOENT (nothing pending), WQ_EBUSY (processing). */
+    int (*remove)(void *q, const char *key, size_t len);
+    /* Cancels the handler run of key: 0 (the queue calls wq_host_cancelled once the run has
+     * ended), WQ_ENOENT (nothing pending), WQ_EBUSY (pending, but no handler runs it). */
+    int (*cancel)(void *q, const char *key, size_t len);
+    /* Re-queues key's dead letter, every one with key NULL: the number re-queued or a WQ_E*. */
+    int (*retry_dead)(void *q, const char *key, size_t len);
+    /* Drops every dead letter: the number dropped. */
+    int (*purge_dead)(void *q);
+    /* Calls fn for the pending items qry selects; the number listed or a WQ_E* code. */
+    int (*items)(void *q, const wq_items_query *qry, void (*fn)(void *ud, const wq_item_view *it),
+                 void *ud);
+    /* Calls fn for each dead letter, oldest first; the number or a WQ_E* code. */
+    int (*dead)(void *q, void (*fn)(void *ud, const wq_dead_view *d), void *ud);
 } wq_queue_ops;
 
 /* A queue as the host knows it. */
@@ -155,9 +209,10 @@ struct wq_host {
     int flush_now;                  /* flush_ev is active for waiting acknowledgements */
     struct durable_waiter *waiters; /* wq_host_when_durable callers */
     int nwaiters, waiters_cap;
-    int inbox_checked; /* settle is looking at the inbox before exiting */
-    int stopping;      /* a signal asked for a graceful stop */
-    int exiting;       /* the loop is breaking */
+    struct cancel_waiter *cancel_waiters; /* wq_host_when_cancelled callers (commands.c) */
+    int inbox_checked;                    /* settle is looking at the inbox before exiting */
+    int stopping;                         /* a signal asked for a graceful stop */
+    int exiting;                          /* the loop is breaking */
     int exit_code;
     uint64_t grace_timer;
 
@@ -207,6 +262,16 @@ typedef void (*wq_durable_fn)(void *ud, int ok);
  * or nothing is pending. 0, or -1 on OOM (fn not called).
  */
 int wq_host_when_durable(wq_host *h, wq_durable_fn fn, void *ud);
+
+/*
+ * Calls fn(ud, 1) once the handler run of key on queue q, which an
+ * operator cancelled, has ended (fn(ud, 0) if the process ends first).
+ * 0, or -1 on OOM (fn not called).
+ */
+int wq_host_when_cancelled(wq_host *h, void *q, const char *key, size_t len, wq_durable_fn fn,
+                           void *ud);
+/* A cancelled handler run of key on queue q has ended: tells who waits for it. */
+void wq_host_cancelled(wq_host *h, void *q, const char *key, size_t len);
 
 /* Registers a queue (ops and q borrowed for the host's life). 0, or -1 on OOM. */
 int wq_host_add_queue(wq_host *h, const wq_queue_ops *ops, void *q, const char *name, int persist);

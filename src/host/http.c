@@ -1,7 +1,9 @@
 /*
  * The HTTP API on libevent's evhttp (SPEC section 6): GET /metrics,
- * GET /queues, POST /queues/NAME/items, GET /healthz, and the dashboard
- * page at GET / (web/dashboard.html). evhttp enforces the
+ * GET /queues, POST /queues/NAME/items, GET /healthz; the operator routes
+ * (SPEC 7.5) are in http_ops.c; the dashboard page at GET /
+ * (web/dashboard.html). With a token, every route but /healthz and the
+ * page needs it. evhttp enforces the
  * size limits (headers, body: 413) and slow-client timeouts; everything a
  * request asks for is validated before anything changes, so a malformed
  * request gets a 4xx and leaves the queues as they were.
@@ -11,6 +13,7 @@
 #include "host/conns.h"
 #include "engine/queue.h"
 #include "host/dashboard.h"
+#include "host/http_int.h"
 #include "host/json.h"
 #include "host/prom.h"
 
@@ -89,6 +92,16 @@ static void reply_error(struct evhttp_request *req, int code, const char *reason
     reply_json(req, code, reason, o);
 }
 
+void wq_http_reply_json(struct evhttp_request *req, int code, const char *reason, json_object *o)
+{
+    reply_json(req, code, reason, o);
+}
+
+void wq_http_reply_error(struct evhttp_request *req, int code, const char *reason, const char *msg)
+{
+    reply_error(req, code, reason, msg);
+}
+
 /* Compares the whole strings in time that depends only on their lengths. */
 static int same_secret(const char *a, const char *b)
 {
@@ -162,8 +175,7 @@ static void get_dashboard(struct evhttp_request *req)
     evbuffer_free(b);
 }
 
-/* One queue's summary: the q:stats() fields. */
-static json_object *queue_summary(const wq_hqueue *hq)
+json_object *wq_http_queue_summary(const wq_hqueue *hq)
 {
     wq_qstats st;
     hq->ops->stats(hq->q, &st);
@@ -173,6 +185,7 @@ static json_object *queue_summary(const wq_hqueue *hq)
     json_object_object_add(o, "name", json_object_new_string(st.name));
     for (const wq_qstat_field *f = wq_qstat_fields; f->name; f++)
         add_uint(o, f->name, wq_qstat_value(&st, f));
+    json_object_object_add(o, "paused", json_object_new_boolean(st.paused));
     return o;
 }
 
@@ -180,7 +193,7 @@ static void get_queues(wq_host *h, struct evhttp_request *req)
 {
     json_object *a = json_object_new_array_ext(h->nqueues);
     for (int i = 0; a && i < h->nqueues; i++) {
-        json_object *q = queue_summary(&h->queues[i]);
+        json_object *q = wq_http_queue_summary(&h->queues[i]);
         if (!q || json_object_array_add(a, q) < 0) {
             json_object_put(q);
             json_object_put(a);
@@ -240,17 +253,19 @@ static const char *read_item(json_object *body, wq_ext_item *it, json_object **p
     return NULL;
 }
 
-/* A reply held until the items it acknowledges are committed. */
+/* A reply held until the changes it acknowledges are committed. */
 typedef struct held_reply {
     struct evhttp_request *req;
-    json_object *body; /* sent with 202 once durable */
+    json_object *body; /* sent with code once durable */
+    int code;
+    const char *reason;
 } held_reply;
 
 static void send_held(void *ud, int ok)
 {
     held_reply *hr = ud;
     if (ok)
-        reply_json(hr->req, 202, "Accepted", hr->body);
+        reply_json(hr->req, hr->code, hr->reason, hr->body);
     else {
         json_object_put(hr->body);
         reply_error(hr->req, 503, "Service Unavailable",
@@ -259,8 +274,8 @@ static void send_held(void *ud, int ok)
     free(hr);
 }
 
-/* Answers 202 with body (which it takes) once the adds are durable (SPEC 7.6). */
-static void reply_when_durable(wq_host *h, struct evhttp_request *req, json_object *body)
+void wq_http_reply_durable(wq_host *h, struct evhttp_request *req, int code, const char *reason,
+                           json_object *body)
 {
     held_reply *hr = malloc(sizeof *hr);
     if (!hr || !body) {
@@ -271,11 +286,19 @@ static void reply_when_durable(wq_host *h, struct evhttp_request *req, json_obje
     }
     hr->req = req;
     hr->body = body;
+    hr->code = code;
+    hr->reason = reason;
     if (wq_host_when_durable(h, send_held, hr) < 0) {
         json_object_put(body);
         free(hr);
         reply_error(req, 500, "Internal Server Error", "out of memory");
     }
+}
+
+/* Answers 202 with body (which it takes) once the adds are durable (SPEC 7.6). */
+static void reply_when_durable(wq_host *h, struct evhttp_request *req, json_object *body)
+{
+    wq_http_reply_durable(h, req, 202, "Accepted", body);
 }
 
 /* The body as JSON (the caller puts it), or NULL after replying 400/413. */
@@ -430,6 +453,10 @@ static void handle(struct evhttp_request *req, void *arg)
             reply(req, 200, "OK", "text/plain", "ok\n");
         else
             reply(req, 405, "Method Not Allowed", "text/plain", "method not allowed\n");
+    } else if (!authorized(s, req)) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
+                          "Bearer realm=\"wqrun\"");
+        reply_error(req, 401, "Unauthorized", "missing or wrong bearer token");
     } else if (strcmp(path, "/metrics") == 0) {
         if (get)
             get_metrics(h, req);
@@ -441,20 +468,19 @@ static void handle(struct evhttp_request *req, void *arg)
         else
             reply(req, 405, "Method Not Allowed", "text/plain", "method not allowed\n");
     } else if (sscanf(path, "/queues/%64[A-Za-z0-9_.-]/items%n", name, &nlen) == 1 &&
-               (path[nlen] == '\0' || strcmp(path + nlen, ":batch") == 0)) {
+               (path[nlen] == '\0' || strcmp(path + nlen, ":batch") == 0) &&
+               (cmd == EVHTTP_REQ_POST || path[nlen] != '\0')) {
         const wq_hqueue *hq;
         if (cmd != EVHTTP_REQ_POST)
             reply(req, 405, "Method Not Allowed", "text/plain", "method not allowed\n");
-        else if (!authorized(s, req)) {
-            evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
-                              "Bearer realm=\"wqrun\"");
-            reply_error(req, 401, "Unauthorized", "missing or wrong bearer token");
-        } else if (!(hq = wq_host_find_queue(h, name)))
+        else if (!(hq = wq_host_find_queue(h, name)))
             reply_error(req, 404, "Not Found", "no such queue");
         else if (path[nlen] == '\0')
             post_item(h, req, hq);
         else
             post_batch(h, req, hq);
+    } else if (wq_http_ops(h, req, path, evhttp_uri_get_query(u), cmd)) {
+        /* answered */
     } else {
         reply(req, 404, "Not Found", "text/plain", "not found\n");
     }

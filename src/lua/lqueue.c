@@ -9,6 +9,7 @@
 #include "host/timer.h"
 #include "lua/lcron.h"
 #include "lua/llimiter.h"
+#include "lua/lqops.h"
 #include "lua/lworker.h"
 #include "lua/lwq.h"
 #include "store/store.h"
@@ -390,6 +391,7 @@ static int queue_new(lua_State *L)
     lq->keep_done = keep_done;
     luaL_setmetatable(L, "wq.Queue");
     lq->host = h;
+    lq->L = wq_sched_of(L)->L;
     memcpy(lq->name, name, nlen + 1);
     lq->workers = handler == LUA_TFUNCTION ? (int)workers : 0;
     lq->max_retries = max_retries;
@@ -444,6 +446,8 @@ static int queue_new(lua_State *L)
         if (lq->done_mem && wq_store_restore_done(lq->sq, restore_done, &ctx) < 0)
             return luaL_error(L, "queue: cannot restore '%s': %s", name, wq_store_errmsg(h->store));
         if (wq_store_restore_schedules(lq->sq, restore_schedule, &ctx) < 0)
+            return luaL_error(L, "queue: cannot restore '%s': %s", name, wq_store_errmsg(h->store));
+        if (lqops_restore(lq) < 0)
             return luaL_error(L, "queue: cannot restore '%s': %s", name, wq_store_errmsg(h->store));
     }
     if (h->stopping)
@@ -858,6 +862,8 @@ static void fill_stats(lqueue *lq, wq_qstats *st)
     st->timeouts = lq->ntimeouts;
     st->retrying = wq_keymap_count(lq->failures);
     st->workers = lq->workers;
+    st->cancelled = lq->ncancelled;
+    st->paused = wq_queue_paused(lq->q);
     st->metrics = m;
 }
 
@@ -876,6 +882,8 @@ static int queue_stats(lua_State *L)
     lua_setfield(L, -2, "name");
     for (const wq_qstat_field *f = wq_qstat_fields; f->name; f++)
         setint(L, f->name, wq_qstat_value(&st, f));
+    lua_pushboolean(L, st.paused);
+    lua_setfield(L, -2, "paused");
     return 1;
 }
 
@@ -914,33 +922,7 @@ static int queue_retry_dead(lua_State *L)
     lqueue *lq = lqueue_check(L, "retry_dead");
     size_t len;
     const char *key = wq_checkkey(L, 2, "retry_dead", &len);
-    lworker_push_dead(L, lq);
-    lua_pushvalue(L, 2);
-    if (lua_rawget(L, -2) == LUA_TNIL) {
-        lua_pushboolean(L, 0);
-        return 1;
-    }
-    lua_getfield(L, -1, "json");
-    size_t jlen;
-    const char *json = lua_tolstring(L, -1, &jlen);
-    wq_add_opts o = {json, jlen, json != NULL, 0, 0};
-    lworker_forget(lq, key, len);
-    int r = wq_queue_add(lq->q, key, len, &o);
-    if (r < 0 && r != WQ_ESHUTDOWN)
-        return lqueue_raise(L, "retry_dead", r);
-    if (r >= 0)
-        lqueue_note_add(lq);
-    if (r == WQ_ESHUTDOWN) {
-        lua_pushboolean(L, 0);
-        return 1;
-    }
-    lua_pushvalue(L, 2);
-    lua_pushnil(L);
-    lua_rawset(L, -5);
-    lq->ndead--;
-    if (lq->sq)
-        wq_store_undead(lq->sq, key, len);
-    lua_pushboolean(L, 1);
+    lua_pushboolean(L, lqops_retry_dead(L, lq, key, len));
     return 1;
 }
 
@@ -1017,8 +999,9 @@ static void op_fire_due(void *q)
 static int op_busy(void *q)
 {
     const lqueue *lq = q;
+    /* A paused queue's items wait for a resume: they keep nothing alive. */
     return lq->handler_ref != LUA_NOREF && !lq->stopping &&
-           (wq_queue_len(lq->q) > 0 || wq_queue_processing(lq->q) > 0);
+           ((wq_queue_len(lq->q) > 0 && !wq_queue_paused(lq->q)) || wq_queue_processing(lq->q) > 0);
 }
 
 static int op_awaited(void *q)
@@ -1067,6 +1050,14 @@ static const wq_queue_ops lqueue_ops = {
     .processing = op_processing,
     .stop = op_stop,
     .add = op_add,
+    .pause = lqops_pause,
+    .paused = lqops_paused,
+    .remove = lqops_remove,
+    .cancel = lqops_cancel,
+    .retry_dead = lqops_retry,
+    .purge_dead = lqops_purge_dead,
+    .items = lqops_items,
+    .dead = lqops_dead,
 };
 
 const char *wq_lqueue_name(const lqueue *lq)
@@ -1132,6 +1123,7 @@ void wq_lua_open_queue(lua_State *L, int internals)
     lua_setfield(L, internals, "dead_list");
     lua_getfield(L, internals, "queue_methods");
     lcron_register(L, -1);
+    lqops_register(L, -1);
     lua_pop(L, 1);
     lua_pushcfunction(L, queue_tostring);
     lua_setfield(L, -2, "__tostring");

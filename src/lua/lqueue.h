@@ -15,6 +15,7 @@ struct wq_store_queue;
 
 typedef struct lqueue {
     wq_host *host;
+    lua_State *L; /* the main thread (for the host's calls, outside any task) */
     wq_queue *q;
     char name[65];
     int ref;         /* registry: the userdata (queues live as long as the host) */
@@ -28,7 +29,7 @@ typedef struct lqueue {
     int persist;
     wq_keymap *failures; /* the queue's failure count per key */
     int dead_ref;        /* registry: table key -> dead letter */
-    uint64_t ndone, nfailures, ndead, ntimeouts, nsuccess, nrequeued;
+    uint64_t ndone, nfailures, ndead, ntimeouts, nsuccess, nrequeued, ncancelled;
     int stopping;         /* graceful stop: workers take no new items */
     wq_waitlist getters;  /* tasks waiting in get */
     wq_waitlist drainers; /* tasks waiting in shutdown_with_drain */

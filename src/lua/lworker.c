@@ -227,6 +227,43 @@ static void deadline_fire(wq_host *h, void *data, uint64_t id)
         wq_task_interrupt(t, "timeout");
 }
 
+/* A cancelled job raises "cancelled" at every instruction, so pcall cannot swallow it. */
+static void cancel_hook(lua_State *L, lua_Debug *ar)
+{
+    (void)ar;
+    wq_task *t = wq_task_of(L);
+    if (!t && wq_running)
+        t = wq_task_of(wq_running);
+    if (t && t->cancelled) {
+        if (L != t->co)
+            lua_sethook(t->co, cancel_hook, LUA_MASKCOUNT, 1);
+        lua_pushstring(L, "cancelled");
+        lua_error(L);
+    }
+}
+
+int lworker_cancel(lqueue *lq, const char *key, size_t len)
+{
+    wq_item_info info;
+    if (!wq_queue_lookup(lq->q, key, len, &info))
+        return WQ_ENOENT;
+    if (!(info.state & WQ_ST_PROCESSING))
+        return WQ_EBUSY;
+    for (wq_task *t = wq_sched_of(lq->L)->all; t; t = t->anext) {
+        if (t->kind != TASK_WORKER || t->queue != lq || !t->job_key || t->job_keylen != len ||
+            (len && memcmp(t->job_key, key, len) != 0))
+            continue;
+        if (!t->cancelled) {
+            t->cancelled = 1;
+            lua_sethook(t->co, cancel_hook, LUA_MASKCOUNT, 1);
+            if (t->state == TS_WAITING)
+                wq_task_interrupt(t, "cancelled"); /* ends a wq.exec wait: the child is killed */
+        }
+        return 0;
+    }
+    return WQ_EBUSY; /* handed out by q:get(): the script's own loop runs it */
+}
+
 static void clear_deadline(lua_State *L, wq_task *t)
 {
     if (t->deadline != WQ_NEVER) {
@@ -297,6 +334,20 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
     size_t klen;
     const char *key = lua_tolstring(L, W_KEY, &klen);
     int nres = lua_gettop(L) - W_RES + 1;
+    if (t->cancelled) {
+        /* Whatever the handler did after the cancel: no retry, no dead letter. */
+        t->cancelled = 0;
+        lua_sethook(L, NULL, 0, 0);
+        lq->ncancelled++;
+        lworker_forget(lq, key, klen);
+        char shown[WQ_SHOWN_KEY];
+        wq_show_key(shown, key, klen);
+        wq_host_log(lq->host, "wqrun: %s: '%s' cancelled", lq->name, shown);
+        done_key(L, lq, key, klen);
+        /* With the done, in the same commit: the cancel's outcome (commands, HTTP). */
+        wq_host_cancelled(lq->host, lq, key, klen);
+        return;
+    }
     if (status != LUA_OK && status != LUA_YIELD) {
         if (is_fail(L, W_RES))
             outcome_fail(L, lq, W_RES);

@@ -20,6 +20,13 @@ void lworker_start(lua_State *L, lqueue *lq);
 int64_t lworker_failures(lqueue *lq, const char *key, size_t len);
 /* Clears key's failure count and the limiter's history. */
 void lworker_forget(lqueue *lq, const char *key, size_t len);
+/*
+ * Cancels the handler run of key: it raises "cancelled" when it next runs
+ * (a wait it is in ends now, killing a wq.exec child); then the key is
+ * done, neither retried nor dead-lettered. 0, WQ_ENOENT (nothing pending),
+ * WQ_EBUSY (pending, but no handler worker runs it).
+ */
+int lworker_cancel(lqueue *lq, const char *key, size_t len);
 /* Pushes the queue's dead-letter table (key -> entry). */
 void lworker_push_dead(lua_State *L, lqueue *lq);
 /* wq_store_restore callbacks (ud: an lworker_restore); they never raise. */

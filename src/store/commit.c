@@ -70,6 +70,7 @@ void wq_store_clear_pending(wq_store *s)
     s->nannounce = 0;
     s->ninbox_del = 0;
     wq_store_clear_jobs(s);
+    wq_store_clear_ops(s);
 }
 
 /* ---- the pending set ---- */
@@ -351,7 +352,8 @@ int wq_store_dirty(const wq_store *s)
 {
     if (!s)
         return 0;
-    if (s->nents || s->ninbox_del || s->nannounce || s->lost_updates || s->nsched)
+    if (s->nents || s->ninbox_del || s->nannounce || s->lost_updates || s->nsched ||
+        wq_store_ops_dirty(s))
         return 1;
     for (uint32_t i = 0; i < s->nqueues; i++)
         if (s->queues[i]->resync || s->queues[i]->prune)
@@ -762,6 +764,8 @@ static int write_all(struct flush *f)
     }
     if (rc == SQLITE_OK)
         rc = wq_store_write_jobs(s, f->now, &f->rows);
+    if (rc == SQLITE_OK)
+        rc = wq_store_write_ops(s, f->now, &f->rows);
     return rc;
 }
 

@@ -87,7 +87,8 @@ static const char schema_v1[] =
     "INSERT INTO meta(name, value) VALUES ('created_at', " WQ_SQL_NOW ");\n";
 
 /*
- * Version 1 -> 2 (SPEC section 7): the job runner's memory. Rows of a
+ * Version 1 -> 2 (SPEC section 7): the job runner's memory, paused queues
+ * and the operators' commands table (7.5). Rows of a
  * version-1 file get added_at as their enqueued_at: version 1 did not
  * record the first add, and added_at (when the key was last queued; for a
  * delayed row, when the delay was set) is the closest it kept, never
@@ -129,7 +130,19 @@ static const char v1_to_v2[] =
     "  coalesce(f.requeues, 0) AS requeues, f.last_error AS last_error,\n"
     "  i.grp AS grp, datetime(i.enqueued_at, 'unixepoch') AS enqueued_at\n"
     "FROM items AS i LEFT JOIN failures AS f ON f.queue = i.queue AND f.key = i.key\n"
-    "ORDER BY i.queue, i.state = 'waiting' AND i.ready_at IS NOT NULL, i.priority DESC, i.seq;\n";
+    "ORDER BY i.queue, i.state = 'waiting' AND i.ready_at IS NOT NULL, i.priority DESC, i.seq;\n"
+    "ALTER TABLE queues ADD COLUMN paused INTEGER NOT NULL DEFAULT 0; -- 1: hands nothing out\n"
+    "CREATE TABLE commands(            -- operator commands (wqrun pause, remove, ...) for the "
+    "runner\n"
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,\n"
+    "  queue TEXT NOT NULL,\n"
+    "  op TEXT NOT NULL,              -- pause resume remove cancel retry retry_all purge_dead\n"
+    "  key TEXT,                      -- remove, cancel, retry: the key\n"
+    "  state TEXT NOT NULL DEFAULT 'new', -- 'new'; 'done' or 'failed' once applied\n"
+    "  result TEXT,                   -- what it did, or why it failed\n"
+    "  created_at REAL DEFAULT " WQ_SQL_NOW ",\n"
+    "  done_at REAL                   -- Unix time it was applied\n"
+    ");\n";
 
 /* migrations[v] brings a file from version v to v + 1. */
 static const char *const migrations[WQ_STORE_VERSION] = {schema_v1, v1_to_v2};

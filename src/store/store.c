@@ -269,7 +269,8 @@ static const char *const stmt_sql[ST_INSERT_ITEMS] = {
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     "DELETE FROM dead WHERE queue = ?1 AND key = ?2",
     "DELETE FROM inbox WHERE id = ?1",
-    "INSERT OR REPLACE INTO queues(name, seen_at) VALUES (?1, ?2)",
+    "INSERT INTO queues(name, seen_at) VALUES (?1, ?2)"
+    " ON CONFLICT (name) DO UPDATE SET seen_at = excluded.seen_at",
     "DELETE FROM items WHERE queue = ?1",
     "INSERT OR REPLACE INTO done(queue, key, finished_at, result) VALUES (?1, ?2, ?3, ?4)",
     "DELETE FROM done WHERE queue = ?1 AND key = ?2",
@@ -543,6 +544,7 @@ void wq_store_close(wq_store *s)
     wq_free(s->announce);
     wq_free(s->sched);
     wq_free(s->inbox_del);
+    wq_free(s->cmd_results);
     wq_free(s->bloom_mem);
     wq_free(s->path);
     wq_free(s);

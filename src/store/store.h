@@ -203,6 +203,37 @@ void wq_store_schedule_del(wq_store_queue *sq, const char *name);
 int wq_store_restore_schedules(wq_store_queue *sq, void (*fn)(void *ud, const wq_schedule_row *row),
                                void *ud);
 
+/* ---- operating a live runner (SPEC 7.5): queues.paused, table commands ---- */
+
+/* Whether the file says the queue is paused (queues.paused): 1, 0, or a WQ_E* code. */
+int wq_store_paused(wq_store_queue *sq);
+/* Writes the queue's paused flag with the next flush. */
+void wq_store_set_paused(wq_store_queue *sq, int paused);
+
+/* A row of the commands table as the runner's poll offers it (strings: SQLite's, for the call). */
+typedef struct wq_command {
+    int64_t id;
+    const char *queue; /* NULL when the row has none */
+    const char *op;    /* NULL when the row has none */
+    const char *key;   /* NULL when the row has none */
+    size_t keylen;
+} wq_command;
+/*
+ * Commands: if another connection changed the file since the last call
+ * (or on the first call), offers each new row of state 'new' to fn, once,
+ * in id order. fn applies it and reports the outcome with
+ * wq_store_command_result, then or later. Returns the number of rows
+ * offered or a WQ_E* code.
+ */
+int wq_store_poll_commands(wq_store *s, void (*fn)(void *ud, const wq_command *c), void *ud);
+/*
+ * Records command id's outcome (state 'done' when ok, else 'failed', and
+ * the text, copied), written with the next flush: in the same transaction
+ * as the changes the command made, so a crash loses both or neither (the
+ * row stays 'new' and the next runner applies it again).
+ */
+void wq_store_command_result(wq_store *s, int64_t id, int ok, const char *text);
+
 /* Whether anything is waiting to be written. */
 int wq_store_dirty(const wq_store *s);
 /*

@@ -57,6 +57,9 @@ enum {
     ST_PREPARED_AT_OPEN, /* the ones below are prepared on first use */
     ST_SELECT_INBOX = ST_PREPARED_AT_OPEN,
     ST_DATA_VERSION,
+    ST_SELECT_COMMANDS, /* commands.c */
+    ST_COMMAND_RESULT,
+    ST_SET_PAUSED,
     ST_COUNT
 };
 
@@ -130,6 +133,15 @@ struct wq_store_queue {
     double prune_before;
     uint32_t del[WQ_STORE_DELETE_BATCH]; /* during a flush: entries whose rows to delete */
     uint32_t ndel;
+    int set_paused; /* write queues.paused = paused at the next flush */
+    int paused;
+};
+
+/* An operator command's outcome, written with the next flush (commands.c). */
+struct cmd_result {
+    int64_t id;
+    int ok;
+    char *text;
 };
 
 struct wq_store {
@@ -173,6 +185,12 @@ struct wq_store {
     int inbox_polled; /* a first poll happened */
     int inbox_rescan; /* offer every row again at the next poll (a queue was added, or a
                          poll stopped early) */
+
+    struct cmd_result *cmd_results; /* outcomes of commands applied in this window */
+    size_t ncmd_results, capcmd_results;
+    int64_t cmd_mark;         /* highest command id offered so far */
+    int64_t cmd_data_version; /* PRAGMA data_version at the last command poll */
+    int cmd_polled;           /* a first command poll happened */
 
     int64_t next_seq;
     uint64_t *bloom; /* which items rows may exist in the file (64-byte aligned blocks) */
@@ -279,6 +297,16 @@ void wq_store_forget_gone(wq_store_queue *sq);
 void wq_store_touch_requeued(wq_store_queue *sq, const char *key, size_t len);
 /* Whether the process already has path open as a store (same file). */
 int wq_store_open_here(const char *path);
+
+/* ---- commands.c ---- */
+
+/* Writes the window's paused flags and command outcomes (inside the flush's transaction). SQLite
+ * result code; adds the rows written to *rows. */
+int wq_store_write_ops(wq_store *s, double now, uint64_t *rows);
+/* Forgets them (after a successful flush, or at close). */
+void wq_store_clear_ops(wq_store *s);
+/* Whether any is waiting to be written. */
+int wq_store_ops_dirty(const wq_store *s);
 
 /* ---- jobs.c ---- */
 

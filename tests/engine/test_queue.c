@@ -1658,3 +1658,115 @@ Test(queue, record_ids_name_the_same_record_in_adds_gets_and_events)
     wq_queue_set_observer(q, observe, NULL);
     finish();
 }
+
+/* ---- pause and remove (SPEC 7.5) ---- */
+
+static int saw_gone(const char *k)
+{
+    for (int i = 0; i < nevents; i++)
+        if (events[i].ev == WQ_EV_GONE && strcmp(events[i].key, k) == 0)
+            return 1;
+    return 0;
+}
+
+Test(queue, paused_queue_takes_adds_but_hands_nothing_out)
+{
+    cr_assert_eq(wq_queue_set_paused(q, 1), 1);
+    cr_assert_eq(wq_queue_set_paused(q, 1), 0, "pausing twice changes nothing");
+    cr_assert(wq_queue_paused(q));
+    cr_assert_eq(add("a"), 1);
+    cr_assert_eq(add("b"), 1);
+    cr_assert_eq(wq_queue_len(q), 2);
+    cr_assert_null(get());
+    cr_assert_eq(get_rc, WQ_EEMPTY);
+    cr_assert_eq(wq_queue_set_paused(q, 0), 1);
+    cr_assert_not(wq_queue_paused(q));
+    cr_assert_str_eq(get_all(), "a b", "resumed: the items come out in their order");
+    finish();
+}
+
+Test(queue, paused_queue_keeps_processing_items_and_fires_delayed_ones)
+{
+    add("run");
+    cr_assert_str_eq(get(), "run");
+    wq_queue_set_paused(q, 1);
+    add_after("later", 2 * S);
+    step(3 * S);
+    cr_assert_eq(wq_queue_fire_due(q), 1);
+    cr_assert_eq(state_of("later"), WQ_ST_DIRTY | WQ_ST_QUEUED, "a due item is queued");
+    cr_assert_eq(done("run"), 0, "done works while paused");
+    cr_assert_null(get());
+    wq_queue_set_paused(q, 0);
+    cr_assert_str_eq(get(), "later");
+    finish();
+}
+
+Test(queue, paused_and_shut_down_queue_reports_shutdown_with_items_left)
+{
+    add("a");
+    wq_queue_set_paused(q, 1);
+    wq_queue_shutdown(q);
+    cr_assert_null(get());
+    cr_assert_eq(get_rc, WQ_ESHUTDOWN, "a get loop ends instead of waiting forever");
+    cr_assert_eq(wq_queue_len(q), 1, "the item stays queued");
+    finish();
+}
+
+Test(queue, remove_drops_a_queued_key_as_if_never_added)
+{
+    add("a");
+    add("b");
+    add("c");
+    cr_assert_eq(wq_queue_remove(q, "b", 1), 0);
+    cr_assert_not(has_record("b"));
+    cr_assert(saw_gone("b"), "the observer hears the record go");
+    cr_assert_eq(metrics()->depth, 2);
+    cr_assert_eq(metrics()->adds, 3, "adds counts what happened");
+    cr_assert_eq(wq_queue_len(q), 2);
+    cr_assert_str_eq(get_all(), "a c");
+    cr_assert_eq(add("b"), 1, "a removed key can be added again");
+    finish();
+}
+
+Test(queue, remove_drops_a_delayed_key_and_its_queued_entry)
+{
+    add_after("w", 5 * S);
+    add("both");
+    add_after("both", 5 * S);
+    cr_assert_eq(wq_queue_remove(q, "w", 1), 0);
+    cr_assert_eq(wq_queue_remove(q, "both", 4), 0);
+    cr_assert_eq(wq_queue_waiting(q), 0);
+    cr_assert_eq(wq_queue_records(q), 0);
+    cr_assert_eq(metrics()->depth, 0);
+    cr_assert_eq(wq_queue_next_ready(q), WQ_NEVER);
+    step(10 * S);
+    cr_assert_eq(wq_queue_fire_due(q), 0, "nothing fires later");
+    cr_assert_null(get());
+    finish();
+}
+
+Test(queue, remove_refuses_a_processing_key_and_an_unknown_one)
+{
+    add("p");
+    cr_assert_str_eq(get(), "p");
+    add("p");
+    add_after("p", S);
+    cr_assert_eq(wq_queue_remove(q, "p", 1), WQ_EBUSY);
+    cr_assert_eq(state_of("p"), WQ_ST_PROCESSING | WQ_ST_DIRTY | WQ_ST_WAITING, "nothing changed");
+    cr_assert_eq(wq_queue_remove(q, "nope", 4), WQ_ENOENT);
+    cr_assert_eq(done("p"), 0);
+    cr_assert_eq(wq_queue_remove(q, "p", 1), 0, "once done, its re-add can be removed");
+    cr_assert_eq(wq_queue_records(q), 0);
+    finish();
+}
+
+Test(queue, remove_of_the_last_queued_key_of_a_priority_level_drops_the_level)
+{
+    add_prio("hi", 5);
+    add_prio("lo", 0);
+    cr_assert_eq(wq_queue_remove(q, "hi", 2), 0);
+    cr_assert_str_eq(get_all(), "lo");
+    add_prio("hi2", 5);
+    cr_assert_str_eq(get_all(), "hi2");
+    finish();
+}

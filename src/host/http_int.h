@@ -1,0 +1,36 @@
+/*
+ * What http.c shares with the files that serve more of its routes
+ * (http_ops.c): replies, and the operator routes' entry point.
+ */
+#ifndef WQ_HTTP_INT_H
+#define WQ_HTTP_INT_H
+
+#include "host/host.h"
+
+#include <event2/http.h>
+#include <json-c/json_object.h>
+
+/* Flags for json_object_to_json_string_ext in every reply. */
+#define WQ_HTTP_JSON_FLAGS (JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)
+
+/* Replies with the JSON text of o (which it puts), or 500 when it cannot be made. */
+void wq_http_reply_json(struct evhttp_request *req, int code, const char *reason, json_object *o);
+/* A JSON error body {"error": msg}. */
+void wq_http_reply_error(struct evhttp_request *req, int code, const char *reason, const char *msg);
+/* Replies code with body (which it takes) once every change made so far is committed (503 if it
+ * cannot be). */
+void wq_http_reply_durable(wq_host *h, struct evhttp_request *req, int code, const char *reason,
+                           json_object *body);
+
+/* One queue's summary: name, the q:stats() fields, paused. NULL on OOM. */
+json_object *wq_http_queue_summary(const wq_hqueue *hq);
+
+/*
+ * The operator routes under /queues/NAME/ (SPEC 7.5), for an authorized
+ * request; path is the raw (percent-encoded) path, query the raw query or
+ * NULL. Returns 1 when it answered, 0 when path is none of them.
+ */
+int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const char *query,
+                enum evhttp_cmd_type cmd);
+
+#endif

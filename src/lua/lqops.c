@@ -1,0 +1,575 @@
+/*
+ * Operating a queue (SPEC 7.5). Each action exists twice: as a Lua method
+ * (q:pause, q:remove, ...) and as a wq_queue_ops member the host calls for
+ * HTTP requests and rows of the commands table. Both change the engine
+ * queue and the Lua-side maps the same way; the observer and the store
+ * calls write the changes with the next commit. The host's calls come from
+ * the loop, outside any task: they run on the main thread, protected,
+ * since dead letters live in a Lua table.
+ */
+#include "lua/lqops.h"
+
+#include "lua/lqueue.h"
+#include "lua/lworker.h"
+#include "lua/lwq.h"
+#include "store/store.h"
+
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- pause ---- */
+
+int lqops_pause(void *q, int paused)
+{
+    lqueue *lq = q;
+    if (!wq_queue_set_paused(lq->q, paused))
+        return 0;
+    if (lq->sq)
+        wq_store_set_paused(lq->sq, paused);
+    if (!paused) { /* its getters and workers look again */
+        wq_task *t;
+        while ((t = wq_waitlist_pop(&lq->getters)))
+            wq_task_wake(t, 0);
+    }
+    wq_host_log(lq->host, "wqrun: %s: %s", lq->name, paused ? "paused" : "resumed");
+    return 1;
+}
+
+int lqops_paused(void *q)
+{
+    return wq_queue_paused(((lqueue *)q)->q);
+}
+
+int lqops_restore(lqueue *lq)
+{
+    if (!lq->sq)
+        return 0;
+    int p = wq_store_paused(lq->sq);
+    if (p < 0)
+        return -1;
+    wq_queue_set_paused(lq->q, p);
+    return 0;
+}
+
+static int queue_pause(lua_State *L)
+{
+    lqops_pause(lqueue_check(L, "pause"), 1);
+    return 0;
+}
+
+static int queue_resume(lua_State *L)
+{
+    lqops_pause(lqueue_check(L, "resume"), 0);
+    return 0;
+}
+
+static int queue_paused(lua_State *L)
+{
+    lua_pushboolean(L, lqops_paused(lqueue_check(L, "paused")));
+    return 1;
+}
+
+/* ---- remove and cancel ---- */
+
+int lqops_remove(void *q, const char *key, size_t len)
+{
+    lqueue *lq = q;
+    int r = wq_queue_remove(lq->q, key, len);
+    if (r == 0)
+        lworker_forget(lq, key, len); /* gone as if never added: no failure count either */
+    return r;
+}
+
+int lqops_cancel(void *q, const char *key, size_t len)
+{
+    return lworker_cancel(q, key, len);
+}
+
+static int queue_remove(lua_State *L)
+{
+    lqueue *lq = lqueue_check(L, "remove");
+    size_t len;
+    const char *key = wq_checkkey(L, 2, "remove", &len);
+    lua_pushboolean(L, lqops_remove(lq, key, len) == 0);
+    return 1;
+}
+
+static int queue_cancel(lua_State *L)
+{
+    lqueue *lq = lqueue_check(L, "cancel");
+    size_t len;
+    const char *key = wq_checkkey(L, 2, "cancel", &len);
+    lua_pushboolean(L, lqops_cancel(lq, key, len) == 0);
+    return 1;
+}
+
+/* ---- dead letters ---- */
+
+int lqops_retry_dead(lua_State *L, lqueue *lq, const char *key, size_t len)
+{
+    lworker_push_dead(L, lq);
+    int dead = lua_gettop(L);
+    lua_pushlstring(L, key, len);
+    if (lua_rawget(L, dead) == LUA_TNIL) {
+        lua_settop(L, dead - 1);
+        return 0;
+    }
+    lua_getfield(L, -1, "json");
+    size_t jlen;
+    const char *json = lua_tolstring(L, -1, &jlen);
+    wq_add_opts o = {json, jlen, json != NULL, 0, 0};
+    lworker_forget(lq, key, len);
+    int r = wq_queue_add(lq->q, key, len, &o);
+    if (r < 0 && r != WQ_ESHUTDOWN)
+        lqueue_raise(L, "retry_dead", r);
+    if (r == WQ_ESHUTDOWN) {
+        lua_settop(L, dead - 1);
+        return 0;
+    }
+    lqueue_note_add(lq);
+    lua_pushlstring(L, key, len);
+    lua_pushnil(L);
+    lua_rawset(L, dead);
+    lq->ndead--;
+    if (lq->sq)
+        wq_store_undead(lq->sq, key, len);
+    lua_settop(L, dead - 1);
+    return 1;
+}
+
+struct retry_args {
+    lqueue *lq;
+    const char *key; /* NULL: all */
+    size_t len;
+    int n;
+};
+
+static int retry_p(lua_State *L)
+{
+    struct retry_args *a = lua_touserdata(L, 1);
+    if (a->key) {
+        a->n = lqops_retry_dead(L, a->lq, a->key, a->len);
+        return 0;
+    }
+    /* The keys first: retrying changes the table being walked. */
+    lworker_push_dead(L, a->lq);
+    lua_newtable(L);
+    int n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, -3)) {
+        lua_pop(L, 1);
+        lua_pushvalue(L, -1);
+        lua_rawseti(L, -3, ++n);
+    }
+    for (int i = 1; i <= n; i++) {
+        lua_rawgeti(L, -1, i);
+        size_t len;
+        const char *key = lua_tolstring(L, -1, &len);
+        a->n += lqops_retry_dead(L, a->lq, key, len);
+        lua_pop(L, 1);
+    }
+    return 0;
+}
+
+int lqops_retry(void *q, const char *key, size_t len)
+{
+    lqueue *lq = q;
+    struct retry_args a = {lq, key, len, 0};
+    lua_State *L = lq->L;
+    lua_pushcfunction(L, retry_p);
+    lua_pushlightuserdata(L, &a);
+    if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+        lua_pop(L, 1);
+        return a.n ? a.n : WQ_ENOMEM;
+    }
+    return a.n;
+}
+
+static int purge_p(lua_State *L)
+{
+    lqueue *lq = lua_touserdata(L, 1);
+    int *n = lua_touserdata(L, 2);
+    lworker_push_dead(L, lq);
+    lua_newtable(L); /* first: it may raise, and then nothing changed */
+    lua_pushnil(L);
+    while (lua_next(L, -3)) {
+        lua_pop(L, 1);
+        size_t len;
+        const char *key = lua_tolstring(L, -1, &len);
+        if (lq->sq)
+            wq_store_undead(lq->sq, key, len);
+        ++*n;
+    }
+    lua_rawseti(L, LUA_REGISTRYINDEX, lq->dead_ref);
+    lq->ndead = 0;
+    return 0;
+}
+
+int lqops_purge_dead(void *q)
+{
+    lqueue *lq = q;
+    int n = 0;
+    lua_State *L = lq->L;
+    lua_pushcfunction(L, purge_p);
+    lua_pushlightuserdata(L, lq);
+    lua_pushlightuserdata(L, &n);
+    if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
+        lua_pop(L, 1);
+        return WQ_ENOMEM;
+    }
+    return n;
+}
+
+static int queue_purge_dead(lua_State *L)
+{
+    lqueue *lq = lqueue_check(L, "purge_dead");
+    int n = 0;
+    lua_settop(L, 1);
+    lua_pushcfunction(L, purge_p);
+    lua_pushlightuserdata(L, lq);
+    lua_pushlightuserdata(L, &n);
+    lua_call(L, 2, 0);
+    lua_pushinteger(L, n);
+    return 1;
+}
+
+/* One dead letter, pointing into the dead table's strings (alive while it holds them). */
+struct dead_entry {
+    wq_dead_view v;
+};
+
+static int cmp_dead(const void *a, const void *b)
+{
+    const wq_dead_view *x = &((const struct dead_entry *)a)->v;
+    const wq_dead_view *y = &((const struct dead_entry *)b)->v;
+    if (x->failed_at != y->failed_at)
+        return x->failed_at < y->failed_at ? -1 : 1;
+    size_t n = x->keylen < y->keylen ? x->keylen : y->keylen;
+    int c = n ? memcmp(x->key, y->key, n) : 0;
+    return c ? c : (x->keylen > y->keylen) - (x->keylen < y->keylen);
+}
+
+struct dead_args {
+    lqueue *lq;
+    void (*fn)(void *ud, const wq_dead_view *d);
+    void *ud;
+    struct dead_entry *v;
+    int n;
+};
+
+static int dead_p(lua_State *L)
+{
+    struct dead_args *a = lua_touserdata(L, 1);
+    lworker_push_dead(L, a->lq);
+    int dead = lua_gettop(L);
+    size_t cap = a->lq->ndead ? (size_t)a->lq->ndead : 1;
+    a->v = malloc(cap * sizeof *a->v);
+    if (!a->v)
+        return luaL_error(L, "out of memory");
+    lua_pushnil(L);
+    while (lua_next(L, dead)) {
+        if ((size_t)a->n == cap) {
+            struct dead_entry *nv = realloc(a->v, 2 * cap * sizeof *nv);
+            if (!nv)
+                return luaL_error(L, "out of memory");
+            a->v = nv;
+            cap *= 2;
+        }
+        wq_dead_view *d = &a->v[a->n++].v;
+        memset(d, 0, sizeof *d);
+        d->key = lua_tolstring(L, -2, &d->keylen);
+        lua_getfield(L, -1, "json");
+        d->payload = lua_tolstring(L, -1, &d->paylen);
+        lua_getfield(L, -2, "error");
+        d->error = lua_tostring(L, -1);
+        lua_getfield(L, -3, "attempts");
+        d->attempts = lua_tointeger(L, -1);
+        lua_getfield(L, -4, "failed_at");
+        d->failed_at = lua_tonumber(L, -1);
+        lua_pop(L, 5); /* the strings stay alive in the table */
+    }
+    qsort(a->v, (size_t)a->n, sizeof *a->v, cmp_dead);
+    for (int i = 0; i < a->n; i++)
+        a->fn(a->ud, &a->v[i].v);
+    return 0;
+}
+
+int lqops_dead(void *q, void (*fn)(void *ud, const wq_dead_view *d), void *ud)
+{
+    lqueue *lq = q;
+    struct dead_args a = {lq, fn, ud, NULL, 0};
+    lua_State *L = lq->L;
+    lua_pushcfunction(L, dead_p);
+    lua_pushlightuserdata(L, &a);
+    int st = lua_pcall(L, 1, 0, 0);
+    free(a.v);
+    if (st != LUA_OK) {
+        lua_pop(L, 1);
+        return WQ_ENOMEM;
+    }
+    return a.n;
+}
+
+/* ---- listing pending items ---- */
+
+static int cmp_key(const char *a, size_t alen, const char *b, size_t blen)
+{
+    size_t n = alen < blen ? alen : blen;
+    int c = n ? memcmp(a, b, n) : 0;
+    return c ? c : (alen > blen) - (alen < blen);
+}
+
+static const char *state_of(unsigned st)
+{
+    if (st & WQ_ST_PROCESSING)
+        return "processing";
+    if (st & WQ_ST_DIRTY)
+        return "queued";
+    return "waiting";
+}
+
+/*
+ * The first limit keys after after_key: a max-heap of the smallest keys
+ * seen, so a page of a deep queue costs one walk and O(limit) memory.
+ */
+struct select {
+    const wq_items_query *qry;
+    wq_item_info *heap;
+    size_t n, cap;
+    int nomem;
+};
+
+static int heap_less(const wq_item_info *a, const wq_item_info *b)
+{
+    return cmp_key(a->key, a->keylen, b->key, b->keylen) < 0;
+}
+
+static void sift_up(wq_item_info *h, size_t i)
+{
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!heap_less(&h[p], &h[i]))
+            break;
+        wq_item_info t = h[p];
+        h[p] = h[i];
+        h[i] = t;
+        i = p;
+    }
+}
+
+static void sift_down(wq_item_info *h, size_t n, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && heap_less(&h[m], &h[l]))
+            m = l;
+        if (r < n && heap_less(&h[m], &h[r]))
+            m = r;
+        if (m == i)
+            return;
+        wq_item_info t = h[m];
+        h[m] = h[i];
+        h[i] = t;
+        i = m;
+    }
+}
+
+static int select_visit(void *ud, const wq_item_info *info)
+{
+    struct select *s = ud;
+    const wq_items_query *qry = s->qry;
+    if (qry->state && strcmp(qry->state, state_of(info->state)) != 0)
+        return 0;
+    if (qry->after_key && cmp_key(info->key, info->keylen, qry->after_key, qry->after_len) <= 0)
+        return 0;
+    if (s->n < qry->limit) {
+        if (s->n == s->cap) {
+            size_t ncap = s->cap ? s->cap * 2 : 64;
+            if (ncap > qry->limit)
+                ncap = qry->limit;
+            wq_item_info *nh = realloc(s->heap, ncap * sizeof *nh);
+            if (!nh) {
+                s->nomem = 1;
+                return 1;
+            }
+            s->heap = nh;
+            s->cap = ncap;
+        }
+        s->heap[s->n] = *info;
+        sift_up(s->heap, s->n++);
+    } else if (heap_less(info, &s->heap[0])) {
+        s->heap[0] = *info;
+        sift_down(s->heap, s->n, 0);
+    }
+    return 0;
+}
+
+static int cmp_info(const void *a, const void *b)
+{
+    const wq_item_info *x = a, *y = b;
+    return cmp_key(x->key, x->keylen, y->key, y->keylen);
+}
+
+/* The selected records in key order in *out (malloc'd, the caller frees); the count or WQ_ENOMEM.
+ */
+static int select_items(lqueue *lq, const wq_items_query *qry, wq_item_info **out)
+{
+    struct select s = {qry, NULL, 0, 0, 0};
+    *out = NULL;
+    if (qry->limit == 0)
+        return 0;
+    wq_queue_foreach(lq->q, select_visit, &s);
+    if (s.nomem) {
+        free(s.heap);
+        return WQ_ENOMEM;
+    }
+    qsort(s.heap, s.n, sizeof *s.heap, cmp_info);
+    *out = s.heap;
+    return (int)s.n;
+}
+
+static void fill_view(lqueue *lq, const wq_item_info *info, wq_item_view *v)
+{
+    memset(v, 0, sizeof *v);
+    v->key = info->key;
+    v->keylen = info->keylen;
+    v->payload = info->payload;
+    v->paylen = info->paylen;
+    v->state = state_of(info->state);
+    v->priority = info->priority;
+    if (info->state & WQ_ST_WAITING)
+        v->ready_at = wq_host_unix(lq->host, info->ready_at);
+    v->attempt = lworker_failures(lq, info->key, info->keylen) + 1;
+}
+
+int lqops_items(void *q, const wq_items_query *qry, void (*fn)(void *ud, const wq_item_view *it),
+                void *ud)
+{
+    lqueue *lq = q;
+    wq_item_info *sel;
+    int n = select_items(lq, qry, &sel);
+    for (int i = 0; i < n; i++) {
+        wq_item_view v;
+        fill_view(lq, &sel[i], &v);
+        fn(ud, &v);
+    }
+    free(sel);
+    return n;
+}
+
+struct build {
+    lqueue *lq;
+    wq_item_info *sel;
+    int n;
+};
+
+/* Pushes the array of q:items() entries for the selected records. */
+static int build_p(lua_State *L)
+{
+    const struct build *b = lua_touserdata(L, 1);
+    lua_createtable(L, b->n, 0);
+    int out = lua_gettop(L);
+    for (int i = 0; i < b->n; i++) {
+        wq_item_view v;
+        fill_view(b->lq, &b->sel[i], &v);
+        lua_createtable(L, 0, 7);
+        lua_pushlstring(L, v.key, v.keylen);
+        lua_setfield(L, -2, "key");
+        if (v.payload) {
+            wq_push_payload(L, v.payload, v.paylen);
+            lua_setfield(L, -2, "payload");
+        }
+        lua_pushstring(L, v.state);
+        lua_setfield(L, -2, "state");
+        lua_pushinteger(L, v.priority);
+        lua_setfield(L, -2, "priority");
+        if (v.group) {
+            lua_pushlstring(L, v.group, v.grouplen);
+            lua_setfield(L, -2, "group");
+        }
+        if (v.ready_at > 0) {
+            lua_pushnumber(L, v.ready_at);
+            lua_setfield(L, -2, "ready_at");
+        }
+        lua_pushinteger(L, v.attempt);
+        lua_setfield(L, -2, "attempt");
+        lua_rawseti(L, out, i + 1);
+    }
+    return 1;
+}
+
+static const char *const item_opts[] = {"state", "limit", "after_key", NULL};
+
+/* q:items{state=, limit=, after_key=} -> array of {key=, payload=, state=, priority=, ...} */
+static int queue_items(lua_State *L)
+{
+    lqueue *lq = lqueue_check(L, "items");
+    wq_items_query qry = {NULL, (size_t)-1, NULL, 0};
+    if (!lua_isnoneornil(L, 2)) {
+        if (!lua_istable(L, 2))
+            wq_argerror(L, "items", "opts",
+                        lua_pushfstring(L, "table expected, got %s", luaL_typename(L, 2)));
+        lua_settop(L, 2);
+        lua_pushnil(L);
+        while (lua_next(L, 2)) {
+            lua_pop(L, 1);
+            int known = 0;
+            if (lua_type(L, -1) == LUA_TSTRING)
+                for (int i = 0; item_opts[i]; i++)
+                    known |= strcmp(lua_tostring(L, -1), item_opts[i]) == 0;
+            if (!known)
+                wq_argerror(L, "items", "opts",
+                            lua_pushfstring(L, "unknown option '%s'", luaL_tolstring(L, -1, NULL)));
+        }
+        if (lua_getfield(L, 2, "state") != LUA_TNIL) { /* 3 */
+            const char *st = lua_type(L, 3) == LUA_TSTRING ? lua_tostring(L, 3) : "";
+            if (strcmp(st, "queued") != 0 && strcmp(st, "processing") != 0 &&
+                strcmp(st, "waiting") != 0)
+                wq_argerror(L, "items", "state", "'queued', 'processing' or 'waiting' expected");
+            qry.state = st;
+        }
+        if (lua_getfield(L, 2, "limit") != LUA_TNIL) { /* 4 */
+            if (!lua_isinteger(L, 4) || lua_tointeger(L, 4) <= 0)
+                wq_argerror(L, "items", "limit", "integer > 0 expected");
+            qry.limit = (size_t)lua_tointeger(L, 4);
+        }
+        int t = lua_getfield(L, 2, "after_key"); /* 5 */
+        if (t != LUA_TNIL) {
+            if (t != LUA_TSTRING && t != LUA_TNUMBER)
+                wq_argerror(L, "items", "after_key",
+                            lua_pushfstring(L, "string expected, got %s", luaL_typename(L, 5)));
+            qry.after_key = lua_tolstring(L, 5, &qry.after_len);
+        }
+    }
+    struct build b = {lq, NULL, 0};
+    b.n = select_items(lq, &qry, &b.sel);
+    if (b.n < 0)
+        return luaL_error(L, "items: out of memory");
+    /* The records must not change while they are read: no collection (whose finalizers could
+     * add or remove keys) until the table is built. */
+    int gc = lua_gc(L, LUA_GCISRUNNING);
+    lua_gc(L, LUA_GCSTOP);
+    lua_pushcfunction(L, build_p);
+    lua_pushlightuserdata(L, &b);
+    int st = lua_pcall(L, 1, 1, 0);
+    if (gc)
+        lua_gc(L, LUA_GCRESTART);
+    free(b.sel);
+    if (st != LUA_OK)
+        return lua_error(L);
+    return 1;
+}
+
+void lqops_register(lua_State *L, int methods)
+{
+    static const luaL_Reg fns[] = {{"pause", queue_pause},           {"resume", queue_resume},
+                                   {"paused", queue_paused},         {"remove", queue_remove},
+                                   {"cancel", queue_cancel},         {"items", queue_items},
+                                   {"purge_dead", queue_purge_dead}, {NULL, NULL}};
+    methods = lua_absindex(L, methods);
+    for (const luaL_Reg *r = fns; r->name; r++) {
+        lua_pushcfunction(L, r->func);
+        lua_setfield(L, methods, r->name);
+    }
+}

@@ -1,0 +1,34 @@
+/*
+ * Operating a queue (SPEC 7.5): q:pause, q:resume, q:paused, q:remove,
+ * q:cancel, q:items, q:purge_dead, and the same actions as wq_queue_ops
+ * for the host (HTTP, the commands table).
+ */
+#ifndef WQ_LQOPS_H
+#define WQ_LQOPS_H
+
+#include "host/host.h"
+
+#include <lua.h>
+
+struct lqueue;
+
+/* Adds the methods to the queue method table at methods. */
+void lqops_register(lua_State *L, int methods);
+/* After the restore: applies the paused flag the state file holds. 0, or -1 (message in the
+ * store). */
+int lqops_restore(struct lqueue *lq);
+/* Re-queues key's dead letter with a clean failure count: 1, 0 not dead; raises on OOM. */
+int lqops_retry_dead(lua_State *L, struct lqueue *lq, const char *key, size_t len);
+
+/* The wq_queue_ops members (q is the lqueue). */
+int lqops_pause(void *q, int paused);
+int lqops_paused(void *q);
+int lqops_remove(void *q, const char *key, size_t len);
+int lqops_cancel(void *q, const char *key, size_t len);
+int lqops_retry(void *q, const char *key, size_t len);
+int lqops_purge_dead(void *q);
+int lqops_items(void *q, const wq_items_query *qry, void (*fn)(void *ud, const wq_item_view *it),
+                void *ud);
+int lqops_dead(void *q, void (*fn)(void *ud, const wq_dead_view *d), void *ud);
+
+#endif
