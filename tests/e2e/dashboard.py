@@ -292,19 +292,32 @@ wait("the page shows it queued and no dead letter",
      and number(driver.find_element(By.CSS_SELECTOR, '#q-tiles [data-field="dead"]').text) == 0)
 ok("Retry re-queues the dead letter (API: not dead, queued; key with <&\"'/% ü)")
 
-# remove: the odd key of idle, found by paging
+# paging: idle holds k001..k120 and ODD, 50 a page: k120 is on page 3
 driver.get(BASE + "/#/queue/idle")
 wait("the items of idle", lambda: key_row("items", "k001") or key_row("items", ODD))
-for page in range(5):
-    if key_row("items", ODD):
-        break
-    first = driver.find_elements(By.CSS_SELECTOR, "#items tbody tr")[0].get_attribute("data-key")
-    click("Next", lambda: driver.find_element(By.ID, "next-page"))
-    wait("the next page", lambda: driver.find_elements(By.CSS_SELECTOR, "#items tbody tr")
-         and driver.find_elements(By.CSS_SELECTOR, "#items tbody tr")[0].get_attribute("data-key") != first)
-else:
-    fail("%r not found paging through idle" % ODD)
-ok("paging through 121 items of idle reaches %r (page %d)" % (ODD, page + 1))
+
+
+def page_to(key):
+    """Clicks Next until key is shown; the number of clicks."""
+    for n in range(6):
+        if key_row("items", key):
+            return n
+        first = driver.find_elements(By.CSS_SELECTOR, "#items tbody tr")[0].get_attribute("data-key")
+        click("Next", lambda: driver.find_element(By.ID, "next-page"))
+        wait("the next page", lambda: driver.find_elements(By.CSS_SELECTOR, "#items tbody tr")
+             and driver.find_elements(By.CSS_SELECTOR, "#items tbody tr")[0].get_attribute("data-key") != first)
+    fail("%r not found paging through idle" % key)
+
+
+n = page_to("k120")
+shown = len(driver.find_elements(By.CSS_SELECTOR, "#items tbody tr"))
+if n != 2 or shown != 21 or not driver.find_element(By.ID, "next-page").get_attribute("disabled"):
+    fail("k120 after %d clicks on Next, %d rows on its page (want 2 and 21, Next disabled)" % (n, shown))
+ok("paging through the 121 items of idle: 50, 50, 21, then Next is disabled")
+click("First", lambda: driver.find_element(By.ID, "first-page"))
+page_to(ODD)
+
+# remove: the odd key of idle
 if key_row("items", ODD).find_element(By.CSS_SELECTOR, "td.key").text != ODD:
     fail("odd key shown as %r" % key_row("items", ODD).find_element(By.CSS_SELECTOR, "td.key").text)
 click("Remove", lambda: key_row("items", ODD).find_element(By.CSS_SELECTOR, '[data-action="remove"]'))
