@@ -11,6 +11,7 @@ Prints one line per check; exits 1 on the first failure.
 
 usage: dashboard.py BASE TBASE TOKEN [SCREENSHOT_DIR]
 """
+import atexit
 import json
 import os
 import sys
@@ -48,7 +49,6 @@ def fail(msg):
                 print("     screenshot: " + os.path.join(SHOTS, "failure.png"), file=sys.stderr)
         except WebDriverException:
             pass
-        driver.quit()
     sys.exit(1)
 
 
@@ -138,18 +138,36 @@ def cell(row, field):
     return row.find_element(By.CSS_SELECTOR, '[data-field="%s"]' % field).text.strip()
 
 
+def steady(fn):
+    """fn(), again while a refresh replaces the elements it looks at."""
+    for _ in range(40):
+        try:
+            return fn()
+        except StaleElementReferenceException:
+            time.sleep(0.05)
+    return fn()
+
+
+def row(css, attr, value):
+    def find():
+        for r in driver.find_elements(By.CSS_SELECTOR, css):
+            if r.get_attribute(attr) == value:
+                return r
+        return None
+    return steady(find)
+
+
 def queue_row(name):
-    for r in driver.find_elements(By.CSS_SELECTOR, "#queues tbody tr"):
-        if r.get_attribute("data-queue") == name:
-            return r
-    return None
+    return row("#queues tbody tr", "data-queue", name)
 
 
 def key_row(table, key):
-    for r in driver.find_elements(By.CSS_SELECTOR, "#%s tbody tr" % table):
-        if r.get_attribute("data-key") == key:
-            return r
-    return None
+    return row("#%s tbody tr" % table, "data-key", key)
+
+
+def first_key():
+    rows = driver.find_elements(By.CSS_SELECTOR, "#items tbody tr")
+    return rows[0].get_attribute("data-key") if rows else None
 
 
 def number(text):
@@ -198,6 +216,7 @@ try:
 except WebDriverException as e:
     driver = None
     fail("cannot start headless chromium: %s" % e.msg)
+atexit.register(driver.quit)  # also after an unexpected exception
 driver.set_page_load_timeout(10)
 
 # ------------------------------------------------------------------ overview
@@ -207,16 +226,20 @@ wait("the overview lists jobs, idle and fast",
 ok("the overview lists every queue")
 
 stable = ("jobs", "idle")  # fast changes all the time
+
+
 def shown_matches_api():
     qs = queues()
     for name in stable:
-        row = queue_row(name)
+        r = queue_row(name)
         for f in ("depth", "processing", "waiting", "dead"):
-            if number(cell(row, f)) != qs[name][f]:
+            if number(cell(r, f)) != qs[name][f]:
                 return False
-        if cell(row, "paused") != ("paused" if qs[name].get("paused") else "running"):
+        if cell(r, "paused") != ("paused" if qs[name].get("paused") else "running"):
             return False
     return True
+
+
 wait("the numbers shown equal GET /queues", shown_matches_api)
 qs = queues()
 if (qs["jobs"]["processing"], qs["jobs"]["dead"], qs["jobs"]["waiting"]) != (1, 1, 1):
@@ -237,7 +260,7 @@ def rate_shown():
     return t not in ("…", "0") and float(t.replace(",", "")) > 0 and queue_row("fast").find_elements(
         By.CSS_SELECTOR, "svg.spark polyline")
 wait("a done/min rate and a sparkline for fast", rate_shown, 8)
-ok("fast shows a done/min rate (%s) and a sparkline" % cell(queue_row("fast"), "rate"))
+ok("fast shows a done/min rate (%s) and a sparkline" % steady(lambda: cell(queue_row("fast"), "rate")))
 
 external = driver.execute_script(
     "return performance.getEntriesByType('resource').map(e => e.name)"
@@ -252,7 +275,8 @@ if SHOTS:
 click("the jobs link", lambda: queue_row("jobs").find_element(By.LINK_TEXT, "jobs"))
 wait("#/queue/jobs", lambda: driver.current_url.endswith("#/queue/jobs"))
 wait("the items of jobs", lambda: key_row("items", "slow") and key_row("items", "p5"))
-shown = {r.get_attribute("data-key"): r.text for r in driver.find_elements(By.CSS_SELECTOR, "#items tbody tr")}
+shown = steady(lambda: {r.get_attribute("data-key"): r.text
+                        for r in driver.find_elements(By.CSS_SELECTOR, "#items tbody tr")})
 api_items = {i["key"]: i["state"] for i in all_items("jobs")}
 if set(shown) != set(api_items):
     fail("items shown %s, API %s" % (sorted(shown), sorted(api_items)))
@@ -262,15 +286,18 @@ for k, st in api_items.items():
 ok("the jobs page lists the pending items of the API with their states (%s)"
    % ", ".join("%s %s" % kv for kv in sorted(api_items.items())))
 
-row = wait("the dead letter", lambda: key_row("dead", BAD))
-if row.find_element(By.CSS_SELECTOR, "td.key").text != BAD:
-    fail("dead key shown as %r" % row.find_element(By.CSS_SELECTOR, "td.key").text)
-err = row.find_element(By.CSS_SELECTOR, "td.err").text
+wait("the dead letter", lambda: key_row("dead", BAD))
+dkey, err = steady(lambda: [key_row("dead", BAD).find_element(By.CSS_SELECTOR, "td." + c).text
+                            for c in ("key", "err")])
+if dkey != BAD:
+    fail("dead key shown as %r" % dkey)
 if err != 'exploded: <b>bold</b> & "quotes"':
     fail("error shown as %r" % err)
 if driver.find_elements(By.CSS_SELECTOR, "#dead b, #dead script, #items i"):
     fail("text from the API became HTML elements")
 ok("the dead letter's key and error are shown literally, with no markup")
+if SHOTS:
+    driver.save_screenshot(os.path.join(SHOTS, "dashboard-queue.png"))
 
 # pause, then resume
 click("Pause", lambda: driver.find_element(By.ID, "pause") if driver.find_element(By.ID, "pause").text == "Pause" else None)
@@ -302,24 +329,25 @@ def page_to(key):
     for n in range(6):
         if key_row("items", key):
             return n
-        first = driver.find_elements(By.CSS_SELECTOR, "#items tbody tr")[0].get_attribute("data-key")
+        first = steady(first_key)
         click("Next", lambda: driver.find_element(By.ID, "next-page"))
-        wait("the next page", lambda: driver.find_elements(By.CSS_SELECTOR, "#items tbody tr")
-             and driver.find_elements(By.CSS_SELECTOR, "#items tbody tr")[0].get_attribute("data-key") != first)
+        wait("the next page", lambda: first_key() not in (None, first))
     fail("%r not found paging through idle" % key)
 
 
 n = page_to("k120")
-shown = len(driver.find_elements(By.CSS_SELECTOR, "#items tbody tr"))
-if n != 2 or shown != 21 or not driver.find_element(By.ID, "next-page").get_attribute("disabled"):
+shown = steady(lambda: len(driver.find_elements(By.CSS_SELECTOR, "#items tbody tr")))
+if n != 2 or shown != 21 or not steady(lambda: driver.find_element(By.ID, "next-page").get_attribute("disabled")):
     fail("k120 after %d clicks on Next, %d rows on its page (want 2 and 21, Next disabled)" % (n, shown))
 ok("paging through the 121 items of idle: 50, 50, 21, then Next is disabled")
 click("First", lambda: driver.find_element(By.ID, "first-page"))
+wait("the first page", lambda: driver.find_element(By.ID, "first-page").get_attribute("disabled"))
 page_to(ODD)
 
 # remove: the odd key of idle
-if key_row("items", ODD).find_element(By.CSS_SELECTOR, "td.key").text != ODD:
-    fail("odd key shown as %r" % key_row("items", ODD).find_element(By.CSS_SELECTOR, "td.key").text)
+okey = steady(lambda: key_row("items", ODD).find_element(By.CSS_SELECTOR, "td.key").text)
+if okey != ODD:
+    fail("odd key shown as %r" % okey)
 click("Remove", lambda: key_row("items", ODD).find_element(By.CSS_SELECTOR, '[data-action="remove"]'))
 accept_confirm("remove")
 wait("the odd key removed", lambda: queues()["idle"]["depth"] == 120
@@ -397,5 +425,4 @@ ok("actions send the token (Pause worked on the --token runner)")
 errs = js_errors()
 if errs:
     fail("JavaScript errors: %s" % errs)
-driver.quit()
 print("dashboard.py: %d checks passed" % checks)
