@@ -12,25 +12,33 @@
 
 static void usage(FILE *f)
 {
-    fputs(
-        "usage: wqrun [options] SCRIPT.lua [ARGS...]\n"
-        "       wqrun add --db PATH QUEUE KEY [PAYLOAD] [--after SECONDS]\n"
-        "       wqrun status --db PATH\n"
-        "       wqrun --help | --version\n"
-        "\n"
-        "options:\n"
-        "  --db PATH             persist queues to this SQLite file (created if missing)\n"
-        "  --listen ADDR:PORT    serve the HTTP API (metrics, queues, enqueue)\n"
-        "  --token TOKEN         require 'Authorization: Bearer TOKEN' for POST (or WQRUN_TOKEN)\n"
-        "  --max-connections N   HTTP connections at once (default 1024, at most a quarter\n"
-        "                        of the descriptor limit)\n"
-        "  --grace SECONDS       how long a graceful shutdown waits for handlers (default 30)\n"
-        "  --sync normal|full    SQLite durability (default normal)\n"
-        "  --serve               keep running when idle, waiting for new items\n"
-        "  --quiet               no progress display\n"
-        "  --virtual-time        for tests: the clock jumps to the next timer when all tasks "
-        "wait\n",
-        f);
+    fputs("usage: wqrun [options] SCRIPT.lua [ARGS...]\n"
+          "       wqrun add --db PATH QUEUE KEY [PAYLOAD] [--after SECONDS]\n"
+          "       wqrun status --db PATH\n"
+          "       wqrun pause|resume --db PATH QUEUE\n"
+          "       wqrun remove|cancel --db PATH QUEUE KEY\n"
+          "       wqrun retry --db PATH QUEUE (KEY | --all)\n"
+          "       wqrun purge-dead --db PATH QUEUE\n"
+          "       wqrun items --db PATH QUEUE [--state S] [--limit N] [--json]\n"
+          "       wqrun --help | --version\n"
+          "\n"
+          "pause ... items operate a queue: through the runner that holds the state file\n"
+          "(applied within 100 ms; the command waits up to 5 s), or directly when none does.\n"
+          "\n"
+          "options:\n"
+          "  --db PATH             persist queues to this SQLite file (created if missing)\n"
+          "  --listen ADDR:PORT    serve the HTTP API (metrics, queues, enqueue, operator routes)\n"
+          "  --token TOKEN         require 'Authorization: Bearer TOKEN' on every HTTP route but\n"
+          "                        /healthz (or WQRUN_TOKEN)\n"
+          "  --max-connections N   HTTP connections at once (default 1024, at most a quarter\n"
+          "                        of the descriptor limit)\n"
+          "  --grace SECONDS       how long a graceful shutdown waits for handlers (default 30)\n"
+          "  --sync normal|full    SQLite durability (default normal)\n"
+          "  --serve               keep running when idle, waiting for new items\n"
+          "  --quiet               no progress display\n"
+          "  --virtual-time        for tests: the clock jumps to the next timer when all tasks "
+          "wait\n",
+          f);
 }
 
 #include <stdarg.h>
@@ -68,6 +76,8 @@ int main(int argc, char **argv)
         return wq_store_cli_add(argc - 2, argv + 2);
     if (argc > 1 && strcmp(argv[1], "status") == 0)
         return wq_store_cli_status(argc - 2, argv + 2);
+    if (argc > 1 && wq_store_cli_is_op(argv[1]))
+        return wq_store_cli_op(argv[1], argc - 2, argv + 2);
 
     wq_host_opts o = {0};
     o.grace = 30;

@@ -14,6 +14,7 @@
 #include "engine/common.h"
 #include "store/store.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,9 +117,22 @@ static void cancel_ended(void *ud, int ok)
 
 static const char ops_list[] = "pause, resume, remove, cancel, retry, retry_all, purge_dead";
 
+/*
+ * For the crash tests: WQ_TEST_KILL_AT_COMMAND=received kills the process
+ * (SIGKILL, as kill -9 does) once a command row is read, =applied once it
+ * is applied, before anything of it is committed.
+ */
+static void test_kill(const char *at)
+{
+    const char *e = getenv("WQ_TEST_KILL_AT_COMMAND");
+    if (e && strcmp(e, at) == 0)
+        raise(SIGKILL);
+}
+
 static void apply(void *ud, const wq_command *c)
 {
     wq_host *h = ud;
+    test_kill("received");
     char msg[WQ_SHOWN_KEY_MAX + 256], key[WQ_SHOWN_KEY_MAX];
     int ok = 0;
     const wq_hqueue *hq = NULL;
@@ -193,6 +207,7 @@ static void apply(void *ud, const wq_command *c)
     } else {
         snprintf(msg, sizeof msg, "unknown op '%.32s' (expected %s)", op, ops_list);
     }
+    test_kill("applied");
     wq_store_command_result(h->store, c->id, ok, msg);
     wq_host_log(h, "wqrun: command %lld%s: %s", (long long)c->id, ok ? "" : " failed", msg);
 }

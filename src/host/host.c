@@ -354,6 +354,7 @@ void wq_host_settle(wq_host *h)
         if (h->store && !h->inbox_checked) {
             h->inbox_checked = 1;
             wq_inbox_poll(h);
+            wq_commands_poll(h); /* and commands someone is waiting for */
             wq_host_settle(h);
             h->inbox_checked = 0;
             return;

@@ -1,6 +1,7 @@
 /*
  * The state-file commands of the command line: `wqrun add` and
- * `wqrun status` (they work on the file directly, with no runner).
+ * `wqrun status` (they work on the file directly, with no runner), and
+ * the operator commands (pause, remove, ...: with or without a runner).
  */
 #ifndef WQ_CLI_H
 #define WQ_CLI_H
@@ -14,5 +15,11 @@ int wq_store_cli_status(int argc, char **argv);
 /* As the two above, printing to out and err instead of stdout and stderr. */
 int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err);
 int wq_store_cli_status_io(int argc, char **argv, FILE *out, FILE *err);
+
+/* Whether cmd is one of `pause resume remove cancel retry purge-dead items` (SPEC 7.5). */
+int wq_store_cli_is_op(const char *cmd);
+/* `wqrun CMD --db PATH QUEUE ...`: argv after CMD. Returns the exit code (0, 1, 2 bad usage). */
+int wq_store_cli_op(const char *cmd, int argc, char **argv);
+int wq_store_cli_op_io(const char *cmd, int argc, char **argv, FILE *out, FILE *err);
 
 #endif

@@ -1,0 +1,668 @@
+/*
+ * `wqrun pause|resume|remove|cancel|retry|purge-dead|items` (SPEC 7.5):
+ * operating a queue from the command line, with or without a runner.
+ *
+ * Ownership is the state file's lock, as for a runner. When no runner
+ * holds it, the command takes it, applies the change with SQL in one
+ * transaction and lets go (a runner starting in that instant is refused
+ * as by any other owner). When a runner holds it, the command writes a
+ * row into the commands table and waits up to 5 s for the runner's
+ * outcome (commands.c); if the runner goes away meanwhile, the command
+ * takes the lock and applies its row itself, unless the runner committed
+ * it first: either way the change is made once. `items` only reads.
+ */
+#include "store/cli.h"
+
+#include "store/store_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WAIT_MS 5000 /* how long a command waits for a runner's outcome */
+#define POLL_MS 20
+
+static const char ops_usage[] =
+    "usage: wqrun pause|resume --db PATH QUEUE\n"
+    "       wqrun remove|cancel --db PATH QUEUE KEY\n"
+    "       wqrun retry --db PATH QUEUE (KEY | --all)\n"
+    "       wqrun purge-dead --db PATH QUEUE\n"
+    "       wqrun items --db PATH QUEUE [--state S] [--limit N] [--json]\n";
+
+enum op { OP_PAUSE, OP_RESUME, OP_REMOVE, OP_CANCEL, OP_RETRY, OP_RETRY_ALL, OP_PURGE, OP_ITEMS };
+
+/* Command-line name, commands.op, and whether it takes a key. */
+static const struct {
+    const char *cli, *op;
+    int key;
+} ops[] = {
+    {"pause", "pause", 0},           {"resume", "resume", 0}, {"remove", "remove", 1},
+    {"cancel", "cancel", 1},         {"retry", "retry", 1},   {"retry", "retry_all", 0},
+    {"purge-dead", "purge_dead", 0}, {"items", NULL, 0},
+};
+
+struct args {
+    enum op op;
+    const char *cmd; /* as typed */
+    const char *db, *queue, *key, *state;
+    long limit;
+    int json;
+};
+
+static int usage(FILE *err, const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int usage(FILE *err, const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(err, "wqrun: %s: ", cmd);
+    vfprintf(err, fmt, ap);
+    fputc('\n', err);
+    fputs(ops_usage, err);
+    va_end(ap);
+    return 2;
+}
+
+/* Matches "--name VALUE" or "--name=VALUE"; advances *i past the value. -1: value missing. */
+static int option(int argc, char **argv, int *i, const char *name, const char **value)
+{
+    size_t n = strlen(name);
+    const char *a = argv[*i];
+    if (strncmp(a, name, n) != 0)
+        return 0;
+    if (a[n] == '=') {
+        *value = a + n + 1;
+        return 1;
+    }
+    if (a[n] != 0)
+        return 0;
+    if (*i + 1 >= argc)
+        return -1;
+    *value = argv[++*i];
+    return 1;
+}
+
+/* Parses argv (after the command name); 0, or an exit status (help: 0 with done set). */
+static int parse(const char *cmd, int argc, char **argv, struct args *a, FILE *out, FILE *err,
+                 int *done)
+{
+    memset(a, 0, sizeof *a);
+    a->cmd = cmd;
+    a->limit = 100;
+    int found = 0, all = 0;
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+        if (strcmp(ops[i].cli, cmd) == 0 && !found) {
+            a->op = (enum op)i;
+            found = 1;
+        }
+    const char *pos[3];
+    int npos = 0, opts_done = 0;
+    const char *limit = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i], *v = NULL;
+        if (!opts_done && (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0)) {
+            fputs(ops_usage, out);
+            *done = 1;
+            return 0;
+        }
+        if (!opts_done && strcmp(arg, "--") == 0) {
+            opts_done = 1;
+            continue;
+        }
+        int m = 0;
+        if (!opts_done && arg[0] == '-' && arg[1]) {
+            if ((m = option(argc, argv, &i, "--db", &v)) > 0)
+                a->db = v;
+            else if (m == 0 && a->op == OP_ITEMS && (m = option(argc, argv, &i, "--state", &v)) > 0)
+                a->state = v;
+            else if (m == 0 && a->op == OP_ITEMS && (m = option(argc, argv, &i, "--limit", &v)) > 0)
+                limit = v;
+            else if (m == 0 && a->op == OP_ITEMS && strcmp(arg, "--json") == 0)
+                m = a->json = 1;
+            else if (m == 0 && a->op == OP_RETRY && strcmp(arg, "--all") == 0)
+                m = all = 1;
+            if (m < 0)
+                return usage(err, cmd, "option %s needs a value", arg);
+            if (m == 0)
+                return usage(err, cmd, "unknown option %s", arg);
+            continue;
+        }
+        if (npos == 2)
+            return usage(err, cmd, "unexpected argument '%s'", arg);
+        pos[npos++] = arg;
+    }
+    if (!a->db || !*a->db)
+        return usage(err, cmd, "%s", "--db PATH is required");
+    if (all)
+        a->op = OP_RETRY_ALL;
+    int wants_key = ops[a->op].key;
+    if (npos < 1)
+        return usage(err, cmd, "%s", "missing QUEUE");
+    if (wants_key && npos < 2)
+        return usage(err, cmd, "%s",
+                     a->op == OP_RETRY ? "missing KEY (or --all for every dead letter)"
+                                       : "missing KEY");
+    if (!wants_key && npos > 1)
+        return usage(err, cmd, "unexpected argument '%s'%s", pos[1],
+                     all ? " (--all retries every dead letter)" : "");
+    a->queue = pos[0];
+    a->key = wants_key ? pos[1] : NULL;
+    if (!wq_schema_valid_queue(a->queue, strlen(a->queue)))
+        return usage(err, cmd, "bad queue name '%s' (1-64 characters of [A-Za-z0-9_.-])", a->queue);
+    if (a->state && strcmp(a->state, "queued") != 0 && strcmp(a->state, "processing") != 0 &&
+        strcmp(a->state, "waiting") != 0)
+        return usage(err, cmd, "--state takes queued, processing or waiting, got '%s'", a->state);
+    if (limit) {
+        char *end;
+        a->limit = strtol(limit, &end, 10);
+        if (!*limit || *end || a->limit < 1 || a->limit > 1000000)
+            return usage(err, cmd, "--limit needs a number from 1 to 1000000, got '%s'", limit);
+    }
+    return 0;
+}
+
+/* ---- SQL helpers ---- */
+
+static int exec(sqlite3 *db, const char *sql)
+{
+    return sqlite3_exec(db, sql, NULL, NULL, NULL);
+}
+
+/* Prepares sql and binds ?1 = queue, ?2 = key (when given). NULL on error. */
+static sqlite3_stmt *prep(sqlite3 *db, const char *sql, const struct args *a)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
+        return NULL;
+    if (sqlite3_bind_parameter_count(st) >= 1)
+        sqlite3_bind_text(st, 1, a->queue, -1, SQLITE_STATIC);
+    if (sqlite3_bind_parameter_count(st) >= 2 && a->key)
+        sqlite3_bind_text(st, 2, a->key, -1, SQLITE_STATIC);
+    return st;
+}
+
+/* Runs sql (queue, key bound) and returns its first column as an integer, or -1 on error. */
+static int64_t one_int(sqlite3 *db, const char *sql, const struct args *a)
+{
+    sqlite3_stmt *st = prep(db, sql, a);
+    if (!st)
+        return -1;
+    int rc = sqlite3_step(st);
+    int64_t v = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : rc == SQLITE_DONE ? 0 : -1;
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* Runs a statement that returns no rows; the number of rows it changed, or -1. */
+static int64_t change(sqlite3 *db, const char *sql, const struct args *a)
+{
+    sqlite3_stmt *st = prep(db, sql, a);
+    if (!st)
+        return -1;
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? sqlite3_changes64(db) : -1;
+}
+
+static const char queue_known_sql[] = "SELECT EXISTS (SELECT 1 FROM queues WHERE name = ?1)"
+                                      " OR EXISTS (SELECT 1 FROM items WHERE queue = ?1)"
+                                      " OR EXISTS (SELECT 1 FROM dead WHERE queue = ?1)";
+
+/* A key for a message: control bytes and quotes as \xNN, at most 64 bytes. */
+static void show(char *out, const char *key)
+{
+    size_t n = 0, len = strlen(key);
+    for (size_t i = 0; i < len && i < 64; i++) {
+        unsigned char c = (unsigned char)key[i];
+        if (c < 0x20 || c == 0x7f || c == '\'' || c == '\\')
+            n += (size_t)snprintf(out + n, 5, "\\x%02x", c);
+        else
+            out[n++] = (char)c;
+    }
+    if (len > 64) {
+        memcpy(out + n, "...", 3);
+        n += 3;
+    }
+    out[n] = 0;
+}
+
+/*
+ * Applies the command to a file nobody else owns (the caller holds the
+ * lock), inside the caller's transaction. 1 done, 0 refused, -1 SQLite
+ * failed; msg says what happened.
+ */
+static int apply_direct(sqlite3 *db, const char *path, const struct args *a, char *msg, size_t len)
+{
+    char key[4 * 64 + 4] = "";
+    if (a->key)
+        show(key, a->key);
+    int64_t known = one_int(db, queue_known_sql, a);
+    if (known < 0)
+        return -1;
+    if (!known) {
+        snprintf(msg, len, "no queue '%s' in %s", a->queue, path);
+        return 0;
+    }
+    static const char requeue_sql[] =
+        "INSERT INTO items(queue, key, payload, state, ready_at, priority, seq, added_at,"
+        " updated_at, enqueued_at)"
+        " SELECT queue, key, payload, 'queued', NULL, 0,"
+        "  (SELECT coalesce(max(seq), 0) FROM items) + row_number() OVER (ORDER BY failed_at, key),"
+        "  " WQ_SQL_NOW ", " WQ_SQL_NOW ", " WQ_SQL_NOW
+        " FROM dead WHERE queue = ?1 AND (?2 IS NULL OR key = ?2) ORDER BY failed_at, key"
+        " ON CONFLICT (queue, key) DO UPDATE SET payload = excluded.payload, state = 'queued',"
+        "  seq = iif(items.state = 'waiting', excluded.seq, items.seq),"
+        "  added_at = iif(items.state = 'waiting', excluded.added_at, items.added_at),"
+        "  updated_at = excluded.updated_at";
+    int64_t n;
+    switch (a->op) {
+    case OP_PAUSE:
+    case OP_RESUME: {
+        int pause = a->op == OP_PAUSE;
+        int64_t was = one_int(db, "SELECT coalesce(max(paused), 0) FROM queues WHERE name = ?1", a);
+        if (was < 0 ||
+            change(db,
+                   pause ? "INSERT INTO queues(name, seen_at, paused) VALUES (?1, NULL, 1)"
+                           " ON CONFLICT (name) DO UPDATE SET paused = 1"
+                         : "UPDATE queues SET paused = 0 WHERE name = ?1",
+                   a) < 0)
+            return -1;
+        if ((was != 0) == pause)
+            snprintf(msg, len, "queue '%s' was %s already", a->queue, pause ? "paused" : "running");
+        else
+            snprintf(msg, len, "%s queue '%s'", pause ? "paused" : "resumed", a->queue);
+        return 1;
+    }
+    case OP_REMOVE:
+        n = change(db, "DELETE FROM items WHERE queue = ?1 AND key = ?2", a);
+        if (n < 0 || change(db, "DELETE FROM failures WHERE queue = ?1 AND key = ?2", a) < 0)
+            return -1;
+        if (n == 0) {
+            snprintf(msg, len, "no queued or delayed item '%s' in queue '%s'", key, a->queue);
+            return 0;
+        }
+        snprintf(msg, len, "removed '%s' from queue '%s'", key, a->queue);
+        return 1;
+    case OP_CANCEL:
+        n = one_int(db, "SELECT count(*) FROM items WHERE queue = ?1 AND key = ?2", a);
+        if (n < 0)
+            return -1;
+        if (n)
+            snprintf(msg, len, "'%s' is not processing in queue '%s' (no runner holds %s)", key,
+                     a->queue, path);
+        else
+            snprintf(msg, len, "no item '%s' in queue '%s'", key, a->queue);
+        return 0;
+    case OP_RETRY:
+    case OP_RETRY_ALL:
+        if (change(db, requeue_sql, a) < 0 ||
+            change(db,
+                   "DELETE FROM failures WHERE queue = ?1 AND key IN"
+                   " (SELECT key FROM dead WHERE queue = ?1 AND (?2 IS NULL OR key = ?2))",
+                   a) < 0 ||
+            (n = change(db, "DELETE FROM dead WHERE queue = ?1 AND (?2 IS NULL OR key = ?2)", a)) <
+                0)
+            return -1;
+        if (a->op == OP_RETRY_ALL) {
+            snprintf(msg, len, "re-queued %lld dead letter%s of queue '%s'", (long long)n,
+                     n == 1 ? "" : "s", a->queue);
+            return 1;
+        }
+        if (n == 0) {
+            snprintf(msg, len, "no dead letter '%s' in queue '%s'", key, a->queue);
+            return 0;
+        }
+        snprintf(msg, len, "re-queued dead letter '%s' of queue '%s'", key, a->queue);
+        return 1;
+    case OP_PURGE:
+        n = change(db, "DELETE FROM dead WHERE queue = ?1", a);
+        if (n < 0)
+            return -1;
+        snprintf(msg, len, "purged %lld dead letter%s of queue '%s'", (long long)n,
+                 n == 1 ? "" : "s", a->queue);
+        return 1;
+    default: return -1;
+    }
+}
+
+/* Takes the lock on fd, applies the command (and marks row id, when > 0) in one transaction,
+ * lets the lock go. 1 done, 0 refused, -1 failed (message in msg). */
+static int own_and_apply(sqlite3 *db, int fd, const char *path, const struct args *a, int64_t id,
+                         char *msg, size_t len)
+{
+    int r = -1;
+    if (exec(db, "BEGIN IMMEDIATE") != SQLITE_OK) {
+        snprintf(msg, len, "cannot write %s: %s", path, sqlite3_errmsg(db));
+        return -1;
+    }
+    int64_t fresh = 1;
+    if (id > 0) {
+        sqlite3_stmt *st;
+        fresh = -1;
+        if (sqlite3_prepare_v2(db,
+                               "SELECT state = 'new', result, state = 'done' FROM commands"
+                               " WHERE id = ?1",
+                               -1, &st, NULL) == SQLITE_OK) {
+            sqlite3_bind_int64(st, 1, id);
+            if (sqlite3_step(st) == SQLITE_ROW) {
+                fresh = sqlite3_column_int(st, 0);
+                if (!fresh) { /* a runner applied it before it went away */
+                    const unsigned char *t = sqlite3_column_text(st, 1);
+                    snprintf(msg, len, "%s", t ? (const char *)t : "");
+                    r = sqlite3_column_int(st, 2);
+                }
+            } else {
+                snprintf(msg, len, "command %lld is no longer in the commands table",
+                         (long long)id);
+                fresh = 0;
+                r = 0;
+            }
+            sqlite3_finalize(st);
+        }
+    }
+    if (fresh > 0) {
+        r = apply_direct(db, path, a, msg, len);
+        if (r >= 0 && id > 0) {
+            sqlite3_stmt *st;
+            if (sqlite3_prepare_v2(
+                    db,
+                    "UPDATE commands SET state = ?2, result = ?3, done_at = " WQ_SQL_NOW
+                    " WHERE id = ?1",
+                    -1, &st, NULL) != SQLITE_OK) {
+                r = -1;
+            } else {
+                sqlite3_bind_int64(st, 1, id);
+                sqlite3_bind_text(st, 2, r ? "done" : "failed", -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 3, msg, -1, SQLITE_TRANSIENT);
+                if (sqlite3_step(st) != SQLITE_DONE)
+                    r = -1;
+                sqlite3_finalize(st);
+            }
+        }
+    }
+    if (fresh < 0 || r < 0 || exec(db, "COMMIT") != SQLITE_OK) {
+        snprintf(msg, len, "cannot write %s: %s", path, sqlite3_errmsg(db));
+        exec(db, "ROLLBACK");
+        r = -1;
+    }
+    flock(fd, LOCK_UN);
+    return r;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {0, (long)ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Writes the command row for the runner; its id, or -1. */
+static int64_t insert_command(sqlite3 *db, const struct args *a)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "INSERT INTO commands(queue, op, key) VALUES (?1, ?2, ?3)", -1, &st,
+                           NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_text(st, 1, a->queue, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, ops[a->op].op, -1, SQLITE_STATIC);
+    if (a->key)
+        sqlite3_bind_text(st, 3, a->key, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? sqlite3_last_insert_rowid(db) : -1;
+}
+
+/* The row's outcome once a runner applied it: 1 done, 0 failed, -1 still new, -2 error. */
+static int outcome(sqlite3 *db, int64_t id, char *msg, size_t len)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "SELECT state, result FROM commands WHERE id = ?1", -1, &st, NULL) !=
+        SQLITE_OK)
+        return -2;
+    sqlite3_bind_int64(st, 1, id);
+    int r = -2;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        const char *state = (const char *)sqlite3_column_text(st, 0);
+        const char *text = (const char *)sqlite3_column_text(st, 1);
+        if (state && strcmp(state, "new") == 0) {
+            r = -1;
+        } else {
+            r = state && strcmp(state, "done") == 0;
+            snprintf(msg, len, "%s", text ? text : (state ? state : "?"));
+        }
+    } else if (rc == SQLITE_DONE) {
+        snprintf(msg, len, "command %lld is no longer in the commands table", (long long)id);
+    } else if (rc == SQLITE_BUSY) {
+        r = -1; /* try again */
+    }
+    sqlite3_finalize(st);
+    return r;
+}
+
+static void forget_command(sqlite3 *db, int64_t id)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "DELETE FROM commands WHERE id = ?1", -1, &st, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_step(st); /* the outcome was printed: the row is history nobody needs */
+    sqlite3_finalize(st);
+}
+
+/* A change: applied here when nobody owns the file, else through the runner. */
+static int run_change(sqlite3 *db, int fd, const char *path, const struct args *a, FILE *out,
+                      FILE *err)
+{
+    char msg[1024] = "";
+    int r;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+        r = own_and_apply(db, fd, path, a, 0, msg, sizeof msg);
+    } else {
+        int64_t id = insert_command(db, a);
+        if (id < 0) {
+            fprintf(err, "wqrun: %s: cannot write the command into %s: %s\n", a->cmd, path,
+                    sqlite3_errmsg(db));
+            return 1;
+        }
+        double deadline = mono_s() + WAIT_MS / 1000.0;
+        for (;;) {
+            r = outcome(db, id, msg, sizeof msg);
+            if (r >= 0) {
+                forget_command(db, id);
+                break;
+            }
+            if (r == -2) {
+                fprintf(err, "wqrun: %s: cannot read %s: %s\n", a->cmd, path, sqlite3_errmsg(db));
+                return 1;
+            }
+            /* The runner went away before answering: apply it here, unless it did. */
+            if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+                r = own_and_apply(db, fd, path, a, id, msg, sizeof msg);
+                if (r >= 0)
+                    forget_command(db, id);
+                break;
+            }
+            if (mono_s() > deadline) {
+                fprintf(err,
+                        "wqrun: %s: the runner did not answer within %d s; the command (id %lld "
+                        "in the commands table of %s) stays there and is applied when the "
+                        "runner gets to it\n",
+                        a->cmd, WAIT_MS / 1000, (long long)id, path);
+                return 1;
+            }
+            sleep_ms(POLL_MS);
+        }
+    }
+    if (r < 0) {
+        fprintf(err, "wqrun: %s: %s\n", a->cmd, msg);
+        return 1;
+    }
+    if (r == 0) {
+        fprintf(err, "wqrun: %s: %s\n", a->cmd, msg);
+        return 1;
+    }
+    fprintf(out, "%s\n", msg);
+    return 0;
+}
+
+/* ---- items ---- */
+
+static int list_items(sqlite3 *db, const char *path, const struct args *a, FILE *out, FILE *err)
+{
+    int64_t known = one_int(db, queue_known_sql, a);
+    if (known <= 0) {
+        if (known < 0)
+            fprintf(err, "wqrun: items: cannot read %s: %s\n", path, sqlite3_errmsg(db));
+        else
+            fprintf(err, "wqrun: items: no queue '%s' in %s\n", a->queue, path);
+        return 1;
+    }
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(
+            db,
+            "SELECT i.key, i.state, i.priority, coalesce(f.requeues, 0) + 1,"
+            " datetime(i.ready_at, 'unixepoch'), i.payload,"
+            " json_object('key', i.key, 'payload', CASE WHEN i.payload IS NULL THEN NULL"
+            "  WHEN json_valid(i.payload) THEN json(i.payload) ELSE i.payload END,"
+            "  'state', i.state, 'priority', i.priority, 'group', i.grp,"
+            "  'ready_at', i.ready_at, 'attempt', coalesce(f.requeues, 0) + 1)"
+            " FROM items AS i LEFT JOIN failures AS f ON f.queue = i.queue AND f.key = i.key"
+            " WHERE i.queue = ?1 AND (?2 IS NULL OR i.state = ?2)"
+            " ORDER BY i.state = 'waiting' AND i.ready_at IS NOT NULL, i.priority DESC, i.seq,"
+            "  i.ready_at LIMIT ?3",
+            -1, &st, NULL) != SQLITE_OK) {
+        fprintf(err, "wqrun: items: cannot read %s: %s\n", path, sqlite3_errmsg(db));
+        return 1;
+    }
+    sqlite3_bind_text(st, 1, a->queue, -1, SQLITE_STATIC);
+    if (a->state)
+        sqlite3_bind_text(st, 2, a->state, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, a->limit + 1);
+    int rc;
+    long n = 0;
+    if (a->json)
+        fputs("[", out);
+    else
+        fprintf(out, "%-24s  %-10s  %8s  %7s  %-19s  %s\n", "KEY", "STATE", "PRIORITY", "ATTEMPT",
+                "READY AT (UTC)", "PAYLOAD");
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (++n > a->limit) {
+            if (!a->json)
+                fprintf(out, "... more (--limit %ld shows %ld)\n", a->limit, a->limit);
+            break;
+        }
+        if (a->json) {
+            fprintf(out, "%s\n%s", n > 1 ? "," : "", (const char *)sqlite3_column_text(st, 6));
+            continue;
+        }
+        char key[4 * 64 + 4];
+        const char *k = (const char *)sqlite3_column_text(st, 0);
+        show(key, k ? k : "");
+        const char *ready = (const char *)sqlite3_column_text(st, 4);
+        const char *payload = (const char *)sqlite3_column_text(st, 5);
+        fprintf(out, "%-24s  %-10s  %8lld  %7lld  %-19s  %.60s%s\n", key,
+                (const char *)sqlite3_column_text(st, 1), sqlite3_column_int64(st, 2),
+                sqlite3_column_int64(st, 3), ready ? ready : "-", payload ? payload : "-",
+                payload && strlen(payload) > 60 ? "..." : "");
+    }
+    if (a->json)
+        fputs(n ? "\n]\n" : "]\n", out);
+    int failed = rc != SQLITE_DONE && rc != SQLITE_ROW;
+    if (failed)
+        fprintf(err, "wqrun: items: cannot read %s: %s\n", path, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    return failed;
+}
+
+/* ---- entry ---- */
+
+int wq_store_cli_op_io(const char *cmd, int argc, char **argv, FILE *out, FILE *err)
+{
+    struct args a;
+    int done = 0;
+    int r = parse(cmd, argc, argv, &a, out, err, &done);
+    if (r || done)
+        return r;
+    struct stat sb;
+    if (stat(a.db, &sb) < 0) {
+        fprintf(err, "wqrun: %s: no state file at %s: %s\n", cmd, a.db, strerror(errno));
+        return 1;
+    }
+    char msg[1024];
+    if (wq_schema_check(a.db, msg, sizeof msg) < 0) {
+        fprintf(err, "wqrun: %s: %s\n", cmd, msg);
+        return 1;
+    }
+    if (wq_store_open_here(a.db)) { /* a process that runs it: only from tests */
+        fprintf(err, "wqrun: %s: this process runs %s\n", cmd, a.db);
+        return 1;
+    }
+    /* The lock's descriptor first, closed last: closing a descriptor of the file drops every
+     * POSIX lock this process has on it, SQLite's included. */
+    int fd = open(a.db, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        fprintf(err, "wqrun: %s: cannot open %s: %s\n", cmd, a.db, strerror(errno));
+        return 1;
+    }
+    sqlite3 *db;
+    if (wq_schema_open_ro(a.db, &db, msg, sizeof msg) < 0) {
+        fprintf(err, "wqrun: %s: %s\n", cmd, msg);
+        close(fd);
+        return 1;
+    }
+    int version = wq_schema_version(db);
+    sqlite3_stmt *st;
+    int ours = 0;
+    if (sqlite3_prepare_v2(db, "PRAGMA application_id", -1, &st, NULL) == SQLITE_OK) {
+        ours = sqlite3_step(st) == SQLITE_ROW &&
+               (uint32_t)sqlite3_column_int(st, 0) == WQ_STORE_APP_ID;
+        sqlite3_finalize(st);
+    }
+    if (!ours) {
+        fprintf(err, "wqrun: %s: no queue '%s' in %s (no wqrun state yet)\n", cmd, a.queue, a.db);
+        r = 1;
+    } else if (a.op == OP_ITEMS) {
+        r = list_items(db, a.db, &a, out, err);
+    } else if (version < 2) {
+        fprintf(err,
+                "wqrun: %s: %s is a state file of version %d; this command needs version 2, "
+                "which a runner of this wqrun makes of it when it opens it\n",
+                cmd, a.db, version);
+        r = 1;
+    } else if (sqlite3_db_readonly(db, "main") == 1) {
+        fprintf(err, "wqrun: %s: state file %s is not writable\n", cmd, a.db);
+        r = 1;
+    } else {
+        r = run_change(db, fd, a.db, &a, out, err);
+    }
+    sqlite3_close(db);
+    close(fd);
+    return r;
+}
+
+int wq_store_cli_op(const char *cmd, int argc, char **argv)
+{
+    return wq_store_cli_op_io(cmd, argc, argv, stdout, stderr);
+}
+
+int wq_store_cli_is_op(const char *cmd)
+{
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+        if (strcmp(ops[i].cli, cmd) == 0)
+            return 1;
+    return 0;
+}
