@@ -84,15 +84,6 @@ def queues(base=None, token=None):
     return {q["name"]: q for q in qs}
 
 
-def listing(d, field):
-    """The array of an items or dead answer, whatever its shape."""
-    if isinstance(d, list):
-        return d
-    if isinstance(d, dict):
-        return d.get(field) or d.get("items") or []
-    return []
-
-
 def all_items(name, base=None, token=None):
     """Every pending item of a queue, paging with after_key."""
     out, after = [], None
@@ -101,12 +92,9 @@ def all_items(name, base=None, token=None):
         status, d = api("GET", "/queues/%s/items%s" % (name, q), base=base, token=token)
         if status != 200:
             fail("GET /queues/%s/items: %s %s" % (name, status, d))
-        page = listing(d, "items")
-        out += page
-        after = d.get("next_after_key") if isinstance(d, dict) else None
-        if after is None and len(page) == 50:
-            after = page[-1]["key"]
-        if after is None or not page:
+        out += d["items"]
+        after = d["next_after_key"]
+        if after is None:
             return out
     fail("GET /queues/%s/items: paging does not end" % name)
 
@@ -115,7 +103,7 @@ def dead(name, base=None, token=None):
     status, d = api("GET", "/queues/%s/dead" % name, base=base, token=token)
     if status != 200:
         fail("GET /queues/%s/dead: %s %s" % (name, status, d))
-    return listing(d, "dead")
+    return d["dead"]
 
 
 def wait(what, cond, timeout=6.0):
