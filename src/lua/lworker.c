@@ -227,21 +227,6 @@ static void deadline_fire(wq_host *h, void *data, uint64_t id)
         wq_task_interrupt(t, "timeout");
 }
 
-/* A cancelled job raises "cancelled" at every instruction, so pcall cannot swallow it. */
-static void cancel_hook(lua_State *L, lua_Debug *ar)
-{
-    (void)ar;
-    wq_task *t = wq_task_of(L);
-    if (!t && wq_running)
-        t = wq_task_of(wq_running);
-    if (t && t->cancelled) {
-        if (L != t->co)
-            lua_sethook(t->co, cancel_hook, LUA_MASKCOUNT, 1);
-        lua_pushstring(L, "cancelled");
-        lua_error(L);
-    }
-}
-
 int lworker_cancel(lqueue *lq, const char *key, size_t len)
 {
     wq_item_info info;
@@ -253,11 +238,11 @@ int lworker_cancel(lqueue *lq, const char *key, size_t len)
         if (t->kind != TASK_WORKER || t->queue != lq || !t->job_key || t->job_keylen != len ||
             (len && memcmp(t->job_key, key, len) != 0))
             continue;
+        /* The wait it is in (or returns from) raises "cancelled", and so does every later
+         * one (wq_task_require): cleanup code under pcall runs, waiting does not. */
         if (!t->cancelled) {
             t->cancelled = 1;
-            lua_sethook(t->co, cancel_hook, LUA_MASKCOUNT, 1);
-            if (t->state == TS_WAITING)
-                wq_task_interrupt(t, "cancelled"); /* ends a wq.exec wait: the child is killed */
+            wq_task_interrupt(t, "cancelled"); /* ends a wq.exec wait: the child is killed */
         }
         return 0;
     }
@@ -337,7 +322,6 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
     if (t->cancelled) {
         /* Whatever the handler did after the cancel: no retry, no dead letter. */
         t->cancelled = 0;
-        lua_sethook(L, NULL, 0, 0);
         lq->ncancelled++;
         lworker_forget(lq, key, klen);
         char shown[WQ_SHOWN_KEY];

@@ -49,6 +49,10 @@ wq_task *wq_task_require(lua_State *L, const char *fn)
         lua_pushstring(L, "timeout");
         lua_error(L);
     }
+    if (t->cancelled) { /* an operator cancelled the job: it waits for nothing more */
+        lua_pushstring(L, "cancelled");
+        lua_error(L);
+    }
     return t;
 }
 
