@@ -257,6 +257,8 @@ for p in /nope /index.html /metricsx /healthz/x /queues/nope /queues/held/itemsx
   /queues//items '/queues/a%20b/items' /QUEUES/held/items; do
   expect 404 GET "$p"
 done
+expect 200 GET /queues/held        # one queue's summary (SPEC 7.5)
+expect 405 GET /queues/held/items/x # DELETE removes the item
 long=$(printf 'q%.0s' {1..65})
 for p in /queues/nope/items /queues/Held/items "/queues/$long/items" '/queues/a%20b/items' /queues//items; do
   expect_post 404 "$p" '{"key":"k"}'

@@ -30,7 +30,7 @@ V1_ROWS="SELECT queue, key, payload, state, ready_at, priority, seq, added_at, u
          SELECT * FROM failures ORDER BY queue, key;
          SELECT * FROM dead ORDER BY queue, key;
          SELECT * FROM inbox ORDER BY id;
-         SELECT * FROM queues ORDER BY name;
+         SELECT name, seen_at FROM queues ORDER BY name;
          SELECT * FROM meta ORDER BY name"
 
 DB=$TMP/v1.db
@@ -68,11 +68,17 @@ expect_eq "$(sql "$DB" "SELECT count(*), sum(enqueued_at = added_at), count(grp)
     "12 12 0" "items.enqueued_at is the row's added_at; no groups"
 expect_eq "$(sql "$DB" "SELECT group_concat(name, ',') FROM pragma_table_info('done');
                         SELECT group_concat(name, ',') FROM pragma_table_info('schedules');
-                        SELECT count(*) FROM done; SELECT count(*) FROM schedules")" \
+                        SELECT group_concat(name, ',') FROM pragma_table_info('commands');
+                        SELECT group_concat(name, ',') FROM pragma_table_info('queues');
+                        SELECT count(*) FROM done; SELECT count(*) FROM schedules;
+                        SELECT count(*) FROM commands")" \
     "queue,key,finished_at,result
 queue,name,spec,key,payload,next_at,last_at,tz,catch_up,updated_at
+id,queue,op,key,state,result,created_at,done_at
+name,seen_at,paused
 0
-0" "the new tables exist, empty"
+0
+0" "the new tables exist, empty; queues has paused"
 expect_eq "$(sql "$DB" "SELECT key, state, priority, coalesce(grp, '-'), enqueued_at = datetime(
                           (SELECT added_at FROM items AS i WHERE i.queue = p.queue AND i.key = p.key),
                           'unixepoch')

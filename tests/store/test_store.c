@@ -2431,3 +2431,111 @@ Test(store, cli_status_lists_schedules_in_utc_and_local_time_and_done_counts)
     wq_queue_free(p.q);
     wq_queue_free(o.q);
 }
+
+/* ---- operating a live runner (SPEC 7.5): queues.paused, the commands table ---- */
+
+Test(store, a_migrated_version_1_file_has_queues_paused_and_the_commands_table)
+{
+    copy_fixture();
+    cr_assert(!has_column("queues", "paused"));
+    wq_store *s = open_ok();
+    wq_store_close(s);
+    cr_assert(has_column("queues", "paused"));
+    const char *const cols[] = {"id",    "queue",  "op",         "key",
+                                "state", "result", "created_at", "done_at"};
+    for (size_t i = 0; i < sizeof cols / sizeof *cols; i++)
+        cr_assert(has_column("commands", cols[i]), "commands.%s", cols[i]);
+    cr_assert_eq(qint("SELECT count(*) FROM queues WHERE paused <> 0"), 0,
+                 "every version-1 queue is running");
+    cr_assert_eq(qint("SELECT count(*) FROM commands"), 0);
+}
+
+Test(store, the_paused_flag_is_written_with_the_next_flush_and_read_back)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "mail");
+    cr_assert_eq(wq_store_paused(p.sq), 0, "a queue the file does not know is running");
+    cr_assert_eq(wq_store_flush(s), 0);
+    wq_store_set_paused(p.sq, 1);
+    cr_assert(wq_store_dirty(s));
+    cr_assert_eq(qint("SELECT paused FROM queues WHERE name = 'mail'"), 0, "not before the flush");
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_eq(qint("SELECT paused FROM queues WHERE name = 'mail'"), 1);
+    cr_assert_eq(wq_store_paused(p.sq), 1);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+
+    /* A runner that defines the queue again announces it: the flag stays. */
+    s = open_ok();
+    pq_attach(&p, s, "mail");
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_eq(wq_store_paused(p.sq), 1, "still paused in the next run");
+    wq_store_set_paused(p.sq, 0);
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_eq(qint("SELECT paused FROM queues WHERE name = 'mail'"), 0);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+struct seen_cmds {
+    int n;
+    char rows[8][128];
+    int64_t ids[8];
+};
+
+static void on_command(void *ud, const wq_command *c)
+{
+    struct seen_cmds *sc = ud;
+    cr_assert_lt(sc->n, 8);
+    sc->ids[sc->n] = c->id;
+    snprintf(sc->rows[sc->n++], sizeof sc->rows[0], "%s %s %.*s", c->queue ? c->queue : "NULL",
+             c->op ? c->op : "NULL", c->key ? (int)c->keylen : 4, c->key ? c->key : "NULL");
+}
+
+Test(store, commands_are_offered_once_and_their_outcome_commits_with_the_next_flush)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "mail");
+    cr_assert_eq(wq_store_flush(s), 0);
+    sql("INSERT INTO commands(queue, op, key) VALUES ('mail', 'remove', 'k1');"
+        "INSERT INTO commands(queue, op) VALUES ('mail', 'pause');"
+        "INSERT INTO commands(queue, op, key) VALUES ('mail', 'done', 'x');"
+        "UPDATE commands SET state = 'done' WHERE op = 'done'");
+    struct seen_cmds sc = {0};
+    cr_assert_eq(wq_store_poll_commands(s, on_command, &sc), 2, "the rows still 'new'");
+    cr_assert_str_eq(sc.rows[0], "mail remove k1");
+    cr_assert_str_eq(sc.rows[1], "mail pause NULL");
+    cr_assert_eq(wq_store_poll_commands(s, on_command, &sc), 0, "nobody wrote since: no read");
+
+    /* The outcome goes with the changes the command made: one transaction. */
+    add(&p, "k2", NULL, 0);
+    wq_store_command_result(s, sc.ids[0], 0, "no queued or delayed item 'k1'");
+    wq_store_command_result(s, sc.ids[1], 1, "paused queue 'mail'");
+    wq_store_set_paused(p.sq, 1);
+    cr_assert_str_eq(qtext("SELECT group_concat(state) FROM commands WHERE op <> 'done'"),
+                     "new,new", "nothing before the flush");
+    cr_assert_eq(wq_store_flush(s), 0);
+    cr_assert_str_eq(qtext("SELECT group_concat(state || ':' || result, '|') FROM"
+                           " (SELECT * FROM commands WHERE op <> 'done' ORDER BY id)"),
+                     "failed:no queued or delayed item 'k1'|done:paused queue 'mail'");
+    cr_assert_eq(qint("SELECT count(*) FROM commands WHERE done_at IS NULL AND op <> 'done'"), 0);
+    cr_assert_eq(qint("SELECT count(*) FROM items WHERE key = 'k2'") +
+                     qint("SELECT paused FROM queues WHERE name = 'mail'"),
+                 2, "and the changes with them");
+
+    /* A row written later is offered; the ones offered before are not again. */
+    sql("INSERT INTO commands(queue, op, key) VALUES ('', 'zap', x'6bff')");
+    cr_assert_eq(wq_store_poll_commands(s, on_command, &sc), 1);
+    cr_assert_str_eq(sc.rows[2], " zap k\xff", "a garbage row arrives as it is");
+    wq_store_close(s);
+    wq_queue_free(p.q);
+
+    /* A new runner offers every row still 'new': the next run applies what a crash lost. */
+    s = open_ok();
+    sc.n = 0;
+    cr_assert_eq(wq_store_poll_commands(s, on_command, &sc), 1);
+    cr_assert_str_eq(sc.rows[0], " zap k\xff");
+    wq_store_close(s);
+}
