@@ -214,9 +214,14 @@ static void apply(void *ud, const wq_command *c)
 
 void wq_commands_poll(wq_host *h)
 {
+    static int failed; /* said once: a failing read would say it every tick */
     if (!h->store || h->exiting || h->store_failed)
         return;
     int r = wq_store_poll_commands(h->store, apply, h);
-    if (r < 0 && r != WQ_EBUSY)
+    if (r < 0 && r != WQ_EBUSY && !failed) {
+        failed = 1;
         wq_host_log(h, "wqrun: cannot read the commands: %s", wq_store_errmsg(h->store));
+    } else if (r >= 0) {
+        failed = 0;
+    }
 }

@@ -289,7 +289,8 @@ static int dead_p(lua_State *L)
         d->failed_at = lua_tonumber(L, -1);
         lua_pop(L, 5); /* the strings stay alive in the table */
     }
-    qsort(a->v, (size_t)a->n, sizeof *a->v, cmp_dead);
+    if (a->n)
+        qsort(a->v, (size_t)a->n, sizeof *a->v, cmp_dead);
     for (int i = 0; i < a->n; i++)
         a->fn(a->ud, &a->v[i].v);
     return 0;
@@ -424,7 +425,8 @@ static int select_items(lqueue *lq, const wq_items_query *qry, wq_item_info **ou
         free(s.heap);
         return WQ_ENOMEM;
     }
-    qsort(s.heap, s.n, sizeof *s.heap, cmp_info);
+    if (s.n)
+        qsort(s.heap, s.n, sizeof *s.heap, cmp_info);
     *out = s.heap;
     return (int)s.n;
 }

@@ -523,6 +523,7 @@ static int run_change(sqlite3 *db, int fd, const char *path, const struct args *
 
 static int list_items(sqlite3 *db, const char *path, const struct args *a, FILE *out, FILE *err)
 {
+    int v2 = wq_schema_version(db) >= 2; /* items.grp is new in version 2 */
     int64_t known = one_int(db, queue_known_sql, a);
     if (known <= 0) {
         if (known < 0)
@@ -532,19 +533,20 @@ static int list_items(sqlite3 *db, const char *path, const struct args *a, FILE 
         return 1;
     }
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(
-            db,
-            "SELECT i.key, i.state, i.priority, coalesce(f.requeues, 0) + 1,"
-            " datetime(i.ready_at, 'unixepoch'), i.payload,"
-            " json_object('key', i.key, 'payload', CASE WHEN i.payload IS NULL THEN NULL"
-            "  WHEN json_valid(i.payload) THEN json(i.payload) ELSE i.payload END,"
-            "  'state', i.state, 'priority', i.priority, 'group', i.grp,"
-            "  'ready_at', i.ready_at, 'attempt', coalesce(f.requeues, 0) + 1)"
-            " FROM items AS i LEFT JOIN failures AS f ON f.queue = i.queue AND f.key = i.key"
-            " WHERE i.queue = ?1 AND (?2 IS NULL OR i.state = ?2)"
-            " ORDER BY i.state = 'waiting' AND i.ready_at IS NOT NULL, i.priority DESC, i.seq,"
-            "  i.ready_at LIMIT ?3",
-            -1, &st, NULL) != SQLITE_OK) {
+    char sql[1536];
+    snprintf(sql, sizeof sql,
+             "SELECT i.key, i.state, i.priority, coalesce(f.requeues, 0) + 1,"
+             " datetime(i.ready_at, 'unixepoch'), i.payload,"
+             " json_object('key', i.key, 'payload', CASE WHEN i.payload IS NULL THEN NULL"
+             "  WHEN json_valid(i.payload) THEN json(i.payload) ELSE i.payload END,"
+             "  'state', i.state, 'priority', i.priority, 'group', %s,"
+             "  'ready_at', i.ready_at, 'attempt', coalesce(f.requeues, 0) + 1)"
+             " FROM items AS i LEFT JOIN failures AS f ON f.queue = i.queue AND f.key = i.key"
+             " WHERE i.queue = ?1 AND (?2 IS NULL OR i.state = ?2)"
+             " ORDER BY i.state = 'waiting' AND i.ready_at IS NOT NULL, i.priority DESC, i.seq,"
+             "  i.ready_at LIMIT ?3",
+             v2 ? "i.grp" : "NULL");
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
         fprintf(err, "wqrun: items: cannot read %s: %s\n", path, sqlite3_errmsg(db));
         return 1;
     }

@@ -335,12 +335,19 @@ static int write_owner(wq_store *s)
 /* Takes the file's exclusive lock on fd; WQ_EBUSY names the owner. */
 static int take_lock(const char *path, int fd, char *err, size_t errlen)
 {
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-        return 0;
-    if (errno != EWOULDBLOCK)
-        return fail_buf(err, errlen, WQ_EIO, "cannot lock state file %s: %s", path,
-                        strerror(errno));
-    return WQ_EBUSY;
+    /* `wqrun pause` and friends hold the lock for a few milliseconds when no runner does:
+     * a runner starting then waits for them (300 ms at most) instead of failing. */
+    for (int tries = 0;; tries++) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+            return 0;
+        if (errno != EWOULDBLOCK)
+            return fail_buf(err, errlen, WQ_EIO, "cannot lock state file %s: %s", path,
+                            strerror(errno));
+        if (tries == 30)
+            return WQ_EBUSY;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 static void busy_message(const char *path, char *err, size_t errlen)
