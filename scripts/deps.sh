@@ -15,6 +15,7 @@ packages=(
   lua-cjson lua-cjson-dev # lua-cjson-dev ships the lua5.4-cjson pkg-config file
   curl procps clang-format wrk prometheus # wrk: bench/bench_http.sh; prometheus: promtool for tests/e2e/test_http.sh
   tzdata # real time zones for the cron DST tests (tests/engine/test_cron.c)
+  chromium chromium-driver python3-selenium # the dashboard in a real browser (tests/e2e/test_dashboard.sh)
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

@@ -1,8 +1,9 @@
 /*
  * The HTTP API on libevent's evhttp (SPEC section 6): GET /metrics,
  * GET /queues, POST /queues/NAME/items, GET /healthz; the operator routes
- * (SPEC 7.5) are in http_ops.c. With a token, every route but /healthz
- * needs it. evhttp enforces the
+ * (SPEC 7.5) are in http_ops.c; the dashboard page at GET /
+ * (web/dashboard.html). With a token, every route but /healthz and the
+ * page needs it. evhttp enforces the
  * size limits (headers, body: 413) and slow-client timeouts; everything a
  * request asks for is validated before anything changes, so a malformed
  * request gets a 4xx and leaves the queues as they were.
@@ -11,6 +12,7 @@
 
 #include "host/conns.h"
 #include "engine/queue.h"
+#include "host/dashboard.h"
 #include "host/http_int.h"
 #include "host/json.h"
 #include "host/prom.h"
@@ -137,6 +139,40 @@ static void get_metrics(wq_host *h, struct evhttp_request *req)
 static void add_uint(json_object *o, const char *k, uint64_t v)
 {
     json_object_object_add(o, k, json_object_new_int64((int64_t)v));
+}
+
+/*
+ * The dashboard page. It holds no data (every number comes from the API,
+ * which checks the token), so it loads without the token; the page asks for
+ * one when an API call answers 401. The policy keeps it self-contained:
+ * nothing but its own inline code and calls back to this server.
+ */
+static void get_dashboard(struct evhttp_request *req)
+{
+    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+    const char *inm = evhttp_find_header(evhttp_request_get_input_headers(req), "If-None-Match");
+    evhttp_add_header(out, "ETag", wq_dashboard_etag);
+    evhttp_add_header(out, "Cache-Control", "no-cache");
+    if (inm && strstr(inm, wq_dashboard_etag)) {
+        send_reply(req, 304, "Not Modified", NULL);
+        return;
+    }
+    struct evbuffer *b = evbuffer_new();
+    if (!b) {
+        send_error(req, 500, "Out of memory");
+        return;
+    }
+    evbuffer_add_reference(b, wq_dashboard_html, wq_dashboard_html_len, NULL, NULL);
+    evhttp_add_header(out, "Content-Type", "text/html; charset=utf-8");
+    evhttp_add_header(out, "Content-Security-Policy",
+                      "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                      "img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "
+                      "frame-ancestors 'none'");
+    evhttp_add_header(out, "X-Content-Type-Options", "nosniff");
+    evhttp_add_header(out, "X-Frame-Options", "DENY");
+    evhttp_add_header(out, "Referrer-Policy", "no-referrer");
+    send_reply(req, 200, "OK", b);
+    evbuffer_free(b);
 }
 
 json_object *wq_http_queue_summary(const wq_hqueue *hq)
@@ -421,6 +457,11 @@ static void handle(struct evhttp_request *req, void *arg)
     int nlen = 0;
     if (!path) {
         reply(req, 400, "Bad Request", "text/plain", "bad request\n");
+    } else if (strcmp(path, "/") == 0) {
+        if (get)
+            get_dashboard(req);
+        else
+            reply(req, 405, "Method Not Allowed", "text/plain", "method not allowed\n");
     } else if (strcmp(path, "/healthz") == 0) {
         if (get)
             reply(req, 200, "OK", "text/plain", "ok\n");

@@ -252,8 +252,8 @@ for m in PATCH OPTIONS; do
 done
 pass "wrong methods get 405 (PATCH/OPTIONS: 405 or 501)"
 
-# 404: unknown paths and queues.
-for p in / /nope /metricsx /healthz/x /queues/nope /queues/held/itemsx \
+# 404: unknown paths and queues (GET / is the dashboard: tests/e2e/test_dashboard.sh).
+for p in /nope /index.html /metricsx /healthz/x /queues/nope /queues/held/itemsx \
   /queues//items '/queues/a%20b/items' /QUEUES/held/items; do
   expect 404 GET "$p"
 done

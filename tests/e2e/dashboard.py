@@ -1,0 +1,416 @@
+#!/usr/bin/python3
+"""The dashboard (GET /) in a real headless Chromium, driven by Selenium.
+
+Run by tests/e2e/test_dashboard.sh against two running wqrun processes that
+run tests/e2e/lua/dashboard.lua: BASE without a token, TBASE with --token
+TOKEN. It checks the page against the HTTP API: the numbers of the overview,
+the self-refresh, the rate sparkline, the queue page (items, paging, dead
+letters with hostile keys and errors shown as text), pause/resume, retry,
+remove, cancel, the error display of a failed action, and the token prompt.
+Prints one line per check; exits 1 on the first failure.
+
+usage: dashboard.py BASE TBASE TOKEN [SCREENSHOT_DIR]
+"""
+import atexit
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from selenium import webdriver
+from selenium.common.exceptions import (NoSuchElementException, StaleElementReferenceException,
+                                        TimeoutException, WebDriverException)
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as EC
+from selenium.webdriver.support.ui import WebDriverWait
+
+BASE, TBASE, TOKEN = sys.argv[1], sys.argv[2], sys.argv[3]
+SHOTS = sys.argv[4] if len(sys.argv) > 4 else None
+BAD = "bad <&\"'/% ü key"  # the dead letter of tests/e2e/lua/dashboard.lua
+ODD = "k <&\"'/% é 日本 /x"  # added to idle through the API during the test
+checks = 0
+sys.stdout.reconfigure(line_buffering=True)
+driver = None
+
+
+def fail(msg):
+    print("FAIL: " + msg, file=sys.stderr)
+    if driver is not None:
+        try:
+            print("     page: " + driver.current_url, file=sys.stderr)
+            print("     text: " + driver.find_element(By.TAG_NAME, "body").text[:1500]
+                  .replace("\n", "\n           "), file=sys.stderr)
+            if SHOTS:
+                driver.save_screenshot(os.path.join(SHOTS, "failure.png"))
+                print("     screenshot: " + os.path.join(SHOTS, "failure.png"), file=sys.stderr)
+        except WebDriverException:
+            pass
+    sys.exit(1)
+
+
+def ok(msg):
+    global checks
+    checks += 1
+    print("ok - " + msg)
+
+
+def api(method, path, body=None, token=None, base=None):
+    """(status, parsed JSON or text) of a request to the runner."""
+    req = urllib.request.Request((base or BASE) + path, method=method,
+                                 data=None if body is None else json.dumps(body).encode())
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+    if body is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            status, text = r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        status, text = e.code, e.read().decode()
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
+
+
+def queues(base=None, token=None):
+    status, qs = api("GET", "/queues", base=base, token=token)
+    if status != 200:
+        fail("GET /queues: %s %s" % (status, qs))
+    return {q["name"]: q for q in qs}
+
+
+def all_items(name, base=None, token=None):
+    """Every pending item of a queue, paging with after_key."""
+    out, after = [], None
+    for _ in range(100):
+        q = "?limit=50" + ("" if after is None else "&after_key=" + urllib.parse.quote(after, safe=""))
+        status, d = api("GET", "/queues/%s/items%s" % (name, q), base=base, token=token)
+        if status != 200:
+            fail("GET /queues/%s/items: %s %s" % (name, status, d))
+        out += d["items"]
+        after = d["next_after_key"]
+        if after is None:
+            return out
+    fail("GET /queues/%s/items: paging does not end" % name)
+
+
+def dead(name, base=None, token=None):
+    status, d = api("GET", "/queues/%s/dead" % name, base=base, token=token)
+    if status != 200:
+        fail("GET /queues/%s/dead: %s %s" % (name, status, d))
+    return d["dead"]
+
+
+def wait(what, cond, timeout=6.0):
+    """Polls cond() until it returns a true value (returned); fails after timeout."""
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        try:
+            v = cond()
+            if v:
+                return v
+        except (StaleElementReferenceException, NoSuchElementException, AttributeError) as e:
+            # AttributeError: a row looked up is not (or no longer) there
+            last = e
+        time.sleep(0.05)
+    fail("timed out waiting for: %s%s" % (what, " (%s)" % type(last).__name__ if last else ""))
+
+
+def cell(row, field):
+    return row.find_element(By.CSS_SELECTOR, '[data-field="%s"]' % field).text.strip()
+
+
+def steady(fn):
+    """fn(), again while a refresh replaces the elements it looks at."""
+    for _ in range(40):
+        try:
+            return fn()
+        except StaleElementReferenceException:
+            time.sleep(0.05)
+    return fn()
+
+
+def row(css, attr, value):
+    def find():
+        for r in driver.find_elements(By.CSS_SELECTOR, css):
+            if r.get_attribute(attr) == value:
+                return r
+        return None
+    return steady(find)
+
+
+def queue_row(name):
+    return row("#queues tbody tr", "data-queue", name)
+
+
+def key_row(table, key):
+    return row("#%s tbody tr" % table, "data-key", key)
+
+
+def first_key():
+    rows = driver.find_elements(By.CSS_SELECTOR, "#items tbody tr")
+    return rows[0].get_attribute("data-key") if rows else None
+
+
+def number(text):
+    return int(text.replace(",", ""))
+
+
+def click(what, find):
+    """Clicks the element find() returns, again if a refresh replaced it."""
+    def go():
+        e = find()
+        if e is None or not e.is_enabled():
+            return False
+        e.click()
+        return True
+    wait("click " + what, go)
+
+
+def accept_confirm(what):
+    try:
+        WebDriverWait(driver, 5).until(EC.alert_is_present())
+    except TimeoutException:
+        fail("no confirmation asked before " + what)
+    driver.switch_to.alert.accept()
+
+
+def js_errors():
+    return [e for e in driver.get_log("browser") if e.get("source") == "javascript"]
+
+
+# ------------------------------------------------------------------ the runners settled
+# jobs has failed its "bad" key into a dead letter and runs "slow" (an hour).
+for base, tok in ((BASE, None), (TBASE, TOKEN)):
+    wait("jobs settled on " + base, lambda: (lambda j: (j["processing"], j["waiting"], j["dead"]) == (1, 1, 1))(
+        queues(base, tok)["jobs"]))
+
+# ------------------------------------------------------------------ the browser
+opts = webdriver.ChromeOptions()
+opts.binary_location = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+          "--disable-extensions", "--no-first-run", "--window-size=1280,900"):
+    opts.add_argument(a)
+opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+try:
+    driver = webdriver.Chrome(service=Service(os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")),
+                              options=opts)
+except WebDriverException as e:
+    driver = None
+    fail("cannot start headless chromium: %s" % e.msg)
+atexit.register(driver.quit)  # also after an unexpected exception
+driver.set_page_load_timeout(10)
+
+# ------------------------------------------------------------------ overview
+driver.get(BASE + "/")
+wait("the overview lists jobs, idle and fast",
+     lambda: queue_row("jobs") and queue_row("idle") and queue_row("fast"))
+ok("the overview lists every queue")
+
+stable = ("jobs", "idle")  # fast changes all the time
+
+
+def shown_matches_api():
+    qs = queues()
+    for name in stable:
+        r = queue_row(name)
+        for f in ("depth", "processing", "waiting", "dead"):
+            if number(cell(r, f)) != qs[name][f]:
+                return False
+        if cell(r, "paused") != ("paused" if qs[name].get("paused") else "running"):
+            return False
+    return True
+
+
+wait("the numbers shown equal GET /queues", shown_matches_api)
+qs = queues()
+if (qs["jobs"]["processing"], qs["jobs"]["dead"], qs["jobs"]["waiting"]) != (1, 1, 1):
+    fail("unexpected jobs state from the Lua script: %s" % qs["jobs"])
+ok("depth, processing, waiting, dead and paused equal GET /queues (jobs %d/%d/%d/%d, idle %d)"
+   % (qs["jobs"]["depth"], qs["jobs"]["processing"], qs["jobs"]["waiting"], qs["jobs"]["dead"],
+      qs["idle"]["depth"]))
+
+status, _ = api("POST", "/queues/idle/items", {"key": ODD, "payload": {"x": "<i>&amp;</i>"}})
+if status != 202:
+    fail("POST /queues/idle/items: %s" % status)
+wait("the overview refreshes itself to idle depth 121",
+     lambda: number(cell(queue_row("idle"), "depth")) == 121)
+ok("the overview refreshes itself (idle depth 120 -> 121 without a reload)")
+
+def rate_shown():
+    t = cell(queue_row("fast"), "rate")
+    return t not in ("…", "0") and float(t.replace(",", "")) > 0 and queue_row("fast").find_elements(
+        By.CSS_SELECTOR, "svg.spark polyline")
+wait("a done/min rate and a sparkline for fast", rate_shown, 8)
+ok("fast shows a done/min rate (%s) and a sparkline" % steady(lambda: cell(queue_row("fast"), "rate")))
+
+external = driver.execute_script(
+    "return performance.getEntriesByType('resource').map(e => e.name)"
+    ".filter(n => !n.startsWith(location.origin + '/'))")
+if external:
+    fail("the page loaded external resources: %s" % external)
+ok("no resource loaded from anywhere else")
+if SHOTS:
+    driver.save_screenshot(os.path.join(SHOTS, "dashboard-overview.png"))
+
+# ------------------------------------------------------------------ queue page
+click("the jobs link", lambda: queue_row("jobs").find_element(By.LINK_TEXT, "jobs"))
+wait("#/queue/jobs", lambda: driver.current_url.endswith("#/queue/jobs"))
+wait("the items of jobs", lambda: key_row("items", "slow") and key_row("items", "p5"))
+shown = steady(lambda: {r.get_attribute("data-key"): r.text
+                        for r in driver.find_elements(By.CSS_SELECTOR, "#items tbody tr")})
+api_items = {i["key"]: i["state"] for i in all_items("jobs")}
+if set(shown) != set(api_items):
+    fail("items shown %s, API %s" % (sorted(shown), sorted(api_items)))
+for k, st in api_items.items():
+    if st not in shown[k]:
+        fail("item %s: state %s not shown in %r" % (k, st, shown[k]))
+ok("the jobs page lists the pending items of the API with their states (%s)"
+   % ", ".join("%s %s" % kv for kv in sorted(api_items.items())))
+
+wait("the dead letter", lambda: key_row("dead", BAD))
+dkey, err = steady(lambda: [key_row("dead", BAD).find_element(By.CSS_SELECTOR, "td." + c).text
+                            for c in ("key", "err")])
+if dkey != BAD:
+    fail("dead key shown as %r" % dkey)
+if err != 'exploded: <b>bold</b> & "quotes"':
+    fail("error shown as %r" % err)
+if driver.find_elements(By.CSS_SELECTOR, "#dead b, #dead script, #items i"):
+    fail("text from the API became HTML elements")
+ok("the dead letter's key and error are shown literally, with no markup")
+if SHOTS:
+    driver.save_screenshot(os.path.join(SHOTS, "dashboard-queue.png"))
+
+# pause, then resume
+click("Pause", lambda: driver.find_element(By.ID, "pause") if driver.find_element(By.ID, "pause").text == "Pause" else None)
+wait("GET /queues says jobs is paused", lambda: queues()["jobs"].get("paused") in (True, 1))
+wait("the page shows paused and offers Resume", lambda: driver.find_element(By.ID, "pause").text == "Resume"
+     and "paused" in driver.find_element(By.TAG_NAME, "h1").text)
+ok("Pause pauses the queue (GET /queues: paused) and the page shows it")
+click("Resume", lambda: driver.find_element(By.ID, "pause") if driver.find_element(By.ID, "pause").text == "Resume" else None)
+wait("GET /queues says jobs runs", lambda: queues()["jobs"].get("paused") in (False, 0))
+ok("Resume resumes it")
+
+# retry the dead letter: the worker is busy with "slow", so it stays queued
+click("Retry", lambda: key_row("dead", BAD).find_element(By.CSS_SELECTOR, '[data-action="retry"]'))
+wait("the dead letter re-queued",
+     lambda: not any(d["key"] == BAD for d in dead("jobs"))
+     and any(i["key"] == BAD and i["state"] == "queued" for i in all_items("jobs")))
+wait("the page shows it queued and no dead letter",
+     lambda: key_row("items", BAD) and not key_row("dead", BAD)
+     and number(driver.find_element(By.CSS_SELECTOR, '#q-tiles [data-field="dead"]').text) == 0)
+ok("Retry re-queues the dead letter (API: not dead, queued; key with <&\"'/% ü)")
+
+# paging: idle holds k001..k120 and ODD, 50 a page: k120 is on page 3
+driver.get(BASE + "/#/queue/idle")
+wait("the items of idle", lambda: key_row("items", "k001") or key_row("items", ODD))
+
+
+def page_to(key):
+    """Clicks Next until key is shown; the number of clicks."""
+    for n in range(6):
+        if key_row("items", key):
+            return n
+        first = steady(first_key)
+        click("Next", lambda: driver.find_element(By.ID, "next-page"))
+        wait("the next page", lambda: first_key() not in (None, first))
+    fail("%r not found paging through idle" % key)
+
+
+n = page_to("k120")
+shown = steady(lambda: len(driver.find_elements(By.CSS_SELECTOR, "#items tbody tr")))
+if n != 2 or shown != 21 or not steady(lambda: driver.find_element(By.ID, "next-page").get_attribute("disabled")):
+    fail("k120 after %d clicks on Next, %d rows on its page (want 2 and 21, Next disabled)" % (n, shown))
+ok("paging through the 121 items of idle: 50, 50, 21, then Next is disabled")
+click("First", lambda: driver.find_element(By.ID, "first-page"))
+wait("the first page", lambda: driver.find_element(By.ID, "first-page").get_attribute("disabled"))
+page_to(ODD)
+
+# remove: the odd key of idle
+okey = steady(lambda: key_row("items", ODD).find_element(By.CSS_SELECTOR, "td.key").text)
+if okey != ODD:
+    fail("odd key shown as %r" % okey)
+click("Remove", lambda: key_row("items", ODD).find_element(By.CSS_SELECTOR, '[data-action="remove"]'))
+accept_confirm("remove")
+wait("the odd key removed", lambda: queues()["idle"]["depth"] == 120
+     and not any(i["key"] == ODD for i in all_items("idle")))
+ok("Remove (after a confirmation) removes the key through a percent-encoded path")
+
+# an action that fails is shown: remove a key the API removed meanwhile (no auto refresh)
+driver.get(BASE + "/?refresh=0#/queue/idle")
+wait("k001 shown", lambda: key_row("items", "k001"))
+status, body = api("DELETE", "/queues/idle/items/k001")
+if status // 100 != 2:
+    fail("DELETE /queues/idle/items/k001: %s %s" % (status, body))
+click("Remove k001", lambda: key_row("items", "k001").find_element(By.CSS_SELECTOR, '[data-action="remove"]'))
+accept_confirm("remove k001")
+msg = wait("an error message", lambda: driver.find_element(By.ID, "error").text)
+if "remove k001" not in msg or "404" not in msg:
+    fail("error shown as %r" % msg)
+ok("a failed action is shown: %r" % msg.replace("\n×", ""))
+
+# cancel the processing key
+driver.get(BASE + "/#/queue/jobs")
+click("Cancel", lambda: key_row("items", "slow").find_element(By.CSS_SELECTOR, '[data-action="cancel"]'))
+accept_confirm("cancel")
+wait("slow cancelled: not pending, not dead",
+     lambda: not any(i["key"] == "slow" for i in all_items("jobs"))
+     and not any(d["key"] == "slow" for d in dead("jobs")), 8)
+ok("Cancel stops the processing key (API: neither pending nor dead)")
+
+errs = js_errors()
+if errs:
+    fail("JavaScript errors: %s" % errs)
+ok("no JavaScript error")
+
+# ------------------------------------------------------------------ phone width
+driver.set_window_size(420, 860)
+driver.get(BASE + "/")
+wait("the overview at phone width", lambda: queue_row("jobs"))
+wide = driver.execute_script("return document.documentElement.scrollWidth > window.innerWidth + 1")
+if wide:
+    fail("the overview scrolls sideways at %dpx" % driver.execute_script("return window.innerWidth"))
+ok("the overview fits a phone's width without scrolling sideways")
+if SHOTS:
+    driver.save_screenshot(os.path.join(SHOTS, "dashboard-phone.png"))
+driver.set_window_size(1280, 900)
+
+# ------------------------------------------------------------------ --token
+driver.get(TBASE + "/")
+wait("the token prompt", lambda: driver.find_element(By.ID, "auth").is_displayed())
+ok("with --token the page loads and asks for the token")
+driver.find_element(By.ID, "auth-token").send_keys("wrong")
+driver.find_element(By.CSS_SELECTOR, "#auth-form button").click()
+wait("the prompt again, saying the token was refused",
+     lambda: driver.find_element(By.ID, "auth").is_displayed()
+     and "refused" in driver.find_element(By.ID, "auth-msg").text)
+ok("a wrong token is refused and asked again")
+driver.find_element(By.ID, "auth-token").send_keys(TOKEN)
+driver.find_element(By.CSS_SELECTOR, "#auth-form button").click()
+wait("the overview with the token", lambda: queue_row("jobs") and not driver.find_element(By.ID, "auth").is_displayed())
+if driver.execute_script("return sessionStorage.getItem('wqrun.token')") != TOKEN:
+    fail("the token is not kept in sessionStorage")
+if driver.execute_script("return localStorage.length") != 0:
+    fail("something was written to localStorage")
+ok("the right token shows the queues; kept in sessionStorage only")
+driver.refresh()
+wait("the overview after a reload", lambda: queue_row("jobs"))
+if driver.find_element(By.ID, "auth").is_displayed():
+    fail("asked for the token again after a reload")
+ok("a reload in the same tab does not ask again")
+click("the jobs link", lambda: queue_row("jobs").find_element(By.LINK_TEXT, "jobs"))
+click("Pause", lambda: driver.find_element(By.ID, "pause") if driver.find_element(By.ID, "pause").text == "Pause" else None)
+wait("jobs paused on the token runner",
+     lambda: queues(TBASE, TOKEN)["jobs"].get("paused") in (True, 1))
+ok("actions send the token (Pause worked on the --token runner)")
+
+errs = js_errors()
+if errs:
+    fail("JavaScript errors: %s" % errs)
+print("dashboard.py: %d checks passed" % checks)

@@ -1,0 +1,42 @@
+-- Known queue contents for tests/e2e/test_dashboard.sh:
+--   jobs: one dead letter (a key with <, &, quotes, /, %, a space and
+--         non-ASCII bytes), one processing item ("slow", sleeps an hour), five
+--         queued items p1..p5 behind it (one worker) and one delayed ("later");
+--   idle: 120 queued items, no handler (paging);
+--   fast: a steady trickle of short jobs (the done/min rate and sparkline).
+local jobs = wq.queue("jobs", {
+    workers = 1,
+    handler = function(key)
+        if key:find("^bad") then
+            return wq.fail('exploded: <b>bold</b> & "quotes"')
+        end
+        if key == "slow" then
+            wq.sleep(3600)
+        end
+    end,
+})
+jobs:add("bad <&\"'/% ü key", {why = "<script>alert(1)</script>"})
+jobs:add("slow")
+for i = 1, 5 do
+    jobs:add("p" .. i, {n = i})
+end
+jobs:add_after("later", 3600)
+
+local idle = wq.queue("idle")
+for i = 1, 120 do
+    idle:add(string.format("k%03d", i))
+end
+
+local fast = wq.queue("fast", {
+    workers = 2,
+    handler = function()
+        wq.sleep(0.01)
+    end,
+})
+local n = 0
+wq.every(0.25, function()
+    for _ = 1, 2 do
+        n = n + 1
+        fast:add("f" .. n)
+    end
+end)
