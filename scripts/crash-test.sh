@@ -65,8 +65,10 @@ produce &
 producer=$!
 
 # After each kill, the keys that will run again are exactly those that ran
-# (are in the log) but whose row is still in the file: their completion had
-# not been committed. Summed over the kills, that is the bound for re-runs.
+# (are in the log) but whose row is still in the file, in items or still in
+# the inbox (taken from it and run in the same commit window): their
+# completion had not been committed. Summed over the kills, that is the
+# bound for re-runs.
 # One run of the worker, killed with SIGKILL at a random moment.
 run_and_kill() {
   "$WQRUN" --quiet --serve --db "$db" tests/e2e/lua/crash_worker.lua "$log" "$MODE" 2>>"$dir/runner.err" &
@@ -81,7 +83,8 @@ bound=0
 max_inflight=0
 for ((k = 1; k <= KILLS; k++)); do
   run_and_kill
-  sqlite3 -cmd ".timeout 10000" "$db" "select key from items" | sort >"$dir/pending.txt"
+  sqlite3 -cmd ".timeout 10000" "$db" "select key from items union select key from inbox" |
+    sort >"$dir/pending.txt"
   sort -u "$log" >"$dir/ran.txt"
   again=$(comm -12 "$dir/ran.txt" "$dir/pending.txt" | grep -c . || true)
   inflight=$(sqlite3 -cmd ".timeout 10000" "$db" "select count(*) from items where state = 'processing'")

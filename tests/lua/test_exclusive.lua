@@ -39,8 +39,8 @@ do -- re-added from inside its own handler: runs once more, after the first run 
     end
 end
 
-do -- re-added from another task while it runs
-    local runs, active, overlap = 0, 0, false
+do -- re-added from another task while it runs (the first run holds until released: no timing)
+    local runs, active, overlap, release = 0, 0, false, false
     local q = wq.queue("ex-other", {
         workers = 8,
         handler = function()
@@ -49,18 +49,21 @@ do -- re-added from another task while it runs
             if active > 1 then
                 overlap = true
             end
-            wq.sleep(0.02)
+            while not release do
+                wq.sleep(0.001)
+            end
             active = active - 1
         end,
     })
     q:add("b")
-    wq.sleep(0.005)
-    t.eq(q:stats().processing, 1, "b is running")
+    t.ok(t.wait_until(function() return q:stats().processing == 1 end), "b is running")
     for _ = 1, 5 do
         q:add("b")
         wq.sleep(0.001)
     end
     t.eq(q:stats().processing, 1, "still one run of b, though 7 workers are free")
+    t.eq(runs, 1, "and it is the first run")
+    release = true
     t.ok(t.wait_until(idle(q)), "processed")
     t.eq(runs, 2, "one more run after done")
     t.eq(overlap, false, "never two runs of b at once")
