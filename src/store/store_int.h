@@ -54,6 +54,8 @@ enum {
     ST_DELETE_SCHED,
     ST_INSERT_ITEMS,     /* WQ_STORE_INSERT_BATCH new rows */
     ST_DELETE_ITEMS,     /* up to WQ_STORE_DELETE_BATCH keys of one queue */
+    ST_INSERT_DONE,      /* WQ_STORE_INSERT_BATCH done rows */
+    ST_DELETE_DONES,     /* up to WQ_STORE_DELETE_BATCH done keys of one queue */
     ST_PREPARED_AT_OPEN, /* the ones below are prepared on first use */
     ST_SELECT_INBOX = ST_PREPARED_AT_OPEN,
     ST_DATA_VERSION,
@@ -130,6 +132,8 @@ struct wq_store_queue {
     double prune_before;
     uint32_t del[WQ_STORE_DELETE_BATCH]; /* during a flush: entries whose rows to delete */
     uint32_t ndel;
+    uint32_t ddel[WQ_STORE_DELETE_BATCH]; /* the same for done rows */
+    uint32_t nddel;
 };
 
 struct wq_store {
@@ -271,7 +275,7 @@ void wq_store_clear_pending(wq_store *s);
 
 /* Prepares a statement; 0 or WQ_EIO with the message set. */
 int wq_store_prepare(wq_store *s, sqlite3_stmt **st, const char *sql);
-/* Prepares the multi-row statements (ST_INSERT_ITEMS, ST_DELETE_ITEMS); 0 or WQ_EIO. */
+/* Prepares the multi-row statements (ST_INSERT_ITEMS ... ST_DELETE_DONES); 0 or WQ_EIO. */
 int wq_store_prepare_batches(wq_store *s);
 /* The queue reads another engine queue now: what its pending entries say about records is void. */
 void wq_store_forget_gone(wq_store_queue *sq);

@@ -2203,6 +2203,60 @@ Test(store, done_rows_are_put_replaced_deleted_and_restored_through_a_flush_and_
     wq_queue_free(o.q);
 }
 
+Test(store, many_done_rows_of_two_queues_are_written_and_deleted_in_batches)
+{
+    wq_store *s = open_ok();
+    struct pq p, o;
+    pq_attach(&p, s, "jobs");
+    pq_attach(&o, s, "other");
+    /* 200 puts per queue: full 32-row statements and a tail written row by row; every third with
+     * a result. */
+    char key[16], res[16];
+    for (int i = 0; i < 200; i++) {
+        snprintf(key, sizeof key, "k%03d", i);
+        snprintf(res, sizeof res, "\"r%d\"", i);
+        wq_store_done_put(p.sq, key, strlen(key), UNIX0 + i, i % 3 ? NULL : res, strlen(res));
+        wq_store_done_put(o.sq, key, strlen(key), UNIX0 + 1000 + i, NULL, 0);
+    }
+    wq_store_stats st0, st1;
+    wq_store_get_stats(s, &st0);
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    wq_store_get_stats(s, &st1);
+    cr_assert_eq(st1.rows_written - st0.rows_written, 400);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'jobs'"), 200);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'other'"), 200);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'jobs' AND result IS NOT NULL"), 67);
+    cr_assert_str_eq(qtext("SELECT result FROM done WHERE queue = 'jobs' AND key = 'k198'"),
+                     "\"r198\"");
+    cr_assert_eq(qint("SELECT finished_at FROM done WHERE queue = 'other' AND key = 'k199'") -
+                     (int64_t)UNIX0,
+                 1199);
+    /* Deletes: 150 of one queue (two 64-key statements and a tail of 22), 5 of the other (one
+     * statement each), and replacements of rows that exist, in one window. */
+    for (int i = 0; i < 150; i++) {
+        snprintf(key, sizeof key, "k%03d", i);
+        wq_store_done_del(p.sq, key, strlen(key));
+    }
+    for (int i = 0; i < 5; i++) {
+        snprintf(key, sizeof key, "k%03d", 2 * i);
+        wq_store_done_del(o.sq, key, strlen(key));
+    }
+    for (int i = 150; i < 200; i++) {
+        snprintf(key, sizeof key, "k%03d", i);
+        wq_store_done_put(p.sq, key, strlen(key), UNIX0 + 5000 + i, "1", 1);
+    }
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'jobs'"), 50);
+    cr_assert_eq(qint("SELECT min(finished_at) FROM done WHERE queue = 'jobs'") - (int64_t)UNIX0,
+                 5150);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'jobs' AND result = '1'"), 50);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'other'"), 195);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'other' AND key = 'k008'"), 0);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    wq_queue_free(o.q);
+}
+
 Test(store, done_prune_deletes_the_queues_rows_older_than_the_bound_with_the_next_flush)
 {
     wq_store *s = open_ok();
