@@ -475,11 +475,24 @@ static done_entry *done_get(const lqueue *lq, const char *key, size_t len)
     return v ? (done_entry *)(uintptr_t)*v : NULL;
 }
 
+/*
+ * A memory could not be kept (out of memory): the key may run again, which
+ * is allowed, but the file may now hold a done row no memory knows of, so
+ * the next prune pass sweeps the file too.
+ */
+static void lost_done(lqueue *lq)
+{
+    lq->done_lost = 1;
+}
+
 static void done_forget(lqueue *lq, const char *key, size_t len)
 {
     done_entry *e = done_get(lq, key, len);
-    if (!e)
+    if (!e) {
+        if (lq->sq && lq->done_lost)
+            wq_store_done_del(lq->sq, key, len); /* its row may be there all the same */
         return;
+    }
     if (lq->sq)
         wq_store_done_del(lq->sq, key, len);
     wq_keymap_del(lq->done_mem, key, len);
@@ -500,8 +513,10 @@ void lqueue_remember_done_at(lqueue *lq, const char *key, size_t len, double at,
     if (persist && lq->sq)
         wq_store_done_put(lq->sq, key, len, at, result, rlen);
     done_entry *e = malloc(sizeof *e + (result ? rlen : 0));
-    if (!e)
-        return; /* not remembered: the key may run again, which is allowed */
+    if (!e) {
+        lost_done(lq);
+        return;
+    }
     e->finished_at = at;
     e->has_result = result != NULL;
     e->rlen = result ? rlen : 0;
@@ -511,6 +526,7 @@ void lqueue_remember_done_at(lqueue *lq, const char *key, size_t len, double at,
     uint64_t *v = wq_keymap_put(lq->done_mem, key, len, &created);
     if (!v) {
         free(e);
+        lost_done(lq);
         return;
     }
     if (!created)
@@ -568,9 +584,14 @@ static void prune_done(wq_host *h, void *data, uint64_t id)
         return;
     double cutoff = wq_host_unix(h, wq_host_now(h)) - lq->keep_done;
     /* The rows go with the memories, key by key (done_forget), a turn's
-     * worth per commit; this also catches rows of keys no longer in memory. */
-    if (lq->sq)
+     * worth per commit. Only after a memory was lost can the file hold rows
+     * no memory knows of: then a pass also has the store sweep the table (a
+     * bounded slice per commit; a bulk DELETE would scan the whole table in
+     * one commit, every turn). */
+    if (lq->sq && lq->done_lost && lq->prune_pos == 0) {
+        lq->done_lost = 0;
         wq_store_done_prune(lq->sq, cutoff);
+    }
     /* The expired keys first (deleting while walking would move entries). */
     char *keys = NULL;
     size_t used = 0, cap = 0, pos = lq->prune_pos, len;

@@ -45,6 +45,7 @@ typedef struct lqueue {
     wq_keymap *done_mem; /* finished keys -> struct done_entry * */
     uint64_t prune_timer;
     size_t prune_pos;    /* where the next prune batch starts in done_mem */
+    int done_lost;       /* a memory could not be kept: the file may hold rows none knows */
     struct lcron *crons; /* its schedules (lcron.c) */
 } lqueue;
 

@@ -42,8 +42,8 @@ static void free_extra(struct extra *e)
     memset(e, 0, sizeof *e);
 }
 
-/* Forgets the pending set (after a successful flush, or at close). */
-void wq_store_clear_pending(wq_store *s)
+/* Forgets the pending set (after a successful flush: committed 1, or at close: 0). */
+void wq_store_clear_pending(wq_store *s, int committed)
 {
     for (uint32_t i = 0; i < s->nqueues; i++)
         s->queues[i]->resync = 0;
@@ -70,7 +70,7 @@ void wq_store_clear_pending(wq_store *s)
         wq_free(s->announce[i]);
     s->nannounce = 0;
     s->ninbox_del = 0;
-    wq_store_clear_jobs(s);
+    wq_store_clear_jobs(s, committed);
 }
 
 /* ---- the pending set ---- */
@@ -791,8 +791,8 @@ static void unbind(wq_store *s)
 {
     static const int bound[] = {ST_UPSERT_ITEM, ST_INSERT_ITEMS, ST_DELETE_ITEM, ST_DELETE_ITEMS,
                                 ST_DELETE_FAIL, ST_DELETE_DEAD,  ST_UPSERT_DONE, ST_INSERT_DONE,
-                                ST_DELETE_DONE, ST_DELETE_DONES, ST_PRUNE_DONE,  ST_UPSERT_SCHED,
-                                ST_DELETE_SCHED};
+                                ST_DELETE_DONE, ST_DELETE_DONES, ST_PRUNE_SEEK,  ST_PRUNE_DONE,
+                                ST_PRUNE_TAIL,  ST_UPSERT_SCHED, ST_DELETE_SCHED};
     for (size_t i = 0; i < sizeof bound / sizeof *bound; i++)
         sqlite3_clear_bindings(s->st[bound[i]]);
     for (uint32_t i = 0; i < s->nqueues; i++)
@@ -882,7 +882,7 @@ int wq_store_flush(wq_store *s)
 
     note_committed(s);
     s->stats.inbox_consumed += s->ninbox_del;
-    wq_store_clear_pending(s);
+    wq_store_clear_pending(s, 1);
     if (s->bloom_set > WQ_STORE_BLOOM_BITS / 2)
         wq_store_bloom_rebuild(s);
     double dt = (double)(wq_store_mono_ns() - t0) / 1e9;

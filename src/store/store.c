@@ -273,7 +273,9 @@ static const char *const stmt_sql[ST_INSERT_ITEMS] = {
     "DELETE FROM items WHERE queue = ?1",
     "INSERT OR REPLACE INTO done(queue, key, finished_at, result) VALUES (?1, ?2, ?3, ?4)",
     "DELETE FROM done WHERE queue = ?1 AND key = ?2",
-    "DELETE FROM done WHERE queue = ?1 AND finished_at < ?2",
+    "SELECT key FROM done WHERE queue = ?1 AND key >= ?2 ORDER BY key LIMIT 1 OFFSET ?3",
+    "DELETE FROM done WHERE queue = ?1 AND key >= ?2 AND key < ?3 AND finished_at < ?4",
+    "DELETE FROM done WHERE queue = ?1 AND key >= ?2 AND finished_at < ?3",
     "INSERT OR REPLACE INTO schedules(queue, name, spec, key, payload, next_at, last_at, tz,"
     " catch_up, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     "DELETE FROM schedules WHERE queue = ?1 AND name = ?2",
@@ -527,7 +529,7 @@ void wq_store_close(wq_store *s)
     finalize_all(s);
     sqlite3_close(s->db);
     close(s->lock_fd); /* after SQLite let go of the file: closing drops this process's locks */
-    wq_store_clear_pending(s);
+    wq_store_clear_pending(s, 0);
     for (uint32_t i = 0; i < s->nqueues; i++) {
         wq_keymap_free(s->queues[i]->fail_set);
         wq_free(s->queues[i]->name);

@@ -49,7 +49,9 @@ enum {
     ST_DELETE_QUEUE_ITEMS,
     ST_UPSERT_DONE,
     ST_DELETE_DONE,
+    ST_PRUNE_SEEK,
     ST_PRUNE_DONE,
+    ST_PRUNE_TAIL,
     ST_UPSERT_SCHED,
     ST_DELETE_SCHED,
     ST_INSERT_ITEMS,     /* WQ_STORE_INSERT_BATCH new rows */
@@ -128,8 +130,13 @@ struct wq_store_queue {
     int resync;          /* a touch was lost: rewrite all of the queue's rows at the next flush */
     void (*meta_fn)(void *ud, const wq_item_info *info, wq_item_meta *out);
     void *meta_ud;
-    int prune; /* delete done rows older than prune_before at the next flush */
+    int prune; /* a sweep deleting done rows older than prune_before is under way */
     double prune_before;
+    char *prune_from; /* the sweep's next slice starts at this key (NULL: at the first) */
+    size_t prune_fromlen;
+    char *prune_next; /* during a flush: where the slice after this one starts */
+    size_t prune_nextlen;
+    int prune_end;                       /* during a flush: this slice ends the sweep */
     uint32_t del[WQ_STORE_DELETE_BATCH]; /* during a flush: entries whose rows to delete */
     uint32_t ndel;
     uint32_t ddel[WQ_STORE_DELETE_BATCH]; /* the same for done rows */
@@ -270,8 +277,8 @@ void wq_store_bloom_rebuild(wq_store *s);
 
 /* ---- commit.c ---- */
 
-/* Forgets the pending set (after a successful flush, or at close). */
-void wq_store_clear_pending(wq_store *s);
+/* Forgets the pending set (after a successful flush: committed 1, or at close: 0). */
+void wq_store_clear_pending(wq_store *s, int committed);
 
 /* Prepares a statement; 0 or WQ_EIO with the message set. */
 int wq_store_prepare(wq_store *s, sqlite3_stmt **st, const char *sql);
@@ -286,10 +293,17 @@ int wq_store_open_here(const char *path);
 
 /* ---- jobs.c ---- */
 
-/* Writes the window's schedule changes and done prunes (inside the flush's transaction). SQLite
- * result code; adds the rows written to *rows. */
+/* Done rows a flush's prune slice looks at, at most (wq_store_done_prune). */
+#define WQ_STORE_PRUNE_STEP 1024
+
+/* Writes the window's schedule changes and a slice of each done prune (inside the flush's
+ * transaction). SQLite result code; adds the rows written to *rows. */
 int wq_store_write_jobs(wq_store *s, double now, uint64_t *rows);
-/* Forgets the window's schedule changes and done prunes (after a successful flush, or at close). */
-void wq_store_clear_jobs(wq_store *s);
+/*
+ * After a successful flush (committed 1): forgets the window's schedule
+ * changes and moves each prune past its slice (ending a prune that is
+ * through). At close (committed 0): forgets schedule changes and prunes.
+ */
+void wq_store_clear_jobs(wq_store *s, int committed);
 
 #endif

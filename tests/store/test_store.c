@@ -2298,6 +2298,65 @@ Test(store, done_prune_deletes_the_queues_rows_older_than_the_bound_with_the_nex
     wq_queue_free(o.q);
 }
 
+Test(store, done_prune_of_a_big_table_sweeps_a_bounded_slice_per_flush_until_through)
+{
+    wq_store *s = open_ok();
+    struct pq p, o;
+    pq_attach(&p, s, "jobs");
+    pq_attach(&o, s, "other");
+    /* 2,500 rows k00000.. (the even ones expired) and 10 expired rows of another queue. */
+    char key[16];
+    for (int i = 0; i < 2500; i++) {
+        snprintf(key, sizeof key, "k%05d", i);
+        wq_store_done_put(p.sq, key, strlen(key), UNIX0 + (i % 2 ? 100 : 1), NULL, 0);
+        if (i < 10)
+            wq_store_done_put(o.sq, key, strlen(key), UNIX0 + 1, NULL, 0);
+    }
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    _Static_assert(WQ_STORE_PRUNE_STEP == 1024, "the counts below");
+    wq_store_stats st;
+    /* 1: the first 1,024 keys; their 512 expired rows go. */
+    cr_assert_eq(wq_store_done_prune(p.sq, UNIX0 + 50), 0);
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    wq_store_get_stats(s, &st);
+    cr_assert_eq(st.last_commit_rows, 512);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'jobs'"), 2500 - 512);
+    cr_assert(wq_store_dirty(s), "the sweep goes on with the next flush");
+    /* Puts during the sweep: an expired row behind it waits for the next sweep, the ones ahead
+     * of it are swept; a later bound applies to the rest of the sweep. */
+    wq_store_done_put(p.sq, "a-behind", 8, UNIX0 + 1, NULL, 0);
+    wq_store_done_put(p.sq, "z-ahead", 7, UNIX0 + 1, NULL, 0);
+    wq_store_done_put(p.sq, "z-late", 6, UNIX0 + 150, NULL, 0);
+    cr_assert_eq(wq_store_done_prune(p.sq, UNIX0 + 200), 0);
+    /* 2: the next 1,024 keys, all expired by now. */
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    wq_store_get_stats(s, &st);
+    cr_assert_eq(st.last_commit_rows, 3 + 1024);
+    cr_assert(wq_store_dirty(s));
+    /* 3: the last 452 keys and the two put ahead: through. */
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    wq_store_get_stats(s, &st);
+    cr_assert_eq(st.last_commit_rows, 452 + 2);
+    cr_assert(!wq_store_dirty(s));
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'jobs' AND key LIKE 'k%'"), 512);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'jobs' AND finished_at < 1700000050"
+                      " AND key LIKE 'k%'"),
+                 0, "UNIX0 + 50");
+    cr_assert_str_eq(qtext("SELECT group_concat(key) FROM done WHERE key NOT LIKE 'k%'"),
+                     "a-behind");
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'other'"), 10);
+    /* A new sweep starts from the first key again. */
+    cr_assert_eq(wq_store_done_prune(p.sq, UNIX0 + 200), 0);
+    for (int i = 0; wq_store_dirty(s); i++) {
+        cr_assert_lt(i, 3);
+        cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    }
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'jobs'"), 0);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    wq_queue_free(o.q);
+}
+
 /* ---- schedules ---- */
 
 struct sched_rows {
