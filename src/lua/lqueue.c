@@ -14,6 +14,7 @@
 #include "store/store.h"
 
 #include <lauxlib.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -467,12 +468,39 @@ typedef struct done_entry {
     char result[]; /* JSON text */
 } done_entry;
 
-static done_entry *done_get(const lqueue *lq, const char *key, size_t len)
+/*
+ * A memory is the value of its key in done_mem. Most jobs return no
+ * result: their value is the bits of finished_at itself (a positive normal
+ * double is at least 2^52 as bits, above any user-space pointer), so they
+ * cost no allocation, and a prune turn reads their time without a pointer
+ * to chase. A memory with a result points to a done_entry.
+ */
+#define DONE_INLINE_MIN (UINT64_C(1) << 52)
+
+static int done_inline(uint64_t v)
 {
-    if (!lq->done_mem)
-        return NULL;
-    uint64_t *v = wq_keymap_get(lq->done_mem, key, len);
-    return v ? (done_entry *)(uintptr_t)*v : NULL;
+    return v >= DONE_INLINE_MIN;
+}
+
+static double done_at(uint64_t v)
+{
+    if (!done_inline(v))
+        return ((const done_entry *)(uintptr_t)v)->finished_at;
+    double t;
+    memcpy(&t, &v, sizeof t);
+    return t;
+}
+
+static void done_free(uint64_t v)
+{
+    if (!done_inline(v))
+        free((done_entry *)(uintptr_t)v);
+}
+
+/* The memory of key (its value in done_mem), or NULL. */
+static const uint64_t *done_get(const lqueue *lq, const char *key, size_t len)
+{
+    return lq->done_mem ? wq_keymap_get(lq->done_mem, key, len) : NULL;
 }
 
 /*
@@ -487,16 +515,17 @@ static void lost_done(lqueue *lq)
 
 static void done_forget(lqueue *lq, const char *key, size_t len)
 {
-    done_entry *e = done_get(lq, key, len);
-    if (!e) {
+    const uint64_t *v = done_get(lq, key, len);
+    if (!v) {
         if (lq->sq && lq->done_lost)
             wq_store_done_del(lq->sq, key, len); /* its row may be there all the same */
         return;
     }
+    uint64_t old = *v;
     if (lq->sq)
         wq_store_done_del(lq->sq, key, len);
     wq_keymap_del(lq->done_mem, key, len);
-    free(e);
+    done_free(old);
 }
 
 void lqueue_remember_done(lqueue *lq, const char *key, size_t len, const char *result, size_t rlen)
@@ -512,35 +541,45 @@ void lqueue_remember_done_at(lqueue *lq, const char *key, size_t len, double at,
         return;
     if (persist && lq->sq)
         wq_store_done_put(lq->sq, key, len, at, result, rlen);
-    done_entry *e = malloc(sizeof *e + (result ? rlen : 0));
-    if (!e) {
-        lost_done(lq);
-        return;
+    uint64_t nv;
+    if (!result && isnormal(at) && at > 0) {
+        memcpy(&nv, &at, sizeof nv);
+    } else {
+        done_entry *e = malloc(sizeof *e + (result ? rlen : 0));
+        if (e && (uintptr_t)e >= DONE_INLINE_MIN) { /* cannot happen in user space */
+            free(e);
+            e = NULL;
+        }
+        if (!e) {
+            lost_done(lq);
+            return;
+        }
+        e->finished_at = at;
+        e->has_result = result != NULL;
+        e->rlen = result ? rlen : 0;
+        if (result)
+            memcpy(e->result, result, rlen);
+        nv = (uint64_t)(uintptr_t)e;
     }
-    e->finished_at = at;
-    e->has_result = result != NULL;
-    e->rlen = result ? rlen : 0;
-    if (result)
-        memcpy(e->result, result, rlen);
     int created;
     uint64_t *v = wq_keymap_put(lq->done_mem, key, len, &created);
     if (!v) {
-        free(e);
+        done_free(nv);
         lost_done(lq);
         return;
     }
     if (!created)
-        free((done_entry *)(uintptr_t)*v);
-    *v = (uint64_t)(uintptr_t)e;
+        done_free(*v);
+    *v = nv;
 }
 
 /* Whether key finished within keep_done and nothing is pending for it. */
 static int done_skips(lqueue *lq, const char *key, size_t len)
 {
-    done_entry *e = done_get(lq, key, len);
-    if (!e)
+    const uint64_t *v = done_get(lq, key, len);
+    if (!v)
         return 0;
-    if (wq_host_unix(lq->host, wq_host_now(lq->host)) - e->finished_at > lq->keep_done) {
+    if (wq_host_unix(lq->host, wq_host_now(lq->host)) - done_at(*v) > lq->keep_done) {
         done_forget(lq, key, len);
         return 0;
     }
@@ -605,7 +644,7 @@ static void prune_done(wq_host *h, void *data, uint64_t id)
     while (found < PRUNE_BATCH && seen < PRUNE_VISIT &&
            (more = wq_keymap_next(lq->done_mem, &pos, &key, &len, &v))) {
         seen++;
-        if (((done_entry *)(uintptr_t)v)->finished_at >= cutoff)
+        if (done_at(v) >= cutoff)
             continue;
         found++;
         if (used + sizeof len + len > cap) {
@@ -971,15 +1010,16 @@ static int queue_done_info(lua_State *L)
     lqueue *lq = lqueue_check(L, "done_info");
     size_t len;
     const char *key = wq_checkkey(L, 2, "done_info", &len);
-    done_entry *e = done_get(lq, key, len);
-    if (!e || wq_host_unix(lq->host, wq_host_now(lq->host)) - e->finished_at > lq->keep_done) {
+    const uint64_t *v = done_get(lq, key, len);
+    if (!v || wq_host_unix(lq->host, wq_host_now(lq->host)) - done_at(*v) > lq->keep_done) {
         lua_pushnil(L);
         return 1;
     }
     lua_createtable(L, 0, 2);
-    lua_pushnumber(L, e->finished_at);
+    lua_pushnumber(L, done_at(*v));
     lua_setfield(L, -2, "finished_at");
-    if (e->has_result) {
+    const done_entry *e = done_inline(*v) ? NULL : (const done_entry *)(uintptr_t)*v;
+    if (e && e->has_result) {
         wq_push_payload(L, e->result, e->rlen);
         lua_setfield(L, -2, "result");
     }
@@ -1113,7 +1153,7 @@ void lqueue_close(lqueue *lq)
         size_t len;
         uint64_t v;
         while (wq_keymap_next(lq->done_mem, &pos, &key, &len, &v))
-            free((done_entry *)(uintptr_t)v);
+            done_free(v);
         wq_keymap_free(lq->done_mem);
         lq->done_mem = NULL;
     }
