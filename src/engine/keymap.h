@@ -35,5 +35,13 @@ void wq_keymap_clear(wq_keymap *m);
  * entry, or 0 at the end. The map must not change during iteration.
  */
 int wq_keymap_next(const wq_keymap *m, size_t *pos, const char **key, size_t *len, uint64_t *value);
+/*
+ * The same, looking at no more than limit slots from *pos (a sparse map's
+ * empty slots cost as much to walk as full ones): 1 with the next entry,
+ * 0 at the end, -1 when limit slots held none (*pos is then past them:
+ * call again from there).
+ */
+int wq_keymap_next_upto(const wq_keymap *m, size_t *pos, size_t limit, const char **key,
+                        size_t *len, uint64_t *value);
 
 #endif

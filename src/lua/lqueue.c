@@ -506,21 +506,29 @@ static const uint64_t *done_get(const lqueue *lq, const char *key, size_t len)
 /*
  * A memory could not be kept (out of memory): the key may run again, which
  * is allowed, but the file may now hold a done row no memory knows of, so
- * the next prune pass sweeps the file too.
+ * the end of the prune pass has the store sweep the file.
  */
 static void lost_done(lqueue *lq)
 {
     lq->done_lost = 1;
 }
 
+/* Drops key's memory, leaving its row (if any) to the store's sweep. */
+static void done_drop(lqueue *lq, const char *key, size_t len)
+{
+    const uint64_t *v = done_get(lq, key, len);
+    if (!v)
+        return;
+    uint64_t old = *v;
+    wq_keymap_del(lq->done_mem, key, len);
+    done_free(old);
+}
+
 static void done_forget(lqueue *lq, const char *key, size_t len)
 {
     const uint64_t *v = done_get(lq, key, len);
-    if (!v) {
-        if (lq->sq && lq->done_lost)
-            wq_store_done_del(lq->sq, key, len); /* its row may be there all the same */
+    if (!v)
         return;
-    }
     uint64_t old = *v;
     if (lq->sq)
         wq_store_done_del(lq->sq, key, len);
@@ -612,8 +620,22 @@ static void arm_prune(lqueue *lq, double seconds)
 
 #define PRUNE_BATCH 2000  /* expired memories dropped per turn */
 #define PRUNE_VISIT 20000 /* memories looked at per turn (each may be a cache miss) */
+#define PRUNE_SLOTS 65536 /* map slots walked per turn (2 MiB; once pruned, most are empty) */
 
-/* Drops memories older than keep_done (a host timer, every 30 s at most). */
+/*
+ * Drops memories older than keep_done (a host timer: a pass over them all
+ * every keep_done seconds, 30 at most, in turns 10 ms apart).
+ *
+ * Their rows are not deleted key by key: the memories are walked in hash
+ * order, so a turn's 2,000 deletes would touch about as many pages of the
+ * done table, scattered over the file, which every commit and checkpoint
+ * then writes (with --db, pauses of 30-130 ms). Once a pass has dropped
+ * anything, the store sweeps the table in key order instead, deleting the
+ * expired rows among a slice of neighbours per commit
+ * (wq_store_done_prune). Until the sweep reaches it, an expired row stays
+ * in the file without a memory, which is harmless: it is expired (read back
+ * at a restart, it is dropped again).
+ */
 static void prune_done(wq_host *h, void *data, uint64_t id)
 {
     (void)id;
@@ -622,27 +644,21 @@ static void prune_done(wq_host *h, void *data, uint64_t id)
     if (!lq->done_mem)
         return;
     double cutoff = wq_host_unix(h, wq_host_now(h)) - lq->keep_done;
-    /* The rows go with the memories, key by key (done_forget), a turn's
-     * worth per commit. Only after a memory was lost can the file hold rows
-     * no memory knows of: then a pass also has the store sweep the table (a
-     * bounded slice per commit; a bulk DELETE would scan the whole table in
-     * one commit, every turn). */
-    if (lq->sq && lq->done_lost && lq->prune_pos == 0) {
-        lq->done_lost = 0;
-        wq_store_done_prune(lq->sq, cutoff);
-    }
     /* The expired keys first (deleting while walking would move entries). */
     char *keys = NULL;
     size_t used = 0, cap = 0, pos = lq->prune_pos, len;
     const char *key;
     uint64_t v;
-    /* At most PRUNE_BATCH dropped and PRUNE_VISIT looked at per turn, so a
-     * million memories never hold the loop for long; a pass over them all
-     * goes on in the next turns, 10 ms apart. */
-    size_t found = 0, seen = 0;
+    /* At most PRUNE_BATCH dropped, PRUNE_VISIT looked at and PRUNE_SLOTS
+     * walked per turn, so a million memories never hold the loop for long;
+     * a pass over them all goes on in the next turns, 10 ms apart. */
+    size_t found = 0, seen = 0, start = pos;
     int more = 0;
-    while (found < PRUNE_BATCH && seen < PRUNE_VISIT &&
-           (more = wq_keymap_next(lq->done_mem, &pos, &key, &len, &v))) {
+    while (found < PRUNE_BATCH && seen < PRUNE_VISIT && pos - start < PRUNE_SLOTS &&
+           (more = wq_keymap_next_upto(lq->done_mem, &pos, PRUNE_SLOTS - (pos - start), &key, &len,
+                                       &v)) != 0) {
+        if (more < 0)
+            break; /* PRUNE_SLOTS walked */
         seen++;
         if (done_at(v) >= cutoff)
             continue;
@@ -663,10 +679,16 @@ static void prune_done(wq_host *h, void *data, uint64_t id)
     }
     for (size_t at = 0; at < used;) {
         memcpy(&len, keys + at, sizeof len);
-        done_forget(lq, keys + at + sizeof len, len);
+        done_drop(lq, keys + at + sizeof len, len);
         at += sizeof len + len;
     }
     free(keys);
+    if (found)
+        lq->done_lost = 1; /* their rows are now in the file without a memory */
+    if (!more && lq->done_lost && lq->sq) {
+        lq->done_lost = 0;
+        wq_store_done_prune(lq->sq, cutoff);
+    }
     /* The next batch goes on from here (a walk from the start each time
      * would read the emptied front of the table again and again). */
     lq->prune_pos = more ? pos : 0;
@@ -1034,6 +1056,8 @@ static int queue_forget_done(lua_State *L)
     const char *key = wq_checkkey(L, 2, "forget_done", &len);
     int had = done_get(lq, key, len) != NULL;
     done_forget(lq, key, len);
+    if (!had && lq->sq)
+        wq_store_done_del(lq->sq, key, len); /* a row whose memory expired may not be swept yet */
     lua_pushboolean(L, had);
     return 1;
 }

@@ -45,7 +45,7 @@ typedef struct lqueue {
     wq_keymap *done_mem; /* finished keys -> their memory (see done_entry in lqueue.c) */
     uint64_t prune_timer;
     size_t prune_pos;    /* where the next prune batch starts in done_mem */
-    int done_lost;       /* a memory could not be kept: the file may hold rows none knows */
+    int done_lost;       /* the file may hold done rows no memory knows of: sweep it */
     struct lcron *crons; /* its schedules (lcron.c) */
 } lqueue;
 

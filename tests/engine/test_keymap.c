@@ -303,6 +303,48 @@ Test(keymap, iteration_visits_every_key_once)
     finish();
 }
 
+Test(keymap, bounded_iteration_looks_at_no_more_slots_than_asked_and_misses_no_key)
+{
+    enum { N = 1000 };
+    static int seen[N];
+    char k[32];
+    for (int i = 0; i < N; i++) {
+        snprintf(k, sizeof k, "%d", i);
+        put(k, (uint64_t)i);
+    }
+    for (int i = 0; i < N; i++) /* a sparse map: 10 keys in over a thousand slots */
+        if (i % 100) {
+            snprintf(k, sizeof k, "%d", i);
+            del(k);
+        }
+    size_t pos = 0, len, last = 0;
+    const char *key;
+    uint64_t v;
+    int n = 0, r, stops = 0;
+    while ((r = wq_keymap_next_upto(m, &pos, 7, &key, &len, &v)) != 0) {
+        cr_assert_leq(pos - last, 7, "looked at %zu slots", pos - last);
+        cr_assert_gt(pos, last);
+        last = pos;
+        if (r < 0) {
+            stops++;
+            continue;
+        }
+        cr_assert_eq(r, 1);
+        cr_assert_eq(v % 100, 0);
+        cr_assert_eq(seen[v], 0);
+        seen[v] = 1;
+        n++;
+    }
+    cr_assert_eq(n, 10);
+    cr_assert_gt(stops, 100);
+    cr_assert_eq(wq_keymap_next_upto(m, &pos, 7, &key, &len, &v), 0, "stays at the end");
+    cr_assert_eq(wq_keymap_next_upto(m, &pos, 0, &key, &len, &v), 0);
+    pos = 0;
+    cr_assert_eq(wq_keymap_next_upto(m, &pos, 0, &key, &len, &v), -1, "no slot looked at");
+    cr_assert_eq(pos, 0);
+    finish();
+}
+
 Test(keymap, clear_removes_every_key_and_the_map_stays_usable)
 {
     char k[32];
