@@ -861,6 +861,7 @@ int wq_store_flush(wq_store *s)
     f.nins = 0;
     f.ndput = 0;
     double now = f.now;
+    wq_ckpt_before_commit(s);
     int rc = wq_store_run(s->st[ST_BEGIN]);
     if (rc == SQLITE_OK)
         rc = write_all(&f);

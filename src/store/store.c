@@ -45,8 +45,9 @@ int wq_store_break(wq_store *s, int code, const char *fmt, ...)
         va_end(ap);
         s->broken = code;
         /* Closing would otherwise copy the WAL into the file, and delete a -wal file that may now
-         * belong to another database at the path. */
+         * belong to another database at the path; nor may the checkpointer copy any more. */
         sqlite3_db_config(s->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)NULL);
+        wq_ckpt_stop(s);
     }
     return wq_store_broken(s);
 }
@@ -461,6 +462,7 @@ int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timeb
     }
     s->next_open = open_stores;
     open_stores = s;
+    wq_ckpt_start(s); /* when it cannot start, the commits checkpoint (wal_autocheckpoint above) */
     *out = s;
     return 0;
 fail:
@@ -520,6 +522,7 @@ void wq_store_close(wq_store *s)
         return;
     if (wq_store_flush(s) == 0 && wq_store_check_path(s) == 0)
         exec(s, "DELETE FROM meta WHERE name LIKE 'owner^_%' ESCAPE '^'");
+    wq_ckpt_stop(s); /* closing the connection makes the last checkpoint */
     for (wq_store **pp = &open_stores; *pp; pp = &(*pp)->next_open) {
         if (*pp == s) {
             *pp = s->next_open;

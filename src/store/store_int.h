@@ -2,8 +2,9 @@
  * Internals shared by the store's modules (store.c: open, queues and the
  * Bloom filter; commit.c: the pending set and group commit; restore.c:
  * start-up restore and the inbox; jobs.c: completed-job memory and
- * schedules; schema.c: the file format and migrations; cli.c: `wqrun add`
- * and `wqrun status`). Nothing outside src/store includes this.
+ * schedules; checkpoint.c: the background checkpointer; schema.c: the file
+ * format and migrations; cli.c: `wqrun add` and `wqrun status`). Nothing
+ * outside src/store includes this.
  */
 #ifndef WQ_STORE_INT_H
 #define WQ_STORE_INT_H
@@ -143,8 +144,11 @@ struct wq_store_queue {
     uint32_t nddel;
 };
 
+typedef struct wq_ckpt wq_ckpt;
+
 struct wq_store {
     sqlite3 *db;
+    wq_ckpt *ckpt; /* the background checkpointer, NULL when not running */
     char *path;
     int lock_fd;
     dev_t dev;
@@ -290,6 +294,22 @@ void wq_store_forget_gone(wq_store_queue *sq);
 void wq_store_touch_requeued(wq_store_queue *sq, const char *key, size_t len);
 /* Whether the process already has path open as a store (same file). */
 int wq_store_open_here(const char *path);
+
+/* ---- checkpoint.c ---- */
+
+/*
+ * Starts the background checkpointer (a thread with its own connection
+ * that copies the WAL into the file, so that the loop's commits never
+ * wait for a checkpoint) and stops the store's connection from
+ * checkpointing in its commits. 0, or -1 when it cannot start (the
+ * connection then checkpoints in its commits, as SQLite does by default).
+ */
+int wq_ckpt_start(wq_store *s);
+/* Stops the checkpointer, waiting for a checkpoint under way to end. Does nothing when none runs.
+ */
+void wq_ckpt_stop(wq_store *s);
+/* Before a commit: when the checkpointer fell far behind, copies the rest of the WAL itself. */
+void wq_ckpt_before_commit(wq_store *s);
 
 /* ---- jobs.c ---- */
 
