@@ -90,6 +90,8 @@ static int on_commit(void *arg, sqlite3 *db, const char *name, int pages)
 
 int wq_ckpt_start(wq_store *s)
 {
+    if (!sqlite3_threadsafe())
+        return -1; /* an SQLite built for one thread */
     wq_ckpt *c = wq_malloc(sizeof *c);
     if (!c)
         return -1;

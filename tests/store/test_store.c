@@ -2298,6 +2298,37 @@ Test(store, done_prune_deletes_the_queues_rows_older_than_the_bound_with_the_nex
     wq_queue_free(o.q);
 }
 
+Test(store, a_commit_leaving_a_thousand_pages_in_the_wal_is_copied_into_the_file_in_the_background)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    cr_assert_eq(wq_store_flush(s), 0);
+    struct stat st0, st;
+    cr_assert_eq(stat(path, &st0), 0);
+    /* 1,500 rows of 4 KB: some 1,500 pages in the WAL (SQLite alone would wait for 10,000). */
+    static char big[4002];
+    memset(big, 'x', sizeof big);
+    big[0] = big[sizeof big - 1] = '"';
+    char key[16];
+    for (int i = 0; i < 1500; i++) {
+        snprintf(key, sizeof key, "k%d", i);
+        wq_store_done_put(p.sq, key, strlen(key), UNIX0, big, sizeof big);
+    }
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    /* Nothing more is asked of the store: the checkpointer does it. */
+    int64_t grown = 0;
+    for (int i = 0; i < 500 && grown < 4 << 20; i++) {
+        usleep(10000);
+        cr_assert_eq(stat(path, &st), 0);
+        grown = (int64_t)st.st_size - (int64_t)st0.st_size;
+    }
+    cr_assert_geq(grown, 4 << 20, "the file grew by %lld bytes", (long long)grown);
+    cr_assert_eq(qint("SELECT count(*) FROM done"), 1500);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
 Test(store, done_prune_of_a_big_table_sweeps_a_bounded_slice_per_flush_until_through)
 {
     wq_store *s = open_ok();
