@@ -147,6 +147,11 @@ int wq_keymap_del(wq_keymap *m, const char *key, size_t len)
     return 1;
 }
 
+void wq_keymap_prefetch(const wq_keymap *m, const char *key, size_t len)
+{
+    __builtin_prefetch(&m->slots[wq_hash(key, len) & m->mask]);
+}
+
 size_t wq_keymap_count(const wq_keymap *m)
 {
     return m->count;

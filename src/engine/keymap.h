@@ -25,6 +25,9 @@ uint64_t *wq_keymap_get(const wq_keymap *m, const char *key, size_t len);
 uint64_t *wq_keymap_put(wq_keymap *m, const char *key, size_t len, int *created);
 /* Removes key; returns 1 if it was there, else 0. */
 int wq_keymap_del(wq_keymap *m, const char *key, size_t len);
+/* Starts loading the slot a lookup of key reads first: a hint before a lookup that comes soon
+ * (on a big map that slot is a cache miss). Changes nothing. */
+void wq_keymap_prefetch(const wq_keymap *m, const char *key, size_t len);
 /* Number of keys. */
 size_t wq_keymap_count(const wq_keymap *m);
 /* Removes every key (keeps the table's capacity). */

@@ -141,6 +141,18 @@ Test(keymap, key_is_copied)
     finish();
 }
 
+Test(keymap, prefetch_is_only_a_hint)
+{
+    wq_keymap_prefetch(m, "absent", 6);
+    put("k", 5);
+    wq_keymap_prefetch(m, "k", 1);
+    wq_keymap_prefetch(m, "", 0);
+    cr_assert_eq(wq_keymap_count(m), 1);
+    cr_assert_eq(*get("k"), 5);
+    cr_assert_null(get("absent"));
+    finish();
+}
+
 Test(keymap, many_keys_survive_growth)
 {
     char k[32];
