@@ -147,14 +147,21 @@ int wq_keymap_del(wq_keymap *m, const char *key, size_t len)
     return 1;
 }
 
+void wq_keymap_prefetch(const wq_keymap *m, const char *key, size_t len)
+{
+    __builtin_prefetch(&m->slots[wq_hash(key, len) & m->mask]);
+}
+
 size_t wq_keymap_count(const wq_keymap *m)
 {
     return m->count;
 }
 
-int wq_keymap_next(const wq_keymap *m, size_t *pos, const char **key, size_t *len, uint64_t *value)
+int wq_keymap_next_upto(const wq_keymap *m, size_t *pos, size_t limit, const char **key,
+                        size_t *len, uint64_t *value)
 {
-    for (size_t i = *pos; i <= m->mask; i++) {
+    size_t end = *pos < m->mask + 1 && limit < m->mask + 1 - *pos ? *pos + limit : m->mask + 1;
+    for (size_t i = *pos; i < end; i++) {
         if (m->slots[i].key) {
             *key = m->slots[i].key;
             *len = m->slots[i].len;
@@ -164,6 +171,15 @@ int wq_keymap_next(const wq_keymap *m, size_t *pos, const char **key, size_t *le
             return 1;
         }
     }
+    if (end <= m->mask) {
+        *pos = end;
+        return -1;
+    }
     *pos = m->mask + 1;
     return 0;
+}
+
+int wq_keymap_next(const wq_keymap *m, size_t *pos, const char **key, size_t *len, uint64_t *value)
+{
+    return wq_keymap_next_upto(m, pos, SIZE_MAX, key, len, value);
 }

@@ -25,6 +25,9 @@ uint64_t *wq_keymap_get(const wq_keymap *m, const char *key, size_t len);
 uint64_t *wq_keymap_put(wq_keymap *m, const char *key, size_t len, int *created);
 /* Removes key; returns 1 if it was there, else 0. */
 int wq_keymap_del(wq_keymap *m, const char *key, size_t len);
+/* Starts loading the slot a lookup of key reads first: a hint before a lookup that comes soon
+ * (on a big map that slot is a cache miss). Changes nothing. */
+void wq_keymap_prefetch(const wq_keymap *m, const char *key, size_t len);
 /* Number of keys. */
 size_t wq_keymap_count(const wq_keymap *m);
 /* Removes every key (keeps the table's capacity). */
@@ -35,5 +38,13 @@ void wq_keymap_clear(wq_keymap *m);
  * entry, or 0 at the end. The map must not change during iteration.
  */
 int wq_keymap_next(const wq_keymap *m, size_t *pos, const char **key, size_t *len, uint64_t *value);
+/*
+ * The same, looking at no more than limit slots from *pos (a sparse map's
+ * empty slots cost as much to walk as full ones): 1 with the next entry,
+ * 0 at the end, -1 when limit slots held none (*pos is then past them:
+ * call again from there).
+ */
+int wq_keymap_next_upto(const wq_keymap *m, size_t *pos, size_t limit, const char **key,
+                        size_t *len, uint64_t *value);
 
 #endif

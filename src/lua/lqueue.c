@@ -16,6 +16,7 @@
 #include "store/store.h"
 
 #include <lauxlib.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -485,23 +486,72 @@ typedef struct done_entry {
     char result[]; /* JSON text */
 } done_entry;
 
-static done_entry *done_get(const lqueue *lq, const char *key, size_t len)
+/*
+ * A memory is the value of its key in done_mem. Most jobs return no
+ * result: their value is the bits of finished_at itself (a positive normal
+ * double is at least 2^52 as bits, above any user-space pointer), so they
+ * cost no allocation, and a prune turn reads their time without a pointer
+ * to chase. A memory with a result points to a done_entry.
+ */
+#define DONE_INLINE_MIN (UINT64_C(1) << 52)
+
+static int done_inline(uint64_t v)
 {
-    if (!lq->done_mem)
-        return NULL;
-    uint64_t *v = wq_keymap_get(lq->done_mem, key, len);
-    return v ? (done_entry *)(uintptr_t)*v : NULL;
+    return v >= DONE_INLINE_MIN;
+}
+
+static double done_at(uint64_t v)
+{
+    if (!done_inline(v))
+        return ((const done_entry *)(uintptr_t)v)->finished_at;
+    double t;
+    memcpy(&t, &v, sizeof t);
+    return t;
+}
+
+static void done_free(uint64_t v)
+{
+    if (!done_inline(v))
+        free((done_entry *)(uintptr_t)v);
+}
+
+/* The memory of key (its value in done_mem), or NULL. */
+static const uint64_t *done_get(const lqueue *lq, const char *key, size_t len)
+{
+    return lq->done_mem ? wq_keymap_get(lq->done_mem, key, len) : NULL;
+}
+
+/*
+ * A memory could not be kept (out of memory): the key may run again, which
+ * is allowed, but the file may now hold a done row no memory knows of, so
+ * the end of the prune pass has the store sweep the file.
+ */
+static void lost_done(lqueue *lq)
+{
+    lq->done_lost = 1;
+}
+
+/* Drops key's memory, leaving its row (if any) to the store's sweep. */
+static void done_drop(lqueue *lq, const char *key, size_t len)
+{
+    const uint64_t *v = done_get(lq, key, len);
+    if (!v)
+        return;
+    uint64_t old = *v;
+    wq_keymap_del(lq->done_mem, key, len);
+    done_free(old);
 }
 
 static void done_forget(lqueue *lq, const char *key, size_t len)
 {
-    done_entry *e = done_get(lq, key, len);
-    if (!e)
+    const uint64_t *v = done_get(lq, key, len);
+    if (!v)
         return;
+    uint64_t old = *v;
     if (lq->sq)
         wq_store_done_del(lq->sq, key, len);
     wq_keymap_del(lq->done_mem, key, len);
-    free(e);
+    done_free(old);
 }
 
 void lqueue_remember_done(lqueue *lq, const char *key, size_t len, const char *result, size_t rlen)
@@ -517,32 +567,45 @@ void lqueue_remember_done_at(lqueue *lq, const char *key, size_t len, double at,
         return;
     if (persist && lq->sq)
         wq_store_done_put(lq->sq, key, len, at, result, rlen);
-    done_entry *e = malloc(sizeof *e + (result ? rlen : 0));
-    if (!e)
-        return; /* not remembered: the key may run again, which is allowed */
-    e->finished_at = at;
-    e->has_result = result != NULL;
-    e->rlen = result ? rlen : 0;
-    if (result)
-        memcpy(e->result, result, rlen);
+    uint64_t nv;
+    if (!result && isnormal(at) && at > 0) {
+        memcpy(&nv, &at, sizeof nv);
+    } else {
+        done_entry *e = malloc(sizeof *e + (result ? rlen : 0));
+        if (e && (uintptr_t)e >= DONE_INLINE_MIN) { /* cannot happen in user space */
+            free(e);
+            e = NULL;
+        }
+        if (!e) {
+            lost_done(lq);
+            return;
+        }
+        e->finished_at = at;
+        e->has_result = result != NULL;
+        e->rlen = result ? rlen : 0;
+        if (result)
+            memcpy(e->result, result, rlen);
+        nv = (uint64_t)(uintptr_t)e;
+    }
     int created;
     uint64_t *v = wq_keymap_put(lq->done_mem, key, len, &created);
     if (!v) {
-        free(e);
+        done_free(nv);
+        lost_done(lq);
         return;
     }
     if (!created)
-        free((done_entry *)(uintptr_t)*v);
-    *v = (uint64_t)(uintptr_t)e;
+        done_free(*v);
+    *v = nv;
 }
 
 /* Whether key finished within keep_done and nothing is pending for it. */
 static int done_skips(lqueue *lq, const char *key, size_t len)
 {
-    done_entry *e = done_get(lq, key, len);
-    if (!e)
+    const uint64_t *v = done_get(lq, key, len);
+    if (!v)
         return 0;
-    if (wq_host_unix(lq->host, wq_host_now(lq->host)) - e->finished_at > lq->keep_done) {
+    if (wq_host_unix(lq->host, wq_host_now(lq->host)) - done_at(*v) > lq->keep_done) {
         done_forget(lq, key, len);
         return 0;
     }
@@ -575,8 +638,22 @@ static void arm_prune(lqueue *lq, double seconds)
 
 #define PRUNE_BATCH 2000  /* expired memories dropped per turn */
 #define PRUNE_VISIT 20000 /* memories looked at per turn (each may be a cache miss) */
+#define PRUNE_SLOTS 65536 /* map slots walked per turn (2 MiB; once pruned, most are empty) */
 
-/* Drops memories older than keep_done (a host timer, every 30 s at most). */
+/*
+ * Drops memories older than keep_done (a host timer: a pass over them all
+ * every keep_done seconds, 30 at most, in turns 10 ms apart).
+ *
+ * Their rows are not deleted key by key: the memories are walked in hash
+ * order, so a turn's 2,000 deletes would touch about as many pages of the
+ * done table, scattered over the file, which every commit and checkpoint
+ * then writes (with --db, pauses of 30-130 ms). Once a pass has dropped
+ * anything, the store sweeps the table in key order instead, deleting the
+ * expired rows among a slice of neighbours per commit
+ * (wq_store_done_prune). Until the sweep reaches it, an expired row stays
+ * in the file without a memory, which is harmless: it is expired (read back
+ * at a restart, it is dropped again).
+ */
 static void prune_done(wq_host *h, void *data, uint64_t id)
 {
     (void)id;
@@ -585,24 +662,23 @@ static void prune_done(wq_host *h, void *data, uint64_t id)
     if (!lq->done_mem)
         return;
     double cutoff = wq_host_unix(h, wq_host_now(h)) - lq->keep_done;
-    /* The rows go with the memories, key by key (done_forget), a turn's
-     * worth per commit; this also catches rows of keys no longer in memory. */
-    if (lq->sq)
-        wq_store_done_prune(lq->sq, cutoff);
     /* The expired keys first (deleting while walking would move entries). */
     char *keys = NULL;
     size_t used = 0, cap = 0, pos = lq->prune_pos, len;
     const char *key;
     uint64_t v;
-    /* At most PRUNE_BATCH dropped and PRUNE_VISIT looked at per turn, so a
-     * million memories never hold the loop for long; a pass over them all
-     * goes on in the next turns, 10 ms apart. */
-    size_t found = 0, seen = 0;
+    /* At most PRUNE_BATCH dropped, PRUNE_VISIT looked at and PRUNE_SLOTS
+     * walked per turn, so a million memories never hold the loop for long;
+     * a pass over them all goes on in the next turns, 10 ms apart. */
+    size_t found = 0, seen = 0, start = pos;
     int more = 0;
-    while (found < PRUNE_BATCH && seen < PRUNE_VISIT &&
-           (more = wq_keymap_next(lq->done_mem, &pos, &key, &len, &v))) {
+    while (found < PRUNE_BATCH && seen < PRUNE_VISIT && pos - start < PRUNE_SLOTS &&
+           (more = wq_keymap_next_upto(lq->done_mem, &pos, PRUNE_SLOTS - (pos - start), &key, &len,
+                                       &v)) != 0) {
+        if (more < 0)
+            break; /* PRUNE_SLOTS walked */
         seen++;
-        if (((done_entry *)(uintptr_t)v)->finished_at >= cutoff)
+        if (done_at(v) >= cutoff)
             continue;
         found++;
         if (used + sizeof len + len > cap) {
@@ -621,10 +697,16 @@ static void prune_done(wq_host *h, void *data, uint64_t id)
     }
     for (size_t at = 0; at < used;) {
         memcpy(&len, keys + at, sizeof len);
-        done_forget(lq, keys + at + sizeof len, len);
+        done_drop(lq, keys + at + sizeof len, len);
         at += sizeof len + len;
     }
     free(keys);
+    if (found)
+        lq->done_lost = 1; /* their rows are now in the file without a memory */
+    if (!more && lq->done_lost && lq->sq) {
+        lq->done_lost = 0;
+        wq_store_done_prune(lq->sq, cutoff);
+    }
     /* The next batch goes on from here (a walk from the start each time
      * would read the emptied front of the table again and again). */
     lq->prune_pos = more ? pos : 0;
@@ -955,15 +1037,16 @@ static int queue_done_info(lua_State *L)
     lqueue *lq = lqueue_check(L, "done_info");
     size_t len;
     const char *key = wq_checkkey(L, 2, "done_info", &len);
-    done_entry *e = done_get(lq, key, len);
-    if (!e || wq_host_unix(lq->host, wq_host_now(lq->host)) - e->finished_at > lq->keep_done) {
+    const uint64_t *v = done_get(lq, key, len);
+    if (!v || wq_host_unix(lq->host, wq_host_now(lq->host)) - done_at(*v) > lq->keep_done) {
         lua_pushnil(L);
         return 1;
     }
     lua_createtable(L, 0, 2);
-    lua_pushnumber(L, e->finished_at);
+    lua_pushnumber(L, done_at(*v));
     lua_setfield(L, -2, "finished_at");
-    if (e->has_result) {
+    const done_entry *e = done_inline(*v) ? NULL : (const done_entry *)(uintptr_t)*v;
+    if (e && e->has_result) {
         wq_push_payload(L, e->result, e->rlen);
         lua_setfield(L, -2, "result");
     }
@@ -978,6 +1061,8 @@ static int queue_forget_done(lua_State *L)
     const char *key = wq_checkkey(L, 2, "forget_done", &len);
     int had = done_get(lq, key, len) != NULL;
     done_forget(lq, key, len);
+    if (!had && lq->sq)
+        wq_store_done_del(lq->sq, key, len); /* a row whose memory expired may not be swept yet */
     lua_pushboolean(L, had);
     return 1;
 }
@@ -1120,7 +1205,7 @@ void lqueue_close(lqueue *lq)
         size_t len;
         uint64_t v;
         while (wq_keymap_next(lq->done_mem, &pos, &key, &len, &v))
-            free((done_entry *)(uintptr_t)v);
+            done_free(v);
         wq_keymap_free(lq->done_mem);
         lq->done_mem = NULL;
     }

@@ -43,9 +43,10 @@ typedef struct lqueue {
     int job_arg;         /* the handler takes a third argument (the job table) */
     int on_dead_ref;     /* registry: on_dead hook, LUA_NOREF without one */
     double keep_done;    /* seconds a finished key is remembered, 0: not at all */
-    wq_keymap *done_mem; /* finished keys -> struct done_entry * */
+    wq_keymap *done_mem; /* finished keys -> their memory (see done_entry in lqueue.c) */
     uint64_t prune_timer;
     size_t prune_pos;    /* where the next prune batch starts in done_mem */
+    int done_lost;       /* the file may hold done rows no memory knows of: sweep it */
     struct lcron *crons; /* its schedules (lcron.c) */
     int group_of_ref;    /* registry: the group_of option, LUA_NOREF without one */
 } lqueue;

@@ -398,6 +398,8 @@ static int worker_k(lua_State *L, int status, lua_KContext ctx)
             wq_waitlist_push(&lq->getters, t);
             return wq_task_wait(L, t, lqueue_get_cancel, PH_GET, worker_k);
         }
+        if (lq->done_mem) /* remembered once it succeeds: load its slot meanwhile */
+            wq_keymap_prefetch(lq->done_mem, info.key, info.keylen);
         lqueue_push_taken(L, lq, &info);                      /* W_KEY, W_JSON */
         t->job_key = lua_tolstring(L, W_KEY, &t->job_keylen); /* for the watchdog */
         lua_pushcfunction(L, msgh);

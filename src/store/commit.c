@@ -17,7 +17,8 @@
  * overhead, so it avoids both where it can: a key whose last event was
  * WQ_EV_GONE is known to have no record (the engine tells every drop), so
  * it is not looked up; rows the Bloom filter proves new go in as plain
- * multi-row INSERTs, and deletions as multi-key DELETEs.
+ * multi-row INSERTs, done rows as multi-row INSERT OR REPLACEs, and
+ * deletions of both as multi-key DELETEs.
  *
  * A flush commits only while the path still names the file the store has
  * open (checked just before and just after COMMIT), so a commit never
@@ -41,8 +42,8 @@ static void free_extra(struct extra *e)
     memset(e, 0, sizeof *e);
 }
 
-/* Forgets the pending set (after a successful flush, or at close). */
-void wq_store_clear_pending(wq_store *s)
+/* Forgets the pending set (after a successful flush: committed 1, or at close: 0). */
+void wq_store_clear_pending(wq_store *s, int committed)
 {
     for (uint32_t i = 0; i < s->nqueues; i++)
         s->queues[i]->resync = 0;
@@ -69,7 +70,7 @@ void wq_store_clear_pending(wq_store *s)
         wq_free(s->announce[i]);
     s->nannounce = 0;
     s->ninbox_del = 0;
-    wq_store_clear_jobs(s);
+    wq_store_clear_jobs(s, committed);
     wq_store_clear_ops(s);
 }
 
@@ -384,19 +385,33 @@ int wq_store_prepare_batches(wq_store *s)
     }
     if (wq_store_prepare(s, &s->st[ST_INSERT_ITEMS], sql) < 0)
         return -1;
-    n = (size_t)snprintf(sql, sizeof sql, "DELETE FROM items WHERE queue = ?1 AND key IN (");
-    for (int k = 0; k < WQ_STORE_DELETE_BATCH; k++)
-        n += (size_t)snprintf(sql + n, sizeof sql - n, "?%d%s", k + 2,
-                              k + 1 < WQ_STORE_DELETE_BATCH ? ", " : ")");
-    return wq_store_prepare(s, &s->st[ST_DELETE_ITEMS], sql);
+    n = (size_t)snprintf(sql, sizeof sql,
+                         "INSERT OR REPLACE INTO done(queue, key, finished_at, result) VALUES ");
+    for (int r = 0; r < WQ_STORE_INSERT_BATCH; r++)
+        n += (size_t)snprintf(sql + n, sizeof sql - n, "%s(?%d, ?%d, ?%d, ?%d)", r ? ", " : "",
+                              4 * r + 1, 4 * r + 2, 4 * r + 3, 4 * r + 4);
+    if (wq_store_prepare(s, &s->st[ST_INSERT_DONE], sql) < 0)
+        return -1;
+    static const char *const tables[] = {"items", "done"};
+    for (int t = 0; t < 2; t++) {
+        n = (size_t)snprintf(sql, sizeof sql, "DELETE FROM %s WHERE queue = ?1 AND key IN (",
+                             tables[t]);
+        for (int k = 0; k < WQ_STORE_DELETE_BATCH; k++)
+            n += (size_t)snprintf(sql + n, sizeof sql - n, "?%d%s", k + 2,
+                                  k + 1 < WQ_STORE_DELETE_BATCH ? ", " : ")");
+        if (wq_store_prepare(s, &s->st[t ? ST_DELETE_DONES : ST_DELETE_ITEMS], sql) < 0)
+            return -1;
+    }
+    return 0;
 }
 
 /*
  * One flush's batches. Rows the filter proves new wait in ins for a
- * multi-row INSERT; keys to delete wait in their queue's del (the DELETE
- * names one queue). Keys and payloads are bound with SQLITE_STATIC: they
- * point into the engine's records and the pending set's arena, which stay
- * put while the flush runs (it changes neither), and every statement's
+ * multi-row INSERT, done rows in dput; keys to delete wait in their
+ * queue's del and ddel (the DELETE names one queue). Keys, payloads and
+ * results are bound with SQLITE_STATIC: they point into the engine's
+ * records and the pending set's arena and extras, which stay put while the
+ * flush runs (it changes none of them), and every statement's
  * parameters are all bound again before its next step and cleared when the
  * flush ends.
  */
@@ -412,6 +427,8 @@ struct flush {
         uint8_t mode, readded, renew;
     } ins[WQ_STORE_INSERT_BATCH];
     int nins;
+    uint32_t dput[WQ_STORE_INSERT_BATCH]; /* entries whose done rows to write */
+    int ndput;
 };
 
 /* Fewer keys than this to delete from a queue go one statement each. */
@@ -548,29 +565,99 @@ static int delete_key(sqlite3_stmt *st, wq_store_queue *sq, const char *key, siz
     return wq_store_run(st);
 }
 
-/* Deletes the items rows of the keys waiting in sq->del. */
-static int delete_rows(wq_store *s, wq_store_queue *sq)
+/*
+ * Deletes the rows of the n keys (pending entries ids) from the queue's
+ * table: one statement each (one) when few, else one multi-key statement
+ * (many).
+ */
+static int delete_keys(wq_store *s, wq_store_queue *sq, const uint32_t *ids, int n, int one,
+                       int many)
 {
-    int n = (int)sq->ndel, rc = SQLITE_OK;
-    sq->ndel = 0;
+    int rc = SQLITE_OK;
     if (n < DELETE_BATCH_MIN) {
         for (int i = 0; i < n && rc == SQLITE_OK; i++) {
-            const struct pend *p = &s->ents[sq->del[i]];
-            rc = delete_key(s->st[ST_DELETE_ITEM], sq, s->arena + p->key_off, p->keylen);
+            const struct pend *p = &s->ents[ids[i]];
+            rc = delete_key(s->st[one], sq, s->arena + p->key_off, p->keylen);
         }
         return rc;
     }
-    sqlite3_stmt *st = s->st[ST_DELETE_ITEMS];
+    sqlite3_stmt *st = s->st[many];
     sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
     for (int i = 0; i < WQ_STORE_DELETE_BATCH; i++) {
         if (i < n) {
-            const struct pend *p = &s->ents[sq->del[i]];
+            const struct pend *p = &s->ents[ids[i]];
             sqlite3_bind_text(st, i + 2, s->arena + p->key_off, (int)p->keylen, SQLITE_STATIC);
         } else {
             sqlite3_bind_null(st, i + 2); /* matches no key */
         }
     }
     return wq_store_run(st);
+}
+
+/* Deletes the items rows of the keys waiting in sq->del. */
+static int delete_rows(wq_store *s, wq_store_queue *sq)
+{
+    int n = (int)sq->ndel;
+    sq->ndel = 0;
+    return delete_keys(s, sq, sq->del, n, ST_DELETE_ITEM, ST_DELETE_ITEMS);
+}
+
+/* Deletes the done rows of the keys waiting in sq->ddel. */
+static int delete_done_rows(wq_store *s, wq_store_queue *sq)
+{
+    int n = (int)sq->nddel;
+    sq->nddel = 0;
+    return delete_keys(s, sq, sq->ddel, n, ST_DELETE_DONE, ST_DELETE_DONES);
+}
+
+/* Binds entry id's done row (queue, key, finished_at, result) at parameters base + 1 ..
+ * base + 4. */
+static void bind_done(sqlite3_stmt *st, int base, const wq_store *s, uint32_t id)
+{
+    const struct pend *p = &s->ents[id];
+    const struct extra *e = &s->extras[p->extra - 1];
+    const wq_store_queue *sq = s->queues[p->qidx];
+    sqlite3_bind_text(st, base + 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
+    sqlite3_bind_text(st, base + 2, s->arena + p->key_off, (int)p->keylen, SQLITE_STATIC);
+    sqlite3_bind_double(st, base + 3, e->finished_at);
+    if (e->result)
+        sqlite3_bind_text64(st, base + 4, e->result, e->rlen, SQLITE_STATIC, SQLITE_UTF8);
+    else
+        sqlite3_bind_null(st, base + 4);
+}
+
+/* Writes the done rows waiting in f->dput: a full batch in one statement, the rest one by one. */
+static int insert_done_rows(struct flush *f)
+{
+    wq_store *s = f->s;
+    int n = f->ndput;
+    f->ndput = 0;
+    if (n == WQ_STORE_INSERT_BATCH) {
+        sqlite3_stmt *st = s->st[ST_INSERT_DONE];
+        for (int i = 0; i < n; i++)
+            bind_done(st, 4 * i, s, f->dput[i]);
+        return wq_store_run(st);
+    }
+    int rc = SQLITE_OK;
+    for (int i = 0; i < n && rc == SQLITE_OK; i++) {
+        bind_done(s->st[ST_UPSERT_DONE], 0, s, f->dput[i]);
+        rc = wq_store_run(s->st[ST_UPSERT_DONE]);
+    }
+    return rc;
+}
+
+/* Queues entry p's done change (put or delete) for its batch. */
+static int write_done(struct flush *f, wq_store_queue *sq, const struct pend *p, int op)
+{
+    wq_store *s = f->s;
+    uint32_t id = (uint32_t)(p - s->ents);
+    f->rows++;
+    if (op == OP_SET) {
+        f->dput[f->ndput++] = id;
+        return f->ndput == WQ_STORE_INSERT_BATCH ? insert_done_rows(f) : SQLITE_OK;
+    }
+    sq->ddel[sq->nddel++] = id;
+    return sq->nddel == WQ_STORE_DELETE_BATCH ? delete_done_rows(s, sq) : SQLITE_OK;
 }
 
 static int write_item(struct flush *f, wq_store_queue *sq, const struct pend *p, const char *key)
@@ -679,23 +766,6 @@ static int write_extra(wq_store *s, wq_store_queue *sq, const char *key, size_t 
         rc = delete_key(s->st[ST_DELETE_DEAD], sq, key, len);
         ++*rows;
     }
-    if (rc != SQLITE_OK)
-        return rc;
-    if (e->done_op == OP_SET) {
-        sqlite3_stmt *st = s->st[ST_UPSERT_DONE];
-        sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, key, (int)len, SQLITE_TRANSIENT);
-        sqlite3_bind_double(st, 3, e->finished_at);
-        if (e->result)
-            sqlite3_bind_text64(st, 4, e->result, e->rlen, SQLITE_TRANSIENT, SQLITE_UTF8);
-        else
-            sqlite3_bind_null(st, 4);
-        rc = wq_store_run(st);
-        ++*rows;
-    } else if (e->done_op == OP_DEL) {
-        rc = delete_key(s->st[ST_DELETE_DONE], sq, key, len);
-        ++*rows;
-    }
     return rc;
 }
 
@@ -721,13 +791,14 @@ static void note_committed(wq_store *s)
 /* Ends the flush's use of bound memory: no statement keeps a pointer past it. */
 static void unbind(wq_store *s)
 {
-    static const int bound[] = {ST_UPSERT_ITEM,  ST_INSERT_ITEMS, ST_DELETE_ITEM, ST_DELETE_ITEMS,
-                                ST_DELETE_FAIL,  ST_DELETE_DEAD,  ST_DELETE_DONE, ST_PRUNE_DONE,
-                                ST_UPSERT_SCHED, ST_DELETE_SCHED};
+    static const int bound[] = {ST_UPSERT_ITEM, ST_INSERT_ITEMS, ST_DELETE_ITEM, ST_DELETE_ITEMS,
+                                ST_DELETE_FAIL, ST_DELETE_DEAD,  ST_UPSERT_DONE, ST_INSERT_DONE,
+                                ST_DELETE_DONE, ST_DELETE_DONES, ST_PRUNE_SEEK,  ST_PRUNE_DONE,
+                                ST_PRUNE_TAIL,  ST_UPSERT_SCHED, ST_DELETE_SCHED};
     for (size_t i = 0; i < sizeof bound / sizeof *bound; i++)
         sqlite3_clear_bindings(s->st[bound[i]]);
     for (uint32_t i = 0; i < s->nqueues; i++)
-        s->queues[i]->ndel = 0;
+        s->queues[i]->ndel = s->queues[i]->nddel = 0;
 }
 
 /* Writes the items rows of the pending set and the other changes of the window. */
@@ -744,14 +815,23 @@ static int write_all(struct flush *f)
         const char *key = s->arena + p->key_off;
         if ((p->flags & PE_ITEM) && !sq->resync)
             rc = write_item(f, sq, p, key);
-        if (rc == SQLITE_OK && p->extra)
-            rc = write_extra(s, sq, key, p->keylen, &s->extras[p->extra - 1], f->now, &f->rows);
+        if (rc == SQLITE_OK && p->extra) {
+            const struct extra *e = &s->extras[p->extra - 1];
+            rc = write_extra(s, sq, key, p->keylen, e, f->now, &f->rows);
+            if (rc == SQLITE_OK && e->done_op != OP_NONE)
+                rc = write_done(f, sq, p, e->done_op);
+        }
     }
     if (rc == SQLITE_OK)
         rc = insert_rows(f);
-    for (uint32_t i = 0; i < s->nqueues && rc == SQLITE_OK; i++)
+    if (rc == SQLITE_OK)
+        rc = insert_done_rows(f);
+    for (uint32_t i = 0; i < s->nqueues && rc == SQLITE_OK; i++) {
         if (s->queues[i]->ndel)
             rc = delete_rows(s, s->queues[i]);
+        if (rc == SQLITE_OK && s->queues[i]->nddel)
+            rc = delete_done_rows(s, s->queues[i]);
+    }
     for (size_t i = 0; i < s->nannounce && rc == SQLITE_OK; i++) {
         sqlite3_bind_text(s->st[ST_QUEUE_SEEN], 1, s->announce[i], -1, SQLITE_STATIC);
         sqlite3_bind_double(s->st[ST_QUEUE_SEEN], 2, f->now);
@@ -783,7 +863,9 @@ int wq_store_flush(wq_store *s)
     f.now = wq_store_wall();
     f.rows = 0;
     f.nins = 0;
+    f.ndput = 0;
     double now = f.now;
+    wq_ckpt_before_commit(s);
     int rc = wq_store_run(s->st[ST_BEGIN]);
     if (rc == SQLITE_OK)
         rc = write_all(&f);
@@ -805,7 +887,7 @@ int wq_store_flush(wq_store *s)
 
     note_committed(s);
     s->stats.inbox_consumed += s->ninbox_del;
-    wq_store_clear_pending(s);
+    wq_store_clear_pending(s, 1);
     if (s->bloom_set > WQ_STORE_BLOOM_BITS / 2)
         wq_store_bloom_rebuild(s);
     double dt = (double)(wq_store_mono_ns() - t0) / 1e9;

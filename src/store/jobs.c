@@ -6,6 +6,11 @@
  * few schedules, changed once per run of each), a prune is one bound per
  * queue. The runner keeps both tables in memory and reads them once, at
  * start-up.
+ *
+ * done has no index on finished_at (every job would pay for it), so a
+ * prune cannot find the expired rows without reading them all: it sweeps
+ * the queue's rows in key order, WQ_STORE_PRUNE_STEP rows per flush, so
+ * that no commit is held up by a table of a million rows.
  */
 #include "store/store_int.h"
 
@@ -23,13 +28,36 @@ static void free_op(struct sched_op *o)
     memset(o, 0, sizeof *o);
 }
 
-void wq_store_clear_jobs(wq_store *s)
+/* Forgets the queue's prune and the slice a flush prepared (NULL: none). */
+static void end_prune(wq_store_queue *sq, int keep)
+{
+    wq_free(sq->prune_next);
+    sq->prune_next = NULL;
+    sq->prune_end = 0;
+    if (keep)
+        return;
+    wq_free(sq->prune_from);
+    sq->prune_from = NULL;
+    sq->prune = 0;
+}
+
+void wq_store_clear_jobs(wq_store *s, int committed)
 {
     for (size_t i = 0; i < s->nsched; i++)
         free_op(&s->sched[i]);
     s->nsched = 0;
-    for (uint32_t i = 0; i < s->nqueues; i++)
-        s->queues[i]->prune = 0;
+    for (uint32_t i = 0; i < s->nqueues; i++) {
+        wq_store_queue *sq = s->queues[i];
+        if (committed && sq->prune && !sq->prune_end) {
+            /* The slice is committed: the next one starts where it ended. */
+            wq_free(sq->prune_from);
+            sq->prune_from = sq->prune_next;
+            sq->prune_fromlen = sq->prune_nextlen;
+            sq->prune_next = NULL;
+            continue;
+        }
+        end_prune(sq, 0);
+    }
 }
 
 /* The pending change of the queue's schedule name, made if absent (emptied); NULL when out of
@@ -115,11 +143,56 @@ int wq_store_done_prune(wq_store_queue *sq, double older_than)
         return WQ_EINVAL;
     if (!sq->prune || older_than > sq->prune_before)
         sq->prune_before = older_than;
-    sq->prune = 1;
+    sq->prune = 1; /* a sweep under way goes on from where it is, with the new bound */
     return 0;
 }
 
 /* ---- writing them (inside the flush's transaction) ---- */
+
+/*
+ * Deletes the expired rows among the next WQ_STORE_PRUNE_STEP of the
+ * queue's done rows in key order, from prune_from: up to the key after
+ * them (kept in prune_next for the next flush) or, when fewer are left, to
+ * the end (prune_end: the sweep is through). SQLite result code.
+ */
+static int prune_slice(wq_store *s, wq_store_queue *sq, uint64_t *rows)
+{
+    end_prune(sq, 1); /* a slice an earlier, failed flush prepared */
+    const char *from = sq->prune_from ? sq->prune_from : "";
+    int fromlen = sq->prune_from ? (int)sq->prune_fromlen : 0;
+    sqlite3_stmt *st = s->st[ST_PRUNE_SEEK];
+    sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, from, fromlen, SQLITE_STATIC);
+    sqlite3_bind_int(st, 3, WQ_STORE_PRUNE_STEP);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        const char *k = (const char *)sqlite3_column_text(st, 0);
+        size_t klen = (size_t)sqlite3_column_bytes(st, 0);
+        sq->prune_next = wq_store_dup(k ? k : "", klen);
+        sq->prune_nextlen = klen;
+        rc = sq->prune_next ? SQLITE_OK : SQLITE_NOMEM;
+    } else if (rc == SQLITE_DONE) {
+        sq->prune_end = 1;
+        rc = SQLITE_OK;
+    }
+    sqlite3_reset(st);
+    if (rc != SQLITE_OK)
+        return rc;
+    if (sq->prune_end) {
+        st = s->st[ST_PRUNE_TAIL];
+        sqlite3_bind_double(st, 3, sq->prune_before);
+    } else {
+        st = s->st[ST_PRUNE_DONE];
+        sqlite3_bind_text(st, 3, sq->prune_next, (int)sq->prune_nextlen, SQLITE_STATIC);
+        sqlite3_bind_double(st, 4, sq->prune_before);
+    }
+    sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, from, fromlen, SQLITE_STATIC);
+    rc = wq_store_run(st);
+    if (rc == SQLITE_OK)
+        *rows += (uint64_t)sqlite3_changes(s->db);
+    return rc;
+}
 
 static void bind_time(sqlite3_stmt *st, int i, double t)
 {
@@ -162,17 +235,9 @@ int wq_store_write_jobs(wq_store *s, double now, uint64_t *rows)
         ++*rows;
     }
     /* After the window's done rows (commit.c writes them first): an expired one goes too. */
-    for (uint32_t i = 0; i < s->nqueues && rc == SQLITE_OK; i++) {
-        wq_store_queue *sq = s->queues[i];
-        if (!sq->prune)
-            continue;
-        sqlite3_stmt *st = s->st[ST_PRUNE_DONE];
-        sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
-        sqlite3_bind_double(st, 2, sq->prune_before);
-        rc = wq_store_run(st);
-        if (rc == SQLITE_OK)
-            *rows += (uint64_t)sqlite3_changes(s->db);
-    }
+    for (uint32_t i = 0; i < s->nqueues && rc == SQLITE_OK; i++)
+        if (s->queues[i]->prune)
+            rc = prune_slice(s, s->queues[i], rows);
     return rc;
 }
 

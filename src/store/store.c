@@ -45,8 +45,9 @@ int wq_store_break(wq_store *s, int code, const char *fmt, ...)
         va_end(ap);
         s->broken = code;
         /* Closing would otherwise copy the WAL into the file, and delete a -wal file that may now
-         * belong to another database at the path. */
+         * belong to another database at the path; nor may the checkpointer copy any more. */
         sqlite3_db_config(s->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)NULL);
+        wq_ckpt_stop(s);
     }
     return wq_store_broken(s);
 }
@@ -274,7 +275,9 @@ static const char *const stmt_sql[ST_INSERT_ITEMS] = {
     "DELETE FROM items WHERE queue = ?1",
     "INSERT OR REPLACE INTO done(queue, key, finished_at, result) VALUES (?1, ?2, ?3, ?4)",
     "DELETE FROM done WHERE queue = ?1 AND key = ?2",
-    "DELETE FROM done WHERE queue = ?1 AND finished_at < ?2",
+    "SELECT key FROM done WHERE queue = ?1 AND key >= ?2 ORDER BY key LIMIT 1 OFFSET ?3",
+    "DELETE FROM done WHERE queue = ?1 AND key >= ?2 AND key < ?3 AND finished_at < ?4",
+    "DELETE FROM done WHERE queue = ?1 AND key >= ?2 AND finished_at < ?3",
     "INSERT OR REPLACE INTO schedules(queue, name, spec, key, payload, next_at, last_at, tz,"
     " catch_up, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     "DELETE FROM schedules WHERE queue = ?1 AND name = ?2",
@@ -467,6 +470,7 @@ int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timeb
     }
     s->next_open = open_stores;
     open_stores = s;
+    wq_ckpt_start(s); /* when it cannot start, the commits checkpoint (wal_autocheckpoint above) */
     *out = s;
     return 0;
 fail:
@@ -526,6 +530,7 @@ void wq_store_close(wq_store *s)
         return;
     if (wq_store_flush(s) == 0 && wq_store_check_path(s) == 0)
         exec(s, "DELETE FROM meta WHERE name LIKE 'owner^_%' ESCAPE '^'");
+    wq_ckpt_stop(s); /* closing the connection makes the last checkpoint */
     for (wq_store **pp = &open_stores; *pp; pp = &(*pp)->next_open) {
         if (*pp == s) {
             *pp = s->next_open;
@@ -535,7 +540,7 @@ void wq_store_close(wq_store *s)
     finalize_all(s);
     sqlite3_close(s->db);
     close(s->lock_fd); /* after SQLite let go of the file: closing drops this process's locks */
-    wq_store_clear_pending(s);
+    wq_store_clear_pending(s, 0);
     for (uint32_t i = 0; i < s->nqueues; i++) {
         wq_keymap_free(s->queues[i]->fail_set);
         wq_free(s->queues[i]->name);

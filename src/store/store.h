@@ -153,10 +153,15 @@ void wq_store_done_put(wq_store_queue *sq, const char *key, size_t len, double f
 /* Forgets key's done row (q:forget_done, a forced add), with the next flush. */
 void wq_store_done_del(wq_store_queue *sq, const char *key, size_t len);
 /*
- * Deletes, with the next flush, the queue's done rows with finished_at <
- * older_than (Unix seconds), also rows put in this window. Calls before a
- * flush merge (the latest bound wins). 0, or WQ_EINVAL (sq NULL, older_than
- * not finite).
+ * Deletes the queue's done rows with finished_at < older_than (Unix
+ * seconds), also rows put before the flush that reaches them. The table
+ * has no index on the time, so the rows are swept in key order, at most
+ * 1,024 of them per flush (a table of a million rows would otherwise hold
+ * one commit for tens of ms): a big table takes several flushes, and the
+ * store stays dirty until the sweep is through. A call while a sweep is
+ * under way goes on with it (the latest bound wins). The runner's memory
+ * deletes rows key by key as they expire; this is for rows no memory
+ * knows of. 0, or WQ_EINVAL (sq NULL, older_than not finite).
  */
 int wq_store_done_prune(wq_store_queue *sq, double older_than);
 /*

@@ -2,8 +2,9 @@
  * Internals shared by the store's modules (store.c: open, queues and the
  * Bloom filter; commit.c: the pending set and group commit; restore.c:
  * start-up restore and the inbox; jobs.c: completed-job memory and
- * schedules; schema.c: the file format and migrations; cli.c: `wqrun add`
- * and `wqrun status`). Nothing outside src/store includes this.
+ * schedules; checkpoint.c: the background checkpointer; schema.c: the file
+ * format and migrations; cli.c: `wqrun add` and `wqrun status`). Nothing
+ * outside src/store includes this.
  */
 #ifndef WQ_STORE_INT_H
 #define WQ_STORE_INT_H
@@ -49,11 +50,15 @@ enum {
     ST_DELETE_QUEUE_ITEMS,
     ST_UPSERT_DONE,
     ST_DELETE_DONE,
+    ST_PRUNE_SEEK,
     ST_PRUNE_DONE,
+    ST_PRUNE_TAIL,
     ST_UPSERT_SCHED,
     ST_DELETE_SCHED,
     ST_INSERT_ITEMS,     /* WQ_STORE_INSERT_BATCH new rows */
     ST_DELETE_ITEMS,     /* up to WQ_STORE_DELETE_BATCH keys of one queue */
+    ST_INSERT_DONE,      /* WQ_STORE_INSERT_BATCH done rows */
+    ST_DELETE_DONES,     /* up to WQ_STORE_DELETE_BATCH done keys of one queue */
     ST_PREPARED_AT_OPEN, /* the ones below are prepared on first use */
     ST_SELECT_INBOX = ST_PREPARED_AT_OPEN,
     ST_DATA_VERSION,
@@ -129,10 +134,17 @@ struct wq_store_queue {
     int resync;          /* a touch was lost: rewrite all of the queue's rows at the next flush */
     void (*meta_fn)(void *ud, const wq_item_info *info, wq_item_meta *out);
     void *meta_ud;
-    int prune; /* delete done rows older than prune_before at the next flush */
+    int prune; /* a sweep deleting done rows older than prune_before is under way */
     double prune_before;
+    char *prune_from; /* the sweep's next slice starts at this key (NULL: at the first) */
+    size_t prune_fromlen;
+    char *prune_next; /* during a flush: where the slice after this one starts */
+    size_t prune_nextlen;
+    int prune_end;                       /* during a flush: this slice ends the sweep */
     uint32_t del[WQ_STORE_DELETE_BATCH]; /* during a flush: entries whose rows to delete */
     uint32_t ndel;
+    uint32_t ddel[WQ_STORE_DELETE_BATCH]; /* the same for done rows */
+    uint32_t nddel;
     int set_paused; /* write queues.paused = paused at the next flush */
     int paused;
 };
@@ -144,8 +156,11 @@ struct cmd_result {
     char *text;
 };
 
+typedef struct wq_ckpt wq_ckpt;
+
 struct wq_store {
     sqlite3 *db;
+    wq_ckpt *ckpt; /* the background checkpointer, NULL when not running */
     char *path;
     int lock_fd;
     dev_t dev;
@@ -284,12 +299,12 @@ void wq_store_bloom_rebuild(wq_store *s);
 
 /* ---- commit.c ---- */
 
-/* Forgets the pending set (after a successful flush, or at close). */
-void wq_store_clear_pending(wq_store *s);
+/* Forgets the pending set (after a successful flush: committed 1, or at close: 0). */
+void wq_store_clear_pending(wq_store *s, int committed);
 
 /* Prepares a statement; 0 or WQ_EIO with the message set. */
 int wq_store_prepare(wq_store *s, sqlite3_stmt **st, const char *sql);
-/* Prepares the multi-row statements (ST_INSERT_ITEMS, ST_DELETE_ITEMS); 0 or WQ_EIO. */
+/* Prepares the multi-row statements (ST_INSERT_ITEMS ... ST_DELETE_DONES); 0 or WQ_EIO. */
 int wq_store_prepare_batches(wq_store *s);
 /* The queue reads another engine queue now: what its pending entries say about records is void. */
 void wq_store_forget_gone(wq_store_queue *sq);
@@ -308,13 +323,36 @@ void wq_store_clear_ops(wq_store *s);
 /* Whether any is waiting to be written. */
 int wq_store_ops_dirty(const wq_store *s);
 
+/* ---- checkpoint.c ---- */
+
+/*
+ * Starts the background checkpointer (a thread with its own connection
+ * that copies the WAL into the file, so that the loop's commits never
+ * wait for a checkpoint) and stops the store's connection from
+ * checkpointing in its commits. 0, or -1 when it cannot start (the
+ * connection then checkpoints in its commits, as SQLite does by default).
+ */
+int wq_ckpt_start(wq_store *s);
+/* Stops the checkpointer, waiting for a checkpoint under way to end. Does nothing when none runs.
+ */
+void wq_ckpt_stop(wq_store *s);
+/* Before a commit: when the checkpointer fell far behind, copies the rest of the WAL itself. */
+void wq_ckpt_before_commit(wq_store *s);
+
 /* ---- jobs.c ---- */
 
-/* Writes the window's schedule changes and done prunes (inside the flush's transaction). SQLite
- * result code; adds the rows written to *rows. */
+/* Done rows a flush's prune slice looks at, at most (wq_store_done_prune). */
+#define WQ_STORE_PRUNE_STEP 1024
+
+/* Writes the window's schedule changes and a slice of each done prune (inside the flush's
+ * transaction). SQLite result code; adds the rows written to *rows. */
 int wq_store_write_jobs(wq_store *s, double now, uint64_t *rows);
-/* Forgets the window's schedule changes and done prunes (after a successful flush, or at close). */
-void wq_store_clear_jobs(wq_store *s);
+/*
+ * After a successful flush (committed 1): forgets the window's schedule
+ * changes and moves each prune past its slice (ending a prune that is
+ * through). At close (committed 0): forgets schedule changes and prunes.
+ */
+void wq_store_clear_jobs(wq_store *s, int committed);
 
 /* Command lines (cli.c, cli_ops.c): matches "--name VALUE" or "--name=VALUE" at argv[*i],
  * advancing *i past the value. 1 matched, 0 not this option, -1 the value is missing. */

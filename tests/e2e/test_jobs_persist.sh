@@ -31,4 +31,13 @@ expect_not_in "$OUT" "tick skipped" "catch_up skip: the missed time is not added
 last=$(sql "$DB" "SELECT last_at > 0 FROM schedules WHERE name = 'once'")
 check "last_at is recorded ($last)" test "$last" = 1
 
+# Expired memories: their rows leave the file too (swept in slices, once a prune pass dropped any).
+run --quiet --db "$TMP/prune.db" "$E2E_DIR/lua/persist_prune.lua" 3000
+expect_rc 0 "prune run"
+expect_in "$OUT" "re-add k1 at once: false" "a finished key is remembered"
+expect_in "$OUT" "k1 remembered after 3 s: false" "and forgotten after keep_done"
+left=$(sql "$TMP/prune.db" "SELECT group_concat(key) FROM done")
+check "the expired rows are gone from the done table, the fresh one is there ($left)" \
+    test "$left" = fresh
+
 finish

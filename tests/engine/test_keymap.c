@@ -141,6 +141,18 @@ Test(keymap, key_is_copied)
     finish();
 }
 
+Test(keymap, prefetch_is_only_a_hint)
+{
+    wq_keymap_prefetch(m, "absent", 6);
+    put("k", 5);
+    wq_keymap_prefetch(m, "k", 1);
+    wq_keymap_prefetch(m, "", 0);
+    cr_assert_eq(wq_keymap_count(m), 1);
+    cr_assert_eq(*get("k"), 5);
+    cr_assert_null(get("absent"));
+    finish();
+}
+
 Test(keymap, many_keys_survive_growth)
 {
     char k[32];
@@ -300,6 +312,48 @@ Test(keymap, iteration_visits_every_key_once)
     }
     cr_assert_eq(n, N - (N + 2) / 3);
     cr_assert_eq(wq_keymap_next(m, &pos, &key, &len, &v), 0, "stays at the end");
+    finish();
+}
+
+Test(keymap, bounded_iteration_looks_at_no_more_slots_than_asked_and_misses_no_key)
+{
+    enum { N = 1000 };
+    static int seen[N];
+    char k[32];
+    for (int i = 0; i < N; i++) {
+        snprintf(k, sizeof k, "%d", i);
+        put(k, (uint64_t)i);
+    }
+    for (int i = 0; i < N; i++) /* a sparse map: 10 keys in over a thousand slots */
+        if (i % 100) {
+            snprintf(k, sizeof k, "%d", i);
+            del(k);
+        }
+    size_t pos = 0, len, last = 0;
+    const char *key;
+    uint64_t v;
+    int n = 0, r, stops = 0;
+    while ((r = wq_keymap_next_upto(m, &pos, 7, &key, &len, &v)) != 0) {
+        cr_assert_leq(pos - last, 7, "looked at %zu slots", pos - last);
+        cr_assert_gt(pos, last);
+        last = pos;
+        if (r < 0) {
+            stops++;
+            continue;
+        }
+        cr_assert_eq(r, 1);
+        cr_assert_eq(v % 100, 0);
+        cr_assert_eq(seen[v], 0);
+        seen[v] = 1;
+        n++;
+    }
+    cr_assert_eq(n, 10);
+    cr_assert_gt(stops, 100);
+    cr_assert_eq(wq_keymap_next_upto(m, &pos, 7, &key, &len, &v), 0, "stays at the end");
+    cr_assert_eq(wq_keymap_next_upto(m, &pos, 0, &key, &len, &v), 0);
+    pos = 0;
+    cr_assert_eq(wq_keymap_next_upto(m, &pos, 0, &key, &len, &v), -1, "no slot looked at");
+    cr_assert_eq(pos, 0);
     finish();
 }
 

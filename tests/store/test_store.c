@@ -2217,6 +2217,60 @@ Test(store, done_rows_are_put_replaced_deleted_and_restored_through_a_flush_and_
     wq_queue_free(o.q);
 }
 
+Test(store, many_done_rows_of_two_queues_are_written_and_deleted_in_batches)
+{
+    wq_store *s = open_ok();
+    struct pq p, o;
+    pq_attach(&p, s, "jobs");
+    pq_attach(&o, s, "other");
+    /* 200 puts per queue: full 32-row statements and a tail written row by row; every third with
+     * a result. */
+    char key[16], res[16];
+    for (int i = 0; i < 200; i++) {
+        snprintf(key, sizeof key, "k%03d", i);
+        snprintf(res, sizeof res, "\"r%d\"", i);
+        wq_store_done_put(p.sq, key, strlen(key), UNIX0 + i, i % 3 ? NULL : res, strlen(res));
+        wq_store_done_put(o.sq, key, strlen(key), UNIX0 + 1000 + i, NULL, 0);
+    }
+    wq_store_stats st0, st1;
+    wq_store_get_stats(s, &st0);
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    wq_store_get_stats(s, &st1);
+    cr_assert_eq(st1.rows_written - st0.rows_written, 400);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'jobs'"), 200);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'other'"), 200);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'jobs' AND result IS NOT NULL"), 67);
+    cr_assert_str_eq(qtext("SELECT result FROM done WHERE queue = 'jobs' AND key = 'k198'"),
+                     "\"r198\"");
+    cr_assert_eq(qint("SELECT finished_at FROM done WHERE queue = 'other' AND key = 'k199'") -
+                     (int64_t)UNIX0,
+                 1199);
+    /* Deletes: 150 of one queue (two 64-key statements and a tail of 22), 5 of the other (one
+     * statement each), and replacements of rows that exist, in one window. */
+    for (int i = 0; i < 150; i++) {
+        snprintf(key, sizeof key, "k%03d", i);
+        wq_store_done_del(p.sq, key, strlen(key));
+    }
+    for (int i = 0; i < 5; i++) {
+        snprintf(key, sizeof key, "k%03d", 2 * i);
+        wq_store_done_del(o.sq, key, strlen(key));
+    }
+    for (int i = 150; i < 200; i++) {
+        snprintf(key, sizeof key, "k%03d", i);
+        wq_store_done_put(p.sq, key, strlen(key), UNIX0 + 5000 + i, "1", 1);
+    }
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'jobs'"), 50);
+    cr_assert_eq(qint("SELECT min(finished_at) FROM done WHERE queue = 'jobs'") - (int64_t)UNIX0,
+                 5150);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'jobs' AND result = '1'"), 50);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'other'"), 195);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'other' AND key = 'k008'"), 0);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    wq_queue_free(o.q);
+}
+
 Test(store, done_prune_deletes_the_queues_rows_older_than_the_bound_with_the_next_flush)
 {
     wq_store *s = open_ok();
@@ -2253,6 +2307,96 @@ Test(store, done_prune_deletes_the_queues_rows_older_than_the_bound_with_the_nex
     cr_assert_eq(wq_store_done_prune(p.sq, NAN), WQ_EINVAL);
     cr_assert_eq(wq_store_done_prune(NULL, 0), WQ_EINVAL);
     cr_assert(!wq_store_dirty(s));
+    wq_store_close(s);
+    wq_queue_free(p.q);
+    wq_queue_free(o.q);
+}
+
+Test(store, a_commit_leaving_a_thousand_pages_in_the_wal_is_copied_into_the_file_in_the_background)
+{
+    wq_store *s = open_ok();
+    struct pq p;
+    pq_attach(&p, s, "jobs");
+    cr_assert_eq(wq_store_flush(s), 0);
+    struct stat st0, st;
+    cr_assert_eq(stat(path, &st0), 0);
+    /* 1,500 rows of 4 KB: some 1,500 pages in the WAL (SQLite alone would wait for 10,000). */
+    static char big[4002];
+    memset(big, 'x', sizeof big);
+    big[0] = big[sizeof big - 1] = '"';
+    char key[16];
+    for (int i = 0; i < 1500; i++) {
+        snprintf(key, sizeof key, "k%d", i);
+        wq_store_done_put(p.sq, key, strlen(key), UNIX0, big, sizeof big);
+    }
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    /* Nothing more is asked of the store: the checkpointer does it. */
+    int64_t grown = 0;
+    for (int i = 0; i < 500 && grown < 4 << 20; i++) {
+        usleep(10000);
+        cr_assert_eq(stat(path, &st), 0);
+        grown = (int64_t)st.st_size - (int64_t)st0.st_size;
+    }
+    cr_assert_geq(grown, 4 << 20, "the file grew by %lld bytes", (long long)grown);
+    cr_assert_eq(qint("SELECT count(*) FROM done"), 1500);
+    wq_store_close(s);
+    wq_queue_free(p.q);
+}
+
+Test(store, done_prune_of_a_big_table_sweeps_a_bounded_slice_per_flush_until_through)
+{
+    wq_store *s = open_ok();
+    struct pq p, o;
+    pq_attach(&p, s, "jobs");
+    pq_attach(&o, s, "other");
+    /* 2,500 rows k00000.. (the even ones expired) and 10 expired rows of another queue. */
+    char key[16];
+    for (int i = 0; i < 2500; i++) {
+        snprintf(key, sizeof key, "k%05d", i);
+        wq_store_done_put(p.sq, key, strlen(key), UNIX0 + (i % 2 ? 100 : 1), NULL, 0);
+        if (i < 10)
+            wq_store_done_put(o.sq, key, strlen(key), UNIX0 + 1, NULL, 0);
+    }
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    _Static_assert(WQ_STORE_PRUNE_STEP == 1024, "the counts below");
+    wq_store_stats st;
+    /* 1: the first 1,024 keys; their 512 expired rows go. */
+    cr_assert_eq(wq_store_done_prune(p.sq, UNIX0 + 50), 0);
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    wq_store_get_stats(s, &st);
+    cr_assert_eq(st.last_commit_rows, 512);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'jobs'"), 2500 - 512);
+    cr_assert(wq_store_dirty(s), "the sweep goes on with the next flush");
+    /* Puts during the sweep: an expired row behind it waits for the next sweep, the ones ahead
+     * of it are swept; a later bound applies to the rest of the sweep. */
+    wq_store_done_put(p.sq, "a-behind", 8, UNIX0 + 1, NULL, 0);
+    wq_store_done_put(p.sq, "z-ahead", 7, UNIX0 + 1, NULL, 0);
+    wq_store_done_put(p.sq, "z-late", 6, UNIX0 + 150, NULL, 0);
+    cr_assert_eq(wq_store_done_prune(p.sq, UNIX0 + 200), 0);
+    /* 2: the next 1,024 keys, all expired by now. */
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    wq_store_get_stats(s, &st);
+    cr_assert_eq(st.last_commit_rows, 3 + 1024);
+    cr_assert(wq_store_dirty(s));
+    /* 3: the last 452 keys and the two put ahead: through. */
+    cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    wq_store_get_stats(s, &st);
+    cr_assert_eq(st.last_commit_rows, 452 + 2);
+    cr_assert(!wq_store_dirty(s));
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'jobs' AND key LIKE 'k%'"), 512);
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'jobs' AND finished_at < 1700000050"
+                      " AND key LIKE 'k%'"),
+                 0, "UNIX0 + 50");
+    cr_assert_str_eq(qtext("SELECT group_concat(key) FROM done WHERE key NOT LIKE 'k%'"),
+                     "a-behind");
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'other'"), 10);
+    /* A new sweep starts from the first key again. */
+    cr_assert_eq(wq_store_done_prune(p.sq, UNIX0 + 200), 0);
+    for (int i = 0; wq_store_dirty(s); i++) {
+        cr_assert_lt(i, 3);
+        cr_assert_eq(wq_store_flush(s), 0, "%s", wq_store_errmsg(s));
+    }
+    cr_assert_eq(qint("SELECT count(*) FROM done WHERE queue = 'jobs'"), 0);
     wq_store_close(s);
     wq_queue_free(p.q);
     wq_queue_free(o.q);
