@@ -922,7 +922,10 @@ static NOINLINE uint32_t get_limited(wq_queue *q)
     uint32_t id = pick(q, t);
     if (id == NIL)
         return NIL;
+    /* Records come out of many groups in turn, so the one two places on
+     * in id's group may be far off: load id's own slot too, for its done. */
     prefetch_ahead(q, id);
+    prefetch_slot(q, id);
     store_unlink(q, id);
     charge(q, id, t);
     hand_out(q, id, t);
