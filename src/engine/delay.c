@@ -88,6 +88,8 @@ int wq_delay_room(wq_delay *d, uint32_t nids, uint32_t nentries)
 
 int wq_delay_reserve(wq_delay *d, uint32_t max_id)
 {
+    if (max_id < d->pos_cap && d->len < d->cap)
+        return 0; /* the common case, kept as cheap as before wq_delay_room */
     if (max_id == UINT32_MAX)
         return WQ_ENOMEM;
     return wq_delay_room(d, max_id + 1, d->len + 1);
