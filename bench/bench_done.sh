@@ -17,7 +17,7 @@
 # (medians; every run on a "#" line) and the verdicts. Environment:
 #   WQRUN          wqrun binary (default: build-bench/wqrun, built Release here)
 #   WQRUN_BEFORE   a second binary to compare with (optional)
-#   DONE_JOBS      jobs (1000000)   DONE_ROUNDS  rounds (5)   PRUNE_SECONDS  (40)
+#   DONE_JOBS      jobs (1000000)   DONE_ROUNDS  rounds (3)   PRUNE_SECONDS  (20)
 #   DONE_ONLY      "throughput" or "prune": only that part
 #   PRUNE_RT=1     run prune_pause.lua with real-time priority (chrt -f 5, as root): on a
 #                  shared machine other processes otherwise show up as gaps of 10-20 ms
@@ -28,8 +28,8 @@ cd "$(dirname "$0")/.."
 export LC_ALL=C
 
 jobs=${DONE_JOBS:-1000000}
-rounds=${DONE_ROUNDS:-5}
-seconds=${PRUNE_SECONDS:-40}
+rounds=${DONE_ROUNDS:-3}
+seconds=${PRUNE_SECONDS:-20}
 only=${DONE_ONLY:-}
 
 . bench/lib/release.sh
