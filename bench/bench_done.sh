@@ -17,15 +17,19 @@
 # (medians; every run on a "#" line) and the verdicts. Environment:
 #   WQRUN          wqrun binary (default: build-bench/wqrun, built Release here)
 #   WQRUN_BEFORE   a second binary to compare with (optional)
-#   DONE_JOBS      jobs (1000000)   DONE_ROUNDS  rounds (5)   PRUNE_SECONDS  (40)
+#   DONE_JOBS      jobs (1000000)   DONE_ROUNDS  rounds (3)   PRUNE_SECONDS  (20)
 #   DONE_ONLY      "throughput" or "prune": only that part
+#   PRUNE_RT=1     run prune_pause.lua with real-time priority (chrt -f 5, as root): on a
+#                  shared machine other processes otherwise show up as gaps of 10-20 ms
+#                  (a bare C loop of 1 ms sleeps sees them too); this leaves the loop's own
+#                  pauses
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export LC_ALL=C
 
 jobs=${DONE_JOBS:-1000000}
-rounds=${DONE_ROUNDS:-5}
-seconds=${PRUNE_SECONDS:-40}
+rounds=${DONE_ROUNDS:-3}
+seconds=${PRUNE_SECONDS:-20}
 only=${DONE_ONLY:-}
 
 . bench/lib/release.sh
@@ -55,6 +59,7 @@ echo "# machine: nproc $(nproc), cpu $(awk -F': ' '/^model name/ { print $2; exi
   "load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# binaries: ${bins[*]/#/ }: $(for b in "${bins[@]}"; do printf '%s=%s ' "$b" "${bin[$b]}"; done)"
 echo "# $rounds rounds, runs interleaved; medians reported"
+[[ ${PRUNE_RT:-} == 1 && $only != throughput ]] && echo "# prune runs with real-time priority (chrt -f 5)"
 
 declare -A runs
 
@@ -72,10 +77,11 @@ run_jobs() {
 
 # run_prune LABEL BIN KEEP [--db]: one prune_pause.lua run; appends its gap figures.
 run_prune() {
-  local label=$1 b=$2 keep=$3 db_args=()
+  local label=$1 b=$2 keep=$3 db_args=() rt=()
   rm -f "$db" "$db-wal" "$db-shm"
   [[ ${4:-} == --db ]] && db_args=(--db "$db" --sync normal)
-  "$b" --quiet "${db_args[@]}" bench/prune_pause.lua "$jobs" "$keep" "$seconds" p \
+  [[ ${PRUNE_RT:-} == 1 ]] && rt=(chrt -f 5)
+  "${rt[@]}" "$b" --quiet "${db_args[@]}" bench/prune_pause.lua "$jobs" "$keep" "$seconds" p \
     >"$tmp/out" 2>"$tmp/err" || {
     echo "bench_done: $b prune_pause.lua failed: $(head -c 2000 "$tmp/err")" >&2
     exit 1

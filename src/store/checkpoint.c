@@ -12,14 +12,23 @@
  * never block a writer: once a commit leaves CKPT_PAGES or more pages in
  * the WAL, the commit's WAL hook wakes it, and it copies what is there.
  * It is woken again after each later commit until the WAL restarts, so
- * it keeps up with a busy loop one commit at a time. But a writer starts
- * the WAL over only when every page in it was copied at the moment it
- * begins, and commits that come faster than checkpoints (a loop turn's
- * commit acknowledging HTTP posts) would never leave it that moment: the
- * WAL would grow without end. So once it is past GROWN_PAGES, the loop,
- * before its next commit, waits for the thread's checkpoint under way (a
- * few ms, bounded by WAIT_MS), copies the pages committed since (one or
- * two commits' worth) itself, and the commit starts the WAL over.
+ * it keeps up with a busy loop one commit at a time. A writer starts the
+ * WAL over when every page in it was copied at the moment it begins: after
+ * a big commit the thread takes a few rounds to catch up, then a commit
+ * finds it idle and the WAL restarts. But commits that always come faster
+ * than checkpoints (a loop turn's commit acknowledging HTTP posts, on a
+ * slow disk) would never leave that moment, and the WAL would grow without
+ * end (and a big WAL is slow to truncate and to sync: its first restart
+ * after 240 MB held a commit 35 ms in ftruncate). So once it is past
+ * GROWN_PAGES, the loop holds the thread: it starts no new checkpoint after
+ * the one under way. At the loop's next commit (or at once, when the thread
+ * is idle) the loop copies what the thread has not, the pages of the
+ * commits since the thread's last checkpoint began, and the commit starts
+ * the WAL over. That copy is the one checkpoint the loop still makes, once
+ * per GROWN_PAGES of WAL and only when commits keep the thread busy: a
+ * commit or two's pages (a 10,000-page one used to come every 40 MB). When
+ * the WAL does not start over even so (a reader of another connection
+ * keeps it), the loop tries again only after GROWN_STEP more pages.
  *
  * The thread touches nothing of the store but its own connection and this
  * struct (under mu). It is stopped before the store closes and as soon as
@@ -30,23 +39,24 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
-#include <time.h>
 
 #define CKPT_PAGES 1000   /* WAL pages after a commit that wake the checkpointer */
-#define GROWN_PAGES 20000 /* WAL pages (80 MiB) past which the loop helps it restart */
-#define WAIT_MS 20        /* longest wait for the thread's checkpoint then */
+#define GROWN_PAGES 65536 /* WAL pages (256 MiB, journal_size_limit) past which the loop helps */
+#define GROWN_STEP 8192   /* WAL pages (32 MiB) more before the loop tries again */
 
 struct wq_ckpt {
     pthread_t thread;
     sqlite3 *db; /* the thread's own connection */
     pthread_mutex_t mu;
-    pthread_cond_t cv;   /* to the thread: wanted, stop or held changed */
-    pthread_cond_t idle; /* to the loop: a checkpoint of the thread's ended */
-    int wanted;          /* a commit left CKPT_PAGES or more in the WAL */
-    int running;         /* the thread is checkpointing */
-    int held;            /* the loop is checkpointing: the thread waits */
+    pthread_cond_t cv; /* to the thread: wanted, stop or held changed */
+    int wanted;        /* a commit left CKPT_PAGES or more in the WAL */
+    int running;       /* the thread is checkpointing */
+    int held;          /* the loop wants to checkpoint: the thread starts no checkpoint */
     int stop;
-    int grown; /* the loop's own: the last commit left GROWN_PAGES or more */
+    /* The loop's own: */
+    int grown;      /* the last commit left next_grown pages or more */
+    int next_grown; /* GROWN_PAGES, or more after the WAL did not start over */
+    int pages;      /* in the WAL after the last commit */
 };
 
 static void *run(void *arg)
@@ -66,7 +76,6 @@ static void *run(void *arg)
         sqlite3_wal_checkpoint_v2(c->db, "main", SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
         pthread_mutex_lock(&c->mu);
         c->running = 0;
-        pthread_cond_signal(&c->idle);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -78,7 +87,10 @@ static int on_commit(void *arg, sqlite3 *db, const char *name, int pages)
     (void)db;
     (void)name;
     wq_ckpt *c = arg;
-    c->grown = pages >= GROWN_PAGES;
+    if (pages < c->pages)
+        c->next_grown = GROWN_PAGES; /* the WAL started over */
+    c->pages = pages;
+    c->grown = pages >= c->next_grown;
     if (pages >= CKPT_PAGES) {
         pthread_mutex_lock(&c->mu);
         c->wanted = 1;
@@ -96,6 +108,7 @@ int wq_ckpt_start(wq_store *s)
     if (!c)
         return -1;
     memset(c, 0, sizeof *c);
+    c->next_grown = GROWN_PAGES;
     const char *file = sqlite3_db_filename(s->db, "main");
     if (sqlite3_open_v2(file && *file ? file : s->path, &c->db,
                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK)
@@ -108,23 +121,12 @@ int wq_ckpt_start(wq_store *s)
                                              : "PRAGMA synchronous = NORMAL",
                      NULL, NULL, NULL) != SQLITE_OK)
         goto fail;
-    pthread_condattr_t ca;
-    if (pthread_condattr_init(&ca) != 0)
+    if (pthread_mutex_init(&c->mu, NULL) != 0)
         goto fail;
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int ok = pthread_mutex_init(&c->mu, NULL) == 0;
-    if (ok && pthread_cond_init(&c->cv, NULL) != 0) {
+    if (pthread_cond_init(&c->cv, NULL) != 0) {
         pthread_mutex_destroy(&c->mu);
-        ok = 0;
-    }
-    if (ok && pthread_cond_init(&c->idle, &ca) != 0) {
-        pthread_cond_destroy(&c->cv);
-        pthread_mutex_destroy(&c->mu);
-        ok = 0;
-    }
-    pthread_condattr_destroy(&ca);
-    if (!ok)
         goto fail;
+    }
     /* Signals are the loop's business: the thread blocks them all. */
     sigset_t all, old;
     sigfillset(&all);
@@ -132,7 +134,6 @@ int wq_ckpt_start(wq_store *s)
     int r = pthread_create(&c->thread, NULL, run, c);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (r != 0) {
-        pthread_cond_destroy(&c->idle);
         pthread_cond_destroy(&c->cv);
         pthread_mutex_destroy(&c->mu);
         goto fail;
@@ -158,7 +159,6 @@ void wq_ckpt_stop(wq_store *s)
     pthread_join(c->thread, NULL);
     sqlite3_wal_hook(s->db, NULL, NULL);
     sqlite3_close(c->db);
-    pthread_cond_destroy(&c->idle);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     wq_free(c);
@@ -170,24 +170,14 @@ void wq_ckpt_before_commit(wq_store *s)
     wq_ckpt *c = s->ckpt;
     if (!c || !c->grown)
         return;
-    c->grown = 0;
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_nsec += WAIT_MS * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
     pthread_mutex_lock(&c->mu);
-    while (c->running && pthread_cond_timedwait(&c->idle, &c->mu, &until) == 0)
-        ;
-    int mine = !c->running;
-    c->held = mine;
+    c->held = 1;
+    int busy = c->running;
     pthread_mutex_unlock(&c->mu);
-    if (!mine)
-        return; /* still at it: the next commit tries again */
-    /* The thread copied the WAL up to where its checkpoint began: what is left is the commits
-     * since, one or two. */
+    if (busy)
+        return; /* it starts no other checkpoint: the next commit finds it done */
+    c->grown = 0;
+    c->next_grown = c->pages + GROWN_STEP; /* until the WAL starts over */
     sqlite3_wal_checkpoint_v2(s->db, "main", SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
     pthread_mutex_lock(&c->mu);
     c->held = 0;

@@ -443,7 +443,7 @@ int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timeb
     char pragmas[256];
     snprintf(pragmas, sizeof pragmas,
              "PRAGMA synchronous = %s; PRAGMA cache_size = -65536;"
-             " PRAGMA wal_autocheckpoint = 10000; PRAGMA journal_size_limit = 67108864",
+             " PRAGMA wal_autocheckpoint = 10000; PRAGMA journal_size_limit = 268435456",
              sync == WQ_SYNC_FULL ? "FULL" : "NORMAL");
     if (exec(s, pragmas) != SQLITE_OK || prepare_all(s) < 0) {
         r = fail_buf(err, errlen, WQ_EIO, "cannot set up state file %s: %s", path,

@@ -4,7 +4,9 @@
  * (touch), and the store writes their current state, read back from the
  * engine, in one transaction per flush (group commit). Changes to the same
  * key inside one window coalesce: a key added and done within it costs no
- * row at all.
+ * row at all. A thread of the store's own, with its own connection, copies
+ * the WAL into the file (checkpoints), so that commits never wait for it;
+ * nothing else runs outside the caller's thread.
  */
 #ifndef WQ_STORE_H
 #define WQ_STORE_H

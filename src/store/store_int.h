@@ -336,7 +336,8 @@ int wq_ckpt_start(wq_store *s);
 /* Stops the checkpointer, waiting for a checkpoint under way to end. Does nothing when none runs.
  */
 void wq_ckpt_stop(wq_store *s);
-/* Before a commit: when the checkpointer fell far behind, copies the rest of the WAL itself. */
+/* Before a commit: once the WAL passed 256 MiB with the checkpointer always busy, holds the
+ * checkpointer and copies the rest of the WAL itself, so that the commit starts the WAL over. */
 void wq_ckpt_before_commit(wq_store *s);
 
 /* ---- jobs.c ---- */
