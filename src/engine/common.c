@@ -93,3 +93,25 @@ uint64_t wq_hash(const void *data, size_t len)
     h = mix(h ^ tail ^ ((uint64_t)len << 56), 0x8ebc6af09c88c6e3ULL);
     return mix(h, 0x589965cc75374cc3ULL);
 }
+
+void wq_show_key(char out[WQ_SHOWN_KEY], const char *key, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    char *o = out;
+    for (size_t i = 0; i < len && i < 64; i++) {
+        unsigned char c = (unsigned char)key[i];
+        if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
+            *o++ = (char)c;
+        } else {
+            *o++ = '\\';
+            *o++ = 'x';
+            *o++ = hex[c >> 4];
+            *o++ = hex[c & 15];
+        }
+    }
+    if (len > 64) {
+        memcpy(o, "...", 3);
+        o += 3;
+    }
+    *o = '\0';
+}

@@ -52,4 +52,12 @@ void wq_free(void *ptr);                  /* NULL is fine */
 /* 64-bit hash of a byte string (not cryptographic; good spread). */
 uint64_t wq_hash(const void *data, size_t len);
 
+/* Size of a key shown by wq_show_key. */
+#define WQ_SHOWN_KEY (4 * 64 + 4)
+/*
+ * A key for a message or log line: at most its first 64 bytes, with control
+ * bytes, bytes past ASCII, quotes and backslashes as \xNN, "..." if cut.
+ */
+void wq_show_key(char out[WQ_SHOWN_KEY], const char *key, size_t len);
+
 #endif

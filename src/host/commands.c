@@ -79,28 +79,11 @@ void wq_commands_abandon(wq_host *h)
     }
 }
 
-void wq_commands_show_key(char *out, const char *key, size_t len)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < len && i < 64; i++) {
-        unsigned char c = (unsigned char)key[i];
-        if (c < 0x20 || c == 0x7f || c == '\'' || c == '\\')
-            n += (size_t)snprintf(out + n, 5, "\\x%02x", c);
-        else
-            out[n++] = (char)c;
-    }
-    if (len > 64) {
-        memcpy(out + n, "...", 3);
-        n += 3;
-    }
-    out[n] = 0;
-}
-
 /* A cancel waits for the run to end: then its outcome is written. */
 struct pending_cancel {
     wq_host *h;
     int64_t id;
-    char text[WQ_SHOWN_KEY_MAX + 160];
+    char text[WQ_SHOWN_KEY + 160];
 };
 
 static void cancel_ended(void *ud, int ok)
@@ -133,14 +116,14 @@ static void apply(void *ud, const wq_command *c)
 {
     wq_host *h = ud;
     test_kill("received");
-    char msg[WQ_SHOWN_KEY_MAX + 256], key[WQ_SHOWN_KEY_MAX];
+    char msg[WQ_SHOWN_KEY + 256], key[WQ_SHOWN_KEY];
     int ok = 0;
     const wq_hqueue *hq = NULL;
     const char *op = c->op ? c->op : "";
     int needs_key =
         strcmp(op, "remove") == 0 || strcmp(op, "cancel") == 0 || strcmp(op, "retry") == 0;
     if (c->key)
-        wq_commands_show_key(key, c->key, c->keylen);
+        wq_show_key(key, c->key, c->keylen);
     if (!c->queue || !c->op) {
         snprintf(msg, sizeof msg, "a command needs a queue and an op (%s)", ops_list);
     } else if (!(hq = wq_host_find_queue(h, c->queue))) {

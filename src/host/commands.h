@@ -12,12 +12,5 @@
 void wq_commands_poll(wq_host *h);
 /* The process ends: tells every wq_host_when_cancelled waiter no (fn(ud, 0)). */
 void wq_commands_abandon(wq_host *h);
-/*
- * Writes a key for a message: at most 64 bytes, control bytes and quotes as
- * \xNN (bytes >= 0x80 kept, for UTF-8 keys), "..." after a cut. out holds
- * WQ_SHOWN_KEY_MAX bytes.
- */
-#define WQ_SHOWN_KEY_MAX (4 * 64 + 4)
-void wq_commands_show_key(char *out, const char *key, size_t len);
 
 #endif

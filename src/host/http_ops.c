@@ -248,8 +248,8 @@ static json_object *one(const char *field, json_object *v)
 static void key_error(struct evhttp_request *req, int code, const char *pre, const char *key,
                       size_t len, const char *post, const char *queue, const char *tail)
 {
-    char shown[WQ_SHOWN_KEY_MAX], msg[WQ_SHOWN_KEY_MAX + 200];
-    wq_commands_show_key(shown, key, len);
+    char shown[WQ_SHOWN_KEY], msg[WQ_SHOWN_KEY + 200];
+    wq_show_key(shown, key, len);
     snprintf(msg, sizeof msg, "%s'%s'%s'%s'%s", pre, shown, post, queue, tail);
     wq_http_reply_error(req, code, code == 404 ? "Not Found" : "Conflict", msg);
 }

@@ -112,28 +112,6 @@ void wq_push_payload(lua_State *L, const char *json, size_t len)
     }
 }
 
-void wq_show_key(char out[WQ_SHOWN_KEY], const char *key, size_t len)
-{
-    static const char hex[] = "0123456789abcdef";
-    char *o = out;
-    for (size_t i = 0; i < len && i < 64; i++) {
-        unsigned char c = (unsigned char)key[i];
-        if (c >= 0x20 && c < 0x7f && c != '\\') {
-            *o++ = (char)c;
-        } else {
-            *o++ = '\\';
-            *o++ = 'x';
-            *o++ = hex[c >> 4];
-            *o++ = hex[c & 15];
-        }
-    }
-    if (len > 64) {
-        memcpy(o, "...", 3);
-        o += 3;
-    }
-    *o = '\0';
-}
-
 /* ---- runtime functions ---- */
 
 static int wq_spawn(lua_State *L)

@@ -27,10 +27,6 @@ const char *wq_checkkey(lua_State *L, int idx, const char *fn, size_t *len);
  * JSON text pushed on the stack; raises a named argument error otherwise.
  */
 void wq_encode_payload(lua_State *L, int idx, const char *fn);
-/* Size of a key shown by wq_show_key. */
-#define WQ_SHOWN_KEY (4 * 64 + 4)
-/* A key for a log line: at most 64 bytes, control and non-ASCII bytes as \xNN. */
-void wq_show_key(char out[WQ_SHOWN_KEY], const char *key, size_t len);
 /* Pushes the decoded payload of JSON text (nil for NULL or null; text that is not JSON as is). */
 void wq_push_payload(lua_State *L, const char *json, size_t len);
 

@@ -6,6 +6,7 @@
  */
 #include "lua/sched.h"
 
+#include "engine/common.h"
 #include "host/progress.h"
 #include "host/timer.h"
 #include "lua/lqueue.h"

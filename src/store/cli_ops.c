@@ -13,6 +13,7 @@
  */
 #include "store/cli.h"
 
+#include "engine/common.h"
 #include "store/store_int.h"
 
 #include <errno.h>
@@ -198,24 +199,6 @@ static const char queue_known_sql[] = "SELECT EXISTS (SELECT 1 FROM queues WHERE
                                       " OR EXISTS (SELECT 1 FROM items WHERE queue = ?1)"
                                       " OR EXISTS (SELECT 1 FROM dead WHERE queue = ?1)";
 
-/* A key for a message: control bytes and quotes as \xNN, at most 64 bytes. */
-static void show(char *out, const char *key)
-{
-    size_t n = 0, len = strlen(key);
-    for (size_t i = 0; i < len && i < 64; i++) {
-        unsigned char c = (unsigned char)key[i];
-        if (c < 0x20 || c == 0x7f || c == '\'' || c == '\\')
-            n += (size_t)snprintf(out + n, 5, "\\x%02x", c);
-        else
-            out[n++] = (char)c;
-    }
-    if (len > 64) {
-        memcpy(out + n, "...", 3);
-        n += 3;
-    }
-    out[n] = 0;
-}
-
 /*
  * Applies the command to a file nobody else owns (the caller holds the
  * lock), inside the caller's transaction. 1 done, 0 refused, -1 SQLite
@@ -223,9 +206,9 @@ static void show(char *out, const char *key)
  */
 static int apply_direct(sqlite3 *db, const char *path, const struct args *a, char *msg, size_t len)
 {
-    char key[4 * 64 + 4] = "";
+    char key[WQ_SHOWN_KEY] = "";
     if (a->key)
-        show(key, a->key);
+        wq_show_key(key, a->key, strlen(a->key));
     int64_t known = one_int(db, queue_known_sql, a);
     if (known < 0)
         return -1;
@@ -554,9 +537,9 @@ static int list_items(sqlite3 *db, const char *path, const struct args *a, FILE 
             fprintf(out, "%s\n%s", n > 1 ? "," : "", (const char *)sqlite3_column_text(st, 6));
             continue;
         }
-        char key[4 * 64 + 4];
+        char key[WQ_SHOWN_KEY];
         const char *k = (const char *)sqlite3_column_text(st, 0);
-        show(key, k ? k : "");
+        wq_show_key(key, k ? k : "", k ? strlen(k) : 0);
         const char *ready = (const char *)sqlite3_column_text(st, 4);
         const char *payload = (const char *)sqlite3_column_text(st, 5);
         fprintf(out, "%-24s  %-10s  %8lld  %7lld  %-19s  %.60s%s\n", key,

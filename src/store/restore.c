@@ -253,15 +253,12 @@ int wq_store_poll_inbox(wq_store *s, int (*fn)(void *ud, const wq_inbox_row *row
         return WQ_EINVAL;
     if (s->broken)
         return wq_store_broken(s);
-    if (wq_store_prepare(s, &s->st[ST_DATA_VERSION], "PRAGMA data_version") < 0 ||
-        wq_store_prepare(s, &s->st[ST_SELECT_INBOX], select_inbox_sql) < 0)
+    int64_t version;
+    int rc = wq_store_data_version(s, &version, "read the inbox");
+    if (rc < 0)
+        return rc;
+    if (wq_store_prepare(s, &s->st[ST_SELECT_INBOX], select_inbox_sql) < 0)
         return WQ_EIO;
-    sqlite3_stmt *dv = s->st[ST_DATA_VERSION];
-    int rc = sqlite3_step(dv);
-    int64_t version = rc == SQLITE_ROW ? sqlite3_column_int64(dv, 0) : 0;
-    sqlite3_reset(dv);
-    if (rc != SQLITE_ROW)
-        return wq_store_sqlite_fail(s, rc, "read the inbox");
     int all = !s->inbox_polled || s->inbox_rescan;
     if (!all && version == s->data_version)
         return 0; /* nobody else wrote to the file */

@@ -151,6 +151,17 @@ int wq_store_prepare(wq_store *s, sqlite3_stmt **st, const char *sql)
     return 0;
 }
 
+int wq_store_data_version(wq_store *s, int64_t *version, const char *what)
+{
+    if (wq_store_prepare(s, &s->st[ST_DATA_VERSION], "PRAGMA data_version") < 0)
+        return WQ_EIO;
+    sqlite3_stmt *dv = s->st[ST_DATA_VERSION];
+    int rc = sqlite3_step(dv);
+    *version = rc == SQLITE_ROW ? sqlite3_column_int64(dv, 0) : 0;
+    sqlite3_reset(dv);
+    return rc == SQLITE_ROW ? 0 : wq_store_sqlite_fail(s, rc, what);
+}
+
 int wq_store_run(sqlite3_stmt *st)
 {
     int rc = sqlite3_step(st);

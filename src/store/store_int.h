@@ -304,6 +304,11 @@ void wq_store_clear_pending(wq_store *s, int committed);
 
 /* Prepares a statement; 0 or WQ_EIO with the message set. */
 int wq_store_prepare(wq_store *s, sqlite3_stmt **st, const char *sql);
+/*
+ * PRAGMA data_version of this connection (changes when another connection
+ * commits to the file); 0, or a WQ_E* whose message names <what>.
+ */
+int wq_store_data_version(wq_store *s, int64_t *version, const char *what);
 /* Prepares the multi-row statements (ST_INSERT_ITEMS ... ST_DELETE_DONES); 0 or WQ_EIO. */
 int wq_store_prepare_batches(wq_store *s);
 /* The queue reads another engine queue now: what its pending entries say about records is void. */
