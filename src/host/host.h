@@ -167,7 +167,7 @@ typedef struct wq_host_hooks {
     void *ud;
 } wq_host_hooks;
 
-#define WQ_WATCH_MS 250
+#define WQ_WATCH_MS 50 /* a stall is reported after 1.00-1.05 s */
 
 /* What a timer does when it fires; id is the timer's id. */
 typedef void (*wq_timer_fn)(wq_host *h, void *data, uint64_t id);
@@ -268,16 +268,6 @@ typedef void (*wq_durable_fn)(void *ud, int ok);
  * or nothing is pending. 0, or -1 on OOM (fn not called).
  */
 int wq_host_when_durable(wq_host *h, wq_durable_fn fn, void *ud);
-
-/*
- * Calls fn(ud, 1) once the handler run of key on queue q, which an
- * operator cancelled, has ended (fn(ud, 0) if the process ends first).
- * 0, or -1 on OOM (fn not called).
- */
-int wq_host_when_cancelled(wq_host *h, void *q, const char *key, size_t len, wq_durable_fn fn,
-                           void *ud);
-/* A cancelled handler run of key on queue q has ended: tells who waits for it. */
-void wq_host_cancelled(wq_host *h, void *q, const char *key, size_t len);
 
 /* Registers a queue (ops and q borrowed for the host's life). 0, or -1 on OOM. */
 int wq_host_add_queue(wq_host *h, const wq_queue_ops *ops, void *q, const char *name, int persist);

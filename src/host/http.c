@@ -14,6 +14,7 @@
 #include "engine/queue.h"
 #include "host/dashboard.h"
 #include "host/http_int.h"
+#include "host/http_ops.h"
 #include "host/json.h"
 #include "host/prom.h"
 

@@ -1,6 +1,6 @@
 /*
  * What http.c shares with the files that serve more of its routes
- * (http_ops.c): replies, and the operator routes' entry point.
+ * (http_ops.c): replies and queue summaries.
  */
 #ifndef WQ_HTTP_INT_H
 #define WQ_HTTP_INT_H
@@ -24,13 +24,5 @@ void wq_http_reply_durable(wq_host *h, struct evhttp_request *req, int code, con
 
 /* One queue's summary: name, the q:stats() fields, paused. NULL on OOM. */
 json_object *wq_http_queue_summary(const wq_hqueue *hq);
-
-/*
- * The operator routes under /queues/NAME/ (SPEC 7.5), for an authorized
- * request; path is the raw (percent-encoded) path, query the raw query or
- * NULL. Returns 1 when it answered, 0 when path is none of them.
- */
-int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const char *query,
-                enum evhttp_cmd_type cmd);
 
 #endif

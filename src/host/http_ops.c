@@ -8,6 +8,8 @@
  * names no queue or key, or asks the impossible, gets a 4xx JSON error
  * and changes nothing.
  */
+#include "host/http_ops.h"
+
 #include "host/commands.h"
 #include "host/http_int.h"
 #include "host/json.h"

@@ -95,8 +95,6 @@ void wq_monotime_calibrate(void)
     }
 }
 
-void wq_monotime_calibrate(void);
-
 int64_t wq_monotime_now(void)
 {
     int64_t ns;

@@ -15,7 +15,6 @@
  */
 #include "host/progress.h"
 
-#include <lauxlib.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

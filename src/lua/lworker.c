@@ -11,6 +11,7 @@
 #include "lua/lworker.h"
 
 #include "engine/common.h"
+#include "host/commands.h"
 #include "host/timer.h"
 #include "lua/ljson.h"
 #include "lua/lwq.h"

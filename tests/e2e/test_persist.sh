@@ -451,6 +451,16 @@ check "later: it exits at once, not in an hour ($(since "$t0") s)" \
     awk -v s="$(since "$t0")" 'BEGIN { exit !(s < 5) }'
 expect_eq "$(sql "$DB" "SELECT key, state, json_extract(payload, '$.made_by') FROM items WHERE queue = 'later'")" \
     "later waiting producer" "later: the delayed item stays in the file, waiting"
+# The same item with a task waiting in the queue's get keeps the process
+# alive until the task has it.
+DB=$TMP/later-get.db
+t0=$(now)
+run --quiet --db "$DB" "$LUA/persist_later_get.lua"
+expect_rc 0 "later, a task in get: exits 0"
+expect_in "$OUT" "got soon producer" "later, a task in get: the task got the delayed item"
+check "later, a task in get: after the delay ($(since "$t0") s)" \
+    awk -v s="$(since "$t0")" 'BEGIN { exit !(s >= 0.45 && s < 10) }'
+expect_eq "$(sql "$DB" "SELECT count(*) FROM items")" "0" "later, a task in get: nothing left in the file"
 # A delayed row put in the inbox before a runner starts (no --serve) is waited for.
 DB=$TMP/inbox-delayed.db
 "$WQRUN" add --db "$DB" jobs k1 '{"a": 7}' --after 1 >/dev/null
