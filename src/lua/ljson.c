@@ -335,6 +335,7 @@ static void push_value(lua_State *L, json_object *o)
         lua_createtable(L, 0, json_object_object_length(o));
         for (struct lh_entry *ent = lh_table_head(json_object_get_object(o)); ent;
              ent = lh_entry_next(ent)) {
+            /* a C string: wq_json_parse refused keys holding \u0000 */
             lua_pushstring(L, (const char *)lh_entry_k(ent));
             push_value(L, (json_object *)lh_entry_v(ent));
             lua_rawset(L, -3);
