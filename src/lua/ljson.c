@@ -72,8 +72,9 @@ static int format_double(char buf[40], double d)
 /* ---- encoding ---- */
 
 typedef struct encoder {
-    int status;    /* LUA_OK, LUA_ERRRUN (no JSON form) or LUA_ERRMEM */
-    char err[112]; /* the message when status != LUA_OK */
+    int status;                  /* LUA_OK, LUA_ERRRUN (no JSON form) or LUA_ERRMEM */
+    int open[WQ_JSON_MAX_DEPTH]; /* stack indices of the tables being encoded, by depth */
+    char err[128];               /* the message when status != LUA_OK */
 } encoder;
 
 static int fail(encoder *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -123,41 +124,47 @@ static int encode_array(lua_State *L, encoder *e, int idx, int depth, lua_Intege
     return 0;
 }
 
+/* The refusal of a number key in a table that is not an array 1..n. */
+static int number_key(lua_State *L, encoder *e, int kidx)
+{
+    char k[40];
+    if (lua_isinteger(L, kidx))
+        snprintf(k, sizeof k, LUA_INTEGER_FMT, lua_tointeger(L, kidx));
+    else
+        snprintf(k, sizeof k, "%.14g", (double)lua_tonumber(L, kidx));
+    return fail(e,
+                "number key %s not allowed: a table is either an array (keys 1..n) or an "
+                "object (string keys)",
+                k);
+}
+
+/*
+ * Keys are strings: a number key would come back as a string, and could
+ * collide with one ({[1] = "a", ["1"] = "b"}), so it is refused.
+ */
 static int encode_object(lua_State *L, encoder *e, int idx, int depth, json_object **out)
 {
     json_object *obj = json_object_new_object();
     if (!obj)
         return oom(e);
-    /* String keys are unique; once a number key is in, an equal key may follow. */
-    int check_dups = 0;
     lua_pushnil(L);
     while (lua_next(L, idx)) {
-        char kbuf[40];
-        const char *k = kbuf;
-        size_t klen = 0;
         int r = 0;
+        size_t klen = 0;
+        const char *k = NULL;
         if (lua_type(L, -2) == LUA_TSTRING) {
             k = lua_tolstring(L, -2, &klen);
-        } else if (lua_isinteger(L, -2)) {
-            klen = (size_t)snprintf(kbuf, sizeof kbuf, LUA_INTEGER_FMT, lua_tointeger(L, -2));
-            check_dups = 1;
+            if (memchr(k, '\0', klen))
+                r = fail(e, "table key with a NUL byte not allowed");
         } else if (lua_type(L, -2) == LUA_TNUMBER) {
-            double d = lua_tonumber(L, -2);
-            if (isfinite(d))
-                klen = (size_t)format_double(kbuf, d);
-            else
-                r = fail(e, "inf and nan not allowed");
-            check_dups = 1;
+            r = number_key(L, e, -2);
         } else {
             r = fail(e, "table key of type %s not allowed", luaL_typename(L, -2));
         }
-        if (r == 0 && memchr(k, '\0', klen))
-            r = fail(e, "table key with a NUL byte not allowed");
         json_object *v = NULL;
         if (r == 0)
             r = encode_value(L, e, lua_gettop(L), depth + 1, &v);
-        if (r == 0 &&
-            json_object_object_add_ex(obj, k, v, check_dups ? 0 : JSON_C_OBJECT_ADD_KEY_IS_NEW)) {
+        if (r == 0 && json_object_object_add_ex(obj, k, v, JSON_C_OBJECT_ADD_KEY_IS_NEW)) {
             json_object_put(v);
             r = oom(e);
         }
@@ -174,10 +181,15 @@ static int encode_object(lua_State *L, encoder *e, int idx, int depth, json_obje
 
 static int encode_table(lua_State *L, encoder *e, int idx, int depth, json_object **out)
 {
-    if (depth >= WQ_JSON_MAX_DEPTH)
+    if (depth >= WQ_JSON_MAX_DEPTH) {
+        for (int d = 0; d < depth; d++)
+            if (lua_rawequal(L, e->open[d], idx))
+                return fail(e, "table inside itself (a cycle)");
         return fail(e, "tables nested too deeply (over %d levels)", WQ_JSON_MAX_DEPTH);
+    }
     if (!lua_checkstack(L, 4))
         return oom(e);
+    e->open[depth] = idx;
     /* An array when the keys are exactly 1..n (n >= 1), else an object. */
     lua_Integer n = 0, max = 0;
     int array = 1;
@@ -194,8 +206,14 @@ static int encode_table(lua_State *L, encoder *e, int idx, int depth, json_objec
         if (k > max)
             max = k;
     }
-    if (array && n > 0 && max == n)
-        return encode_array(L, e, idx, depth, n, out);
+    if (array && n > 0) {
+        if (max == n)
+            return encode_array(L, e, idx, depth, n, out);
+        lua_pushinteger(L, max); /* a hole: name the key past it */
+        int r = number_key(L, e, -1);
+        lua_pop(L, 1);
+        return r;
+    }
     return encode_object(L, e, idx, depth, out);
 }
 
@@ -317,6 +335,7 @@ static void push_value(lua_State *L, json_object *o)
         lua_createtable(L, 0, json_object_object_length(o));
         for (struct lh_entry *ent = lh_table_head(json_object_get_object(o)); ent;
              ent = lh_entry_next(ent)) {
+            /* a C string: wq_json_parse refused keys holding \u0000 */
             lua_pushstring(L, (const char *)lh_entry_k(ent));
             push_value(L, (json_object *)lh_entry_v(ent));
             lua_rawset(L, -3);

@@ -45,6 +45,62 @@ do -- not JSON: nil and why; misuse raises
     t.raises(function() json.decode(nil) end, "json.decode: bad argument 'text'")
 end
 
+do -- what json-c would change silently is refused, saying where (a JSONPath)
+    local function refused(text, why, what)
+        local v, err = json.decode(text)
+        t.eq(v, nil, what or text)
+        t.eq(err, "invalid JSON: " .. why, what or text)
+    end
+    -- a NUL byte in a key: json-c keeps keys as C strings, cut at the NUL
+    refused('{"a\\u0000b":1,"a\\u0000c":2}', 'NUL byte in object key at $["a\\u0000b"]',
+            "was {a = 2}")
+    refused('{"key":"k","key\\u0000x":"n2"}', 'NUL byte in object key at $["key\\u0000x"]',
+            "was read as a second 'key'")
+    refused('[{"x":{"\\u0000":1}}]', 'NUL byte in object key at $[0].x["\\u0000"]')
+    t.eq(json.decode('{"k":"a\\u0000b"}'), {k = "a\0b"}, "a NUL inside a value is fine")
+    t.eq(json.decode('["a\\u0000", {"b":1}]'), {"a\0", {b = 1}}, "a NUL string before a key")
+    -- a key twice in one object: the last one would win
+    refused('{"a":1,"a":2}', "duplicate object key at $.a", "was {a = 2}")
+    refused('{"key":"k","payload":{"x":[1,{"y":1,"y":2}]}}',
+            "duplicate object key at $.payload.x[1].y")
+    refused('{"ab":1,"\\u0061b":2}', 'duplicate object key at $["\\u0061b"]', "the same key escaped")
+    refused('{"\u{1F600}":1,"\\ud83d\\ude00":2}', 'duplicate object key at $["\\ud83d\\ude00"]',
+            "a surrogate pair is its UTF-8")
+    refused('{"":1,"":2}', 'duplicate object key at $[""]')
+    t.eq(json.decode('{"a":{"a":1},"b":{"a":2},"c":[{"a":3},{"a":4}]}'),
+         {a = {a = 1}, b = {a = 2}, c = {{a = 3}, {a = 4}}}, "equal keys in different objects")
+    t.eq(json.decode('{"a:b":"c:d","e":":"}'), {["a:b"] = "c:d", e = ":"}, "':' inside strings")
+    -- a lone surrogate: json-c would make it U+FFFD
+    refused('"\\ud800"', "lone surrogate \\ud800 at $", "a high one alone")
+    refused('"\\uDBFFx"', "lone surrogate \\uDBFF at $", "then a character")
+    refused('"\\ud800\\u0041"', "lone surrogate \\ud800 at $", "then another escape")
+    refused('"\\ud800\\ud800\\udc00"', "lone surrogate \\ud800 at $", "then a pair")
+    refused('"\\udc00"', "lone surrogate \\udc00 at $", "a low one alone")
+    refused('["\\ud83d\\ude00\\ude00"]', "lone surrogate \\ude00 at $[0]", "a low one after a pair")
+    refused('{"\\ud800":1}', 'lone surrogate \\ud800 at $["\\ud800"]', "in a key")
+    t.eq(json.decode('"\\ud83d\\ude00\\uD83D\\uDE00"'), "\u{1F600}\u{1F600}", "pairs, either case")
+    t.eq(json.decode('"\\\\ud800"'), "\\ud800", "an escaped backslash, not an escape")
+    t.eq(json.decode('"\xed\xa0\x80"'), "\xed\xa0\x80", "raw bytes are kept as they are")
+    -- a long path is cut
+    local _, err = json.decode('{"' .. string.rep("k", 60) .. '":[[[[[[[[[[[[[[[[[[[[[[[[[[[[["\\udfff"]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}')
+    t.matches(err, '^invalid JSON: lone surrogate \\udfff at %$%["k+%.%.%."%]%[0%]')
+    t.matches(err, "%.%.%.$")
+    t.eq(#err < 160, true, "a message of bounded length")
+end
+
+do -- what encodes is what decodes: tables that could not come back are refused
+    for _, v in ipairs({{[1] = "a", ["1"] = "b"}, {[1] = "a", [3] = "c"}, {[2.5] = 1}, {"a", n = 1}}) do
+        t.raises(function() json.encode(v) end,
+                 "json.encode: bad argument 'value' (number key ")
+    end
+    local cyc = {}
+    cyc.self = cyc
+    t.raises(function() json.encode(cyc) end,
+             "json.encode: bad argument 'value' (table inside itself (a cycle))")
+    local v = {a = {1, 2, {b = "x\0"}}, ["1"] = true, e = {}, n = json.null}
+    t.eq(json.decode(json.encode(v)), v, "a table that encodes comes back equal")
+end
+
 do -- a payload comes back as json.decode(json.encode(payload)) would give it
     local q = wq.queue("payloads")
     local p = {n = (1 << 62) + 3, x = 0.1, s = "é\0", list = {1, 2.5, "three"}}

@@ -93,16 +93,34 @@ do -- numbers are exact: 64-bit integers stay integers, doubles round-trip
     t.eq(p.id, 123456789012345678, "64-bit id is exact")
     t.eq(p.t, 1700000000.123456, "microsecond time stamp is exact")
 
-    -- number keys become their string form; integers exactly
-    p = roundtrip({[123456789012345678] = "id", [1.5] = "half", [-3] = "neg", x = 1})
-    t.eq(p, {["123456789012345678"] = "id", ["1.5"] = "half", ["-3"] = "neg", x = 1},
-        "number keys of an object become strings")
-    p = roundtrip({[1] = "a", [3] = "c"})
-    t.eq(p, {["1"] = "a", ["3"] = "c"}, "a table with a hole is an object")
-    p = roundtrip({[0] = "z", "a"})
-    t.eq(p, {["0"] = "z", ["1"] = "a"}, "a table with key 0 is an object")
-    p = roundtrip({"a", "b", n = 2})
-    t.eq(p, {["1"] = "a", ["2"] = "b", n = 2}, "a mixed table is an object")
+    -- a table is an array (keys 1..n) or an object (string keys): anything
+    -- else could not come back as given, so it is refused, naming the key
+    local function refused(v, key, what)
+        t.raises(function()
+            q:add("nokeys", v)
+        end, "add: bad argument 'payload' (number key " .. key .. " not allowed: a table is either an array (keys 1..n) or an object (string keys))", what)
+    end
+    refused({[1] = "a", ["1"] = "b"}, "1", "a number key next to its string form (was {\"1\":\"b\"})")
+    refused({["1"] = "b", [1] = "a"}, "1", "either order")
+    refused({[123456789012345678] = "id", x = 1}, "123456789012345678", "a number key in an object")
+    refused({[1.5] = "half"}, "1.5", "a float key")
+    refused({[-3] = "neg"}, "-3", "a negative key")
+    refused({[1] = "a", [3] = "c"}, "3", "an array with a hole")
+    refused({x = {y = {[2] = "b"}}}, "2", "an array with a hole, nested")
+    for _, v in ipairs({{"a", "b", n = 2}, {[0] = "z", "a"}}) do
+        t.raises(function()
+            q:add("nokeys", v)
+        end, "add: bad argument 'payload' (number key ", "a mixed table (table.pack), key 0")
+    end
+    t.raises(function()
+        q:add_after("nokeys", 1, {list = {1, 2, [4] = 4}})
+    end, "add_after: bad argument 'payload' (number key 4 not allowed", "add_after too")
+    t.eq(q:len(), 0, "refused tables added nothing")
+    t.eq(q:stats().waiting, 0)
+    -- string keys that look like numbers are string keys
+    p = roundtrip({["1"] = "a", ["-3"] = "b", ["1.5"] = "c"})
+    t.eq(p, {["1"] = "a", ["-3"] = "b", ["1.5"] = "c"}, "numeric-looking string keys round-trip")
+    t.eq(p[1], nil, "and stay strings")
 
     for _, bad in ipairs({0 / 0, math.huge, -math.huge}) do
         t.raises(function()
@@ -157,7 +175,10 @@ do -- nesting, empty tables, cjson.null
     cyc.a.back = cyc
     t.raises(function()
         q:add("cycle", cyc)
-    end, "add: bad argument 'payload' (tables nested too deeply")
+    end, "add: bad argument 'payload' (table inside itself (a cycle))")
+    t.raises(function()
+        q:add("cycle", {cyc})
+    end, "add: bad argument 'payload' (table inside itself (a cycle))", "a cycle below the top")
 
     p = roundtrip({a = {}, b = {{}, {{}}}, c = {x = {}}})
     t.eq(p, {a = {}, b = {{}, {{}}}, c = {x = {}}}, "empty tables inside tables")
