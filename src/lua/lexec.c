@@ -229,6 +229,8 @@ static int try_spawn(lua_State *L, wq_task *t, box *b)
     return 2;
 }
 
+static const char *const exec_opts[] = {"stdin", "cwd", "env", "timeout", NULL};
+
 static int exec_lua(lua_State *L)
 {
     lua_settop(L, 2);
@@ -238,6 +240,7 @@ static int exec_lua(lua_State *L)
         if (!lua_istable(L, 2))
             wq_argerror(L, "exec", "opts",
                         lua_pushfstring(L, "table expected, got %s", luaL_typename(L, 2)));
+        wq_checkopts(L, 2, "exec", exec_opts);
         if (lua_getfield(L, 2, "stdin") != LUA_TNIL) {
             if (lua_type(L, -1) != LUA_TSTRING)
                 wq_argerror(L, "exec", "stdin", "string expected");
