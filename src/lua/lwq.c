@@ -347,6 +347,7 @@ static int wq_fail(lua_State *L)
 
 static int fail_tostring(lua_State *L)
 {
+    luaL_checkudata(L, 1, "wq.Fail"); /* getmetatable(f).__tostring may be called with anything */
     lua_getiuservalue(L, 1, 1);
     return 1;
 }

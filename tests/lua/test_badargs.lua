@@ -536,6 +536,27 @@ local function sweep(tg)
     end
 end
 
+-- The metamethods are reachable too (getmetatable(q).__tostring): called by
+-- hand with a bad value, each raises or returns, and never crashes.
+do
+    local objs = {wq.fail("x"), wq.requeue(1)}
+    for _, kind in ipairs(kinds) do
+        objs[#objs + 1] = samples[kind]
+    end
+    local n = 0
+    for _, o in ipairs(objs) do
+        for _, mm in pairs(debug.getmetatable(o)) do
+            if type(mm) == "function" then
+                for _, v in ipairs(VALUES) do
+                    pcall(mm, v[2], "step")
+                    n = n + 1
+                end
+            end
+        end
+    end
+    t.ok(n > 0, "metamethods called")
+end
+
 local t0 = os.clock()
 for _, tg in ipairs(targets) do
     if tg.sig then
