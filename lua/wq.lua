@@ -4,19 +4,38 @@
 -- nothing of those internals is reachable from scripts except through wq.
 local wq, c = ...
 
-local format, select, sort, tostring, error = string.format, select, table.sort, tostring, error
+local format, gsub, select, sort, tostring, error, pcall =
+    string.format, string.gsub, select, table.sort, tostring, error, pcall
 
 -- wq.log(fmt, ...): string.format's rules, one timestamped line on stderr
 -- (above the progress line). A single argument is written as tostring gives it.
+-- string.format's errors name wq.log and the argument ('fmt', or '#2' for the
+-- first value); a NUL byte is written as \0 rather than ending the line there.
+local function format_error(msg)
+    local n, why = tostring(msg):match("^bad argument #(%d+) to '[^']*' %((.*)%)$")
+    if n == "1" then
+        return format("log: bad argument 'fmt' (%s)", why)
+    elseif n then
+        return format("log: bad argument '#%d' (%s)", n, why)
+    end
+    return format("log: bad argument 'fmt' (%s)", tostring(msg))
+end
+
 function wq.log(...)
     local n = select("#", ...)
+    local line
     if n == 0 then
         error("log: bad argument 'fmt' (value expected)", 2)
     elseif n == 1 then
-        c.log(tostring((...)))
+        line = tostring((...))
     else
-        c.log(format(...))
+        local ok, s = pcall(format, ...)
+        if not ok then
+            error(format_error(s), 2)
+        end
+        line = s
     end
+    c.log((gsub(line, "%z", "\\0")))
 end
 
 -- q:dead(): the dead letters, oldest first (then by key), so a listing is

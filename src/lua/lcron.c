@@ -125,6 +125,8 @@ static char *dup(const char *s, size_t n)
     return d;
 }
 
+static const char *const schedule_opts[] = {"key", "tz", "catch_up", "payload", NULL};
+
 /* q:schedule(name, spec [, opts]) */
 static int schedule(lua_State *L)
 {
@@ -149,10 +151,10 @@ static int schedule(lua_State *L)
     lua_pushvalue(L, 2); /* 6: key */
     int local = 0, skip = 0;
     if (!lua_isnil(L, 4)) {
+        wq_checkopts(L, 4, "schedule", schedule_opts);
         if (lua_getfield(L, 4, "key") != LUA_TNIL) {
-            if (lua_type(L, -1) != LUA_TSTRING && lua_type(L, -1) != LUA_TNUMBER)
-                wq_argerror(L, "schedule", "key", "string expected");
-            lua_tolstring(L, -1, NULL);
+            size_t klen;
+            wq_checkkeyarg(L, -1, "schedule", "key", &klen);
             lua_replace(L, 6);
         } else {
             lua_pop(L, 1);

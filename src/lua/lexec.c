@@ -11,6 +11,7 @@
 #include "lua/sched.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <lauxlib.h>
 #include <string.h>
 
@@ -85,6 +86,12 @@ static int exec_k(lua_State *L, int status, lua_KContext ctx)
     return 1;
 }
 
+/*
+ * argv as the NULL-terminated array posix_spawn takes. Its strings are
+ * anchored in a table pushed below the array (a number is converted there,
+ * never in the caller's table), so each stays alive until the spawn, and
+ * across the waits of a retry, whatever the caller does with argv meanwhile.
+ */
 static char **check_argv(lua_State *L, int idx)
 {
     if (!lua_istable(L, idx))
@@ -94,18 +101,40 @@ static char **check_argv(lua_State *L, int idx)
     lua_Integer n = (lua_Integer)lua_rawlen(L, idx);
     if (n < 1)
         wq_argerror(L, "exec", "argv", "must name a program");
+    lua_createtable(L, n < INT_MAX ? (int)n : 0, 0);
+    int anchors = lua_gettop(L);
     char **argv = lua_newuserdatauv(L, (size_t)(n + 1) * sizeof *argv, 0);
     for (lua_Integer i = 1; i <= n; i++) {
         int t = lua_rawgeti(L, idx, i);
         if (t != LUA_TSTRING && t != LUA_TNUMBER)
-            wq_argerror(L, "exec", "argv",
-                        lua_pushfstring(L, "element %d: string expected, got %s", (int)i,
-                                        luaL_typename(L, -1)));
-        argv[i - 1] = (char *)lua_tostring(L, -1);
-        lua_pop(L, 1); /* the string stays alive in the table */
+            wq_argerror(
+                L, "exec", "argv",
+                lua_pushfstring(L, "element %I: string expected, got %s", i, luaL_typename(L, -1)));
+        size_t len;
+        const char *s = lua_tolstring(L, -1, &len); /* converts the copy on the stack */
+        if (memchr(s, '\0', len))
+            wq_argerror(L, "exec", "argv", lua_pushfstring(L, "element %I contains a NUL byte", i));
+        argv[i - 1] = (char *)s;
+        lua_rawseti(L, anchors, i);
     }
     argv[n] = NULL;
     return argv;
+}
+
+/* A string of opts.env: names are not empty and have no '=', neither has a NUL byte. */
+static void check_env_string(lua_State *L, int idx, int name)
+{
+    size_t len;
+    const char *s = lua_tolstring(L, idx, &len);
+    if (memchr(s, '\0', len))
+        wq_argerror(L, "exec", "env",
+                    name ? "a name contains a NUL byte"
+                         : lua_pushfstring(L, "the value of '%s' contains a NUL byte",
+                                           lua_tostring(L, idx - 1)));
+    if (name && len == 0)
+        wq_argerror(L, "exec", "env", "a name is empty");
+    if (name && memchr(s, '=', len))
+        wq_argerror(L, "exec", "env", lua_pushfstring(L, "the name '%s' contains '='", s));
 }
 
 /* The environment for the child: ours plus opts.env (a value of false removes a name). */
@@ -125,6 +154,7 @@ static char **build_env(lua_State *L, int idx)
     while (lua_next(L, idx)) {
         if (lua_type(L, -2) != LUA_TSTRING)
             wq_argerror(L, "exec", "env", "keys must be strings");
+        check_env_string(L, lua_gettop(L) - 1, 1);
         if (lua_toboolean(L, -1) == 0) {
             lua_pushvalue(L, -2);
             lua_pushnil(L);
@@ -132,7 +162,8 @@ static char **build_env(lua_State *L, int idx)
         } else {
             if (lua_type(L, -1) != LUA_TSTRING && lua_type(L, -1) != LUA_TNUMBER)
                 wq_argerror(L, "exec", "env", "values must be strings");
-            lua_pushvalue(L, -2); /* name, value, name */
+            check_env_string(L, lua_gettop(L), 0); /* converts a number value in place */
+            lua_pushvalue(L, -2);                  /* name, value, name */
             lua_pushfstring(L, "%s=%s", lua_tostring(L, -1), lua_tostring(L, -2));
             lua_rawset(L, tab);
         }
@@ -198,24 +229,30 @@ static int try_spawn(lua_State *L, wq_task *t, box *b)
     return 2;
 }
 
+static const char *const exec_opts[] = {"stdin", "cwd", "env", "timeout", NULL};
+
 static int exec_lua(lua_State *L)
 {
     lua_settop(L, 2);
-    char **argv = check_argv(L, 1); /* 3 */
+    char **argv = check_argv(L, 1); /* 3: its strings, 4: argv */
     wq_proc_spec spec = {argv, NULL, NULL, NULL, 0, 0};
     if (!lua_isnil(L, 2)) {
         if (!lua_istable(L, 2))
             wq_argerror(L, "exec", "opts",
                         lua_pushfstring(L, "table expected, got %s", luaL_typename(L, 2)));
+        wq_checkopts(L, 2, "exec", exec_opts);
         if (lua_getfield(L, 2, "stdin") != LUA_TNIL) {
             if (lua_type(L, -1) != LUA_TSTRING)
                 wq_argerror(L, "exec", "stdin", "string expected");
             spec.in = lua_tolstring(L, -1, &spec.inlen);
         }
         if (lua_getfield(L, 2, "cwd") != LUA_TNIL) {
+            size_t len;
             if (lua_type(L, -1) != LUA_TSTRING)
                 wq_argerror(L, "exec", "cwd", "string expected");
-            spec.cwd = lua_tostring(L, -1);
+            spec.cwd = lua_tolstring(L, -1, &len);
+            if (memchr(spec.cwd, '\0', len))
+                wq_argerror(L, "exec", "cwd", "contains a NUL byte");
         }
         if (lua_getfield(L, 2, "timeout") != LUA_TNIL)
             spec.timeout_ns = wq_seconds_to_ns(wq_checkduration(L, -1, "exec", "timeout", 1));

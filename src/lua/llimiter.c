@@ -72,7 +72,7 @@ static int lim_fast_slow(lua_State *L)
 
 static int lim_bucket(lua_State *L)
 {
-    double qps = wq_checkduration(L, 1, "bucket", "qps", 1);
+    double qps = wq_checkfinite(L, 1, "bucket", "qps", 1);
     if (!lua_isinteger(L, 2) || lua_tointeger(L, 2) < 0)
         wq_argerror(L, "bucket", "burst", "integer >= 0 expected");
     llimiter *ll = push_limiter(L, 0);
@@ -130,9 +130,18 @@ static int lim_default(lua_State *L)
     return 1;
 }
 
+/* self of limiter method fn. */
+static wq_limiter *check_self(lua_State *L, const char *fn)
+{
+    llimiter *ll = wq_checkself(L, "wq.Limiter", "l", "limiter", fn);
+    if (!ll->l)
+        luaL_error(L, "l:%s: the limiter is freed", fn);
+    return ll->l;
+}
+
 static int lim_when(lua_State *L)
 {
-    wq_limiter *l = wq_lua_checklimiter(L, 1, "when", "self");
+    wq_limiter *l = check_self(L, "when");
     size_t len;
     const char *key = wq_checkkey(L, 2, "when", &len);
     int64_t d;
@@ -144,7 +153,7 @@ static int lim_when(lua_State *L)
 
 static int lim_forget(lua_State *L)
 {
-    wq_limiter *l = wq_lua_checklimiter(L, 1, "forget", "self");
+    wq_limiter *l = check_self(L, "forget");
     size_t len;
     const char *key = wq_checkkey(L, 2, "forget", &len);
     wq_limiter_forget(l, key, len);
@@ -153,7 +162,7 @@ static int lim_forget(lua_State *L)
 
 static int lim_num_requeues(lua_State *L)
 {
-    wq_limiter *l = wq_lua_checklimiter(L, 1, "num_requeues", "self");
+    wq_limiter *l = check_self(L, "num_requeues");
     size_t len;
     const char *key = wq_checkkey(L, 2, "num_requeues", &len);
     lua_pushinteger(L, wq_limiter_num_requeues(l, key, len));
@@ -221,25 +230,30 @@ static double backoff_rand(void *ud)
     return (double)(r >> 11) * 0x1.0p-53;
 }
 
-static double opt_field(lua_State *L, const char *name, double def, int nonneg)
+/* Field name of wq.backoff's opts: a duration, or a plain number >= 0 (factor, jitter). */
+static double opt_field(lua_State *L, const char *name, int duration)
 {
-    double v = def;
+    double v = 0;
     if (lua_getfield(L, 1, name) != LUA_TNIL)
-        v = wq_checkduration(L, -1, "backoff", name, nonneg);
+        v = duration ? wq_checkduration(L, -1, "backoff", name, 1)
+                     : wq_checkfinite(L, -1, "backoff", name, 1);
     lua_pop(L, 1);
     return v;
 }
+
+static const char *const backoff_opts[] = {"duration", "factor", "jitter", "steps", "cap", NULL};
 
 static int backoff_new(lua_State *L)
 {
     if (!lua_istable(L, 1))
         wq_argerror(L, "backoff", "opts",
                     lua_pushfstring(L, "table expected, got %s", luaL_typename(L, 1)));
+    wq_checkopts(L, 1, "backoff", backoff_opts);
     wq_backoff b = {0};
-    b.duration_ns = wq_seconds_to_ns(opt_field(L, "duration", 0, 1));
-    b.factor = opt_field(L, "factor", 0, 1);
-    b.jitter = opt_field(L, "jitter", 0, 1);
-    b.cap_ns = wq_seconds_to_ns(opt_field(L, "cap", 0, 1));
+    b.duration_ns = wq_seconds_to_ns(opt_field(L, "duration", 1));
+    b.factor = opt_field(L, "factor", 0);
+    b.jitter = opt_field(L, "jitter", 0);
+    b.cap_ns = wq_seconds_to_ns(opt_field(L, "cap", 1));
     if (lua_getfield(L, 1, "steps") != LUA_TNIL) {
         if (!lua_isinteger(L, -1))
             wq_argerror(L, "backoff", "steps", "integer expected");
@@ -257,7 +271,7 @@ static int backoff_new(lua_State *L)
 
 static int backoff_step(lua_State *L)
 {
-    wq_backoff *b = luaL_checkudata(L, 1, "wq.Backoff");
+    wq_backoff *b = wq_checkself(L, "wq.Backoff", "b", "backoff", "step");
     lua_pushnumber(L, (double)wq_backoff_step(b) / 1e9);
     return 1;
 }
@@ -265,8 +279,8 @@ static int backoff_step(lua_State *L)
 static int backoff_index(lua_State *L)
 {
     wq_backoff *b = luaL_checkudata(L, 1, "wq.Backoff");
-    const char *k = luaL_checkstring(L, 2);
-    if (k[0] == 's' && k[1] == 't' && k[2] == 'e' && k[3] == 'p' && !k[4])
+    const char *k = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : "";
+    if (!strcmp(k, "step"))
         lua_pushcfunction(L, backoff_step);
     else if (!strcmp(k, "duration"))
         lua_pushnumber(L, (double)b->duration_ns / 1e9);

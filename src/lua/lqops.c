@@ -525,17 +525,7 @@ static int queue_items(lua_State *L)
             wq_argerror(L, "items", "opts",
                         lua_pushfstring(L, "table expected, got %s", luaL_typename(L, 2)));
         lua_settop(L, 2);
-        lua_pushnil(L);
-        while (lua_next(L, 2)) {
-            lua_pop(L, 1);
-            int known = 0;
-            if (lua_type(L, -1) == LUA_TSTRING)
-                for (int i = 0; item_opts[i]; i++)
-                    known |= strcmp(lua_tostring(L, -1), item_opts[i]) == 0;
-            if (!known)
-                wq_argerror(L, "items", "opts",
-                            lua_pushfstring(L, "unknown option '%s'", luaL_tolstring(L, -1, NULL)));
-        }
+        wq_checkopts(L, 2, "items", item_opts);
         if (lua_getfield(L, 2, "state") != LUA_TNIL) { /* 3 */
             const char *st = lua_type(L, 3) == LUA_TSTRING ? lua_tostring(L, 3) : "";
             if (strcmp(st, "queued") != 0 && strcmp(st, "processing") != 0 &&
@@ -548,13 +538,8 @@ static int queue_items(lua_State *L)
                 wq_argerror(L, "items", "limit", "integer > 0 expected");
             qry.limit = (size_t)lua_tointeger(L, 4);
         }
-        int t = lua_getfield(L, 2, "after_key"); /* 5 */
-        if (t != LUA_TNIL) {
-            if (t != LUA_TSTRING && t != LUA_TNUMBER)
-                wq_argerror(L, "items", "after_key",
-                            lua_pushfstring(L, "string expected, got %s", luaL_typename(L, 5)));
-            qry.after_key = lua_tolstring(L, 5, &qry.after_len);
-        }
+        if (lua_getfield(L, 2, "after_key") != LUA_TNIL) /* 5 */
+            qry.after_key = wq_checkkeyarg(L, 5, "items", "after_key", &qry.after_len);
     }
     struct build b = {lq, NULL, 0};
     b.n = select_items(lq, &qry, &b.sel);

@@ -330,18 +330,7 @@ static int queue_new(lua_State *L)
         lua_newtable(L);
         lua_replace(L, 2);
     }
-    /* Unknown options are typos: say so. */
-    lua_pushnil(L);
-    while (lua_next(L, 2)) {
-        lua_pop(L, 1);
-        int known = 0;
-        if (lua_type(L, -1) == LUA_TSTRING)
-            for (int i = 0; queue_opts[i]; i++)
-                known |= strcmp(lua_tostring(L, -1), queue_opts[i]) == 0;
-        if (!known)
-            wq_argerror(L, "queue", "opts",
-                        lua_pushfstring(L, "unknown option '%s'", luaL_tolstring(L, -1, NULL)));
-    }
+    wq_checkopts(L, 2, "queue", queue_opts);
     wq_host *h = wq_host_of(L);
     if (wq_host_find_queue(h, name))
         wq_argerror(L, "queue", "name", lua_pushfstring(L, "queue '%s' already exists", name));
@@ -713,6 +702,8 @@ static void prune_done(wq_host *h, void *data, uint64_t id)
     arm_prune(lq, more ? 0.01 : lq->keep_done < 30 ? lq->keep_done : 30);
 }
 
+static const char *const add_opts[] = {"priority", "group", "force", NULL};
+
 /* Reads the optional payload (at idx) and opts table (at idx + 1) of an add. */
 static void read_add_args(lua_State *L, int idx, const char *fn, wq_add_opts *o, int *force)
 {
@@ -723,6 +714,7 @@ static void read_add_args(lua_State *L, int idx, const char *fn, wq_add_opts *o,
         if (!lua_istable(L, idx + 1))
             wq_argerror(L, fn, "opts",
                         lua_pushfstring(L, "table expected, got %s", luaL_typename(L, idx + 1)));
+        wq_checkopts(L, idx + 1, fn, add_opts);
         if (lua_getfield(L, idx + 1, "force") != LUA_TNIL) {
             if (!lua_isboolean(L, -1))
                 wq_argerror(L, fn, "force", "boolean expected");

@@ -45,7 +45,17 @@ int wq_argerror(lua_State *L, const char *fn, const char *arg, const char *msg)
     return luaL_error(L, "%s: bad argument '%s' (%s)", fn, arg, msg);
 }
 
-double wq_checkduration(lua_State *L, int idx, const char *fn, const char *arg, int nonneg)
+void *wq_checkself(lua_State *L, const char *tname, const char *obj, const char *what,
+                   const char *fn)
+{
+    void *p = luaL_testudata(L, 1, tname);
+    if (!p)
+        luaL_error(L, "%s:%s: bad argument 'self' (%s expected, got %s; call it as %s:%s(...))",
+                   obj, fn, what, luaL_typename(L, 1), obj, fn);
+    return p;
+}
+
+double wq_checkfinite(lua_State *L, int idx, const char *fn, const char *arg, int nonneg)
 {
     if (lua_type(L, idx) != LUA_TNUMBER)
         wq_argerror(L, fn, arg,
@@ -58,25 +68,58 @@ double wq_checkduration(lua_State *L, int idx, const char *fn, const char *arg, 
     return d;
 }
 
+double wq_checkduration(lua_State *L, int idx, const char *fn, const char *arg, int nonneg)
+{
+    double d = wq_checkfinite(L, idx, fn, arg, nonneg);
+    if (d > WQ_MAX_SECONDS)
+        wq_argerror(L, fn, arg, "must be at most 9.2e9 seconds");
+    return d;
+}
+
 int64_t wq_seconds_to_ns(double s)
 {
     if (!(s > 0))
         return 0;
-    if (s >= 9.2e9)
+    if (s > WQ_MAX_SECONDS)
         return WQ_NEVER;
-    return (int64_t)(s * 1e9);
+    int64_t ns = (int64_t)(s * 1e9);
+    return ns > 0 ? ns : 1; /* below a nanosecond is 1 ns, never "none" */
+}
+
+const char *wq_checkkeyarg(lua_State *L, int idx, const char *fn, const char *arg, size_t *len)
+{
+    int t = lua_type(L, idx);
+    if (t != LUA_TSTRING && t != LUA_TNUMBER)
+        wq_argerror(L, fn, arg,
+                    lua_pushfstring(L, "string expected, got %s", luaL_typename(L, idx)));
+    /* nan's text is "nan" or "-nan" by platform; inf is no key anybody means. */
+    if (t == LUA_TNUMBER && !lua_isinteger(L, idx) && !isfinite(lua_tonumber(L, idx)))
+        wq_argerror(L, fn, arg, "a number key must be finite");
+    const char *k = lua_tolstring(L, idx, len);
+    if (*len > WQ_KEY_MAX)
+        wq_argerror(L, fn, arg, "too long");
+    return k;
 }
 
 const char *wq_checkkey(lua_State *L, int idx, const char *fn, size_t *len)
 {
-    int t = lua_type(L, idx);
-    if (t != LUA_TSTRING && t != LUA_TNUMBER)
-        wq_argerror(L, fn, "key",
-                    lua_pushfstring(L, "string expected, got %s", luaL_typename(L, idx)));
-    const char *k = lua_tolstring(L, idx, len);
-    if (*len > WQ_KEY_MAX)
-        wq_argerror(L, fn, "key", "too long");
-    return k;
+    return wq_checkkeyarg(L, idx, fn, "key", len);
+}
+
+void wq_checkopts(lua_State *L, int idx, const char *fn, const char *const names[])
+{
+    idx = lua_absindex(L, idx);
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        int known = 0;
+        if (lua_type(L, -1) == LUA_TSTRING)
+            for (int i = 0; names[i] && !known; i++)
+                known = strcmp(lua_tostring(L, -1), names[i]) == 0;
+        if (!known)
+            wq_argerror(L, fn, "opts",
+                        lua_pushfstring(L, "unknown option '%s'", luaL_tolstring(L, -1, NULL)));
+    }
 }
 
 void wq_encode_payload(lua_State *L, int idx, const char *fn)
@@ -255,7 +298,7 @@ static int wq_every(lua_State *L)
 
 static int timer_cancel(lua_State *L)
 {
-    ltimer *tm = luaL_checkudata(L, 1, "wq.Timer");
+    ltimer *tm = wq_checkself(L, "wq.Timer", "timer", "timer", "cancel");
     int pending = tm->id != 0;
     if (pending) {
         wq_timer_stop(tm->host, tm->id);
@@ -267,7 +310,7 @@ static int timer_cancel(lua_State *L)
 
 static int timer_pending(lua_State *L)
 {
-    ltimer *tm = luaL_checkudata(L, 1, "wq.Timer");
+    ltimer *tm = wq_checkself(L, "wq.Timer", "timer", "timer", "pending");
     lua_pushboolean(L, tm->id != 0);
     return 1;
 }
@@ -304,6 +347,7 @@ static int wq_fail(lua_State *L)
 
 static int fail_tostring(lua_State *L)
 {
+    luaL_checkudata(L, 1, "wq.Fail"); /* getmetatable(f).__tostring may be called with anything */
     lua_getiuservalue(L, 1, 1);
     return 1;
 }

@@ -177,6 +177,60 @@ do -- limiters and backoff
     t.eq(lim:when("ok"), 0.001, "the limiter works after the bad calls")
 end
 
+do -- durations and timeouts at their edges (docs/lua-api.md, Conventions)
+    -- a timeout below a nanosecond is 1 ns: it times out, it does not mean "none"
+    local r = wq.exec({"sleep", "5"}, {timeout = 1e-12})
+    t.eq({r.timeout, r.signal}, {true, 9}, "exec timeout 1e-12 kills the child")
+    r = wq.exec({"true"}, {timeout = 0})
+    t.eq({r.status, r.timeout}, {0, false}, "exec timeout 0: no timeout")
+    local tq = wq.queue("args-tiny-timeout", {timeout = 1e-12, max_retries = 0,
+        handler = function() wq.sleep(0.05) end})
+    tq:add("k")
+    t.ok(t.wait_until(function() return tq:stats().failures == 1 end), "the handler ran")
+    t.matches(tq:dead()[1] and tq:dead()[1].error, "timeout", "queue timeout 1e-12 times the handler out")
+    -- longer than 2^63 ns (292 years) raises: no silent wait forever
+    for _, s in ipairs({9.3e9, 2 ^ 63, 1e308, math.maxinteger}) do
+        bad(function() wq.sleep(s) end, "sleep: bad argument 'seconds' (must be at most 9.2e9 seconds)")
+        bad(function() wq.after(s, print) end, "after: bad argument 'seconds' (must be at most")
+        bad(function() wq.every(s, print) end, "every: bad argument 'interval' (must be at most")
+        bad(function() q:add_after("k", s) end, "add_after: bad argument 'seconds' (must be at most")
+        bad(function() wq.requeue(s) end, "requeue: bad argument 'seconds' (must be at most")
+        bad(function() wq.exec({"true"}, {timeout = s}) end, "exec: bad argument 'timeout' (must be at most")
+        bad(function() wq.queue("never", {timeout = s}) end, "queue: bad argument 'timeout' (must be at most")
+        bad(function() wq.limiter.exponential(1, s) end, "exponential: bad argument 'max' (must be at most")
+    end
+    for _, s in ipairs({-1, -math.huge, 0 / 0}) do
+        bad(function() wq.exec({"true"}, {timeout = s}) end, "exec: bad argument 'timeout'")
+        bad(function() wq.queue("never", {timeout = s}) end, "queue: bad argument 'timeout'")
+    end
+    local t0 = wq.now()
+    wq.sleep(1e-12)
+    wq.sleep(-1)
+    wq.sleep(0)
+    t.ok(wq.now() - t0 < 1, "sleeps of 1e-12, -1 and 0 return at once")
+    -- number keys must be finite; unknown options are typos
+    bad(function() q:add(0 / 0) end, "add: bad argument 'key' (a number key must be finite)")
+    bad(function() q:add(math.huge) end, "add: bad argument 'key' (a number key must be finite)")
+    bad(function() q:add("k", nil, {priorty = 1}) end, "add: bad argument 'opts' (unknown option 'priorty')")
+    bad(function() wq.exec({"true"}, {timout = 1}) end, "exec: bad argument 'opts' (unknown option 'timout')")
+    bad(function() wq.backoff({duraton = 1}) end, "backoff: bad argument 'opts' (unknown option 'duraton')")
+    bad(function() q:schedule("s", "@daily", {catchup = "skip"}) end,
+        "schedule: bad argument 'opts' (unknown option 'catchup')")
+end
+
+do -- wrong self, named like the queue's methods; wq.log's format errors
+    local tm = wq.after(3600, print)
+    bad(function() tm.cancel() end, "timer:cancel: bad argument 'self' (timer expected, got no value")
+    bad(function() tm.pending({}) end, "timer:pending: bad argument 'self' (timer expected, got table")
+    tm:cancel()
+    bad(function() wq.backoff({}).step(1) end, "b:step: bad argument 'self' (backoff expected, got number")
+    bad(function() lim.when(tm, "k") end, "l:when: bad argument 'self' (limiter expected")
+    bad(function() wq.log({}, 1) end, "log: bad argument 'fmt' (string expected, got table)")
+    bad(function() wq.log("%d", "x") end, "log: bad argument '#2' (number expected, got string)")
+    bad(function() wq.log("%q", {}) end, "log: bad argument '#2'")
+    bad(function() wq.log("%y", 1) end, "log: bad argument 'fmt' (invalid conversion")
+end
+
 do -- waiting functions where they cannot yield: inside a coroutine of one's own
     local function in_wrap(f)
         return function()

@@ -252,4 +252,43 @@ do -- argv's length is its raw length: a __len metamethod cannot size the copy
     t.raises(function() wq.exec(empty) end, "exec: bad argument 'argv' (must name a program)")
 end
 
+do -- numbers in argv are converted into strings that live until the spawn
+    -- The collector runs all the time here: a converted number that nothing
+    -- anchors would be freed before posix_spawn reads it (ASan reports it).
+    collectgarbage("incremental", 1, 1000, 0)
+    for i = 1, 20 do
+        local r = wq.exec({"echo", 1.5 + i, 2.5, 3.25 * i, i}, {env = {WQ_N = i, WQ_F = 0.5}})
+        t.eq(r.stdout, string.format("%s 2.5 %s %d\n", tostring(1.5 + i), tostring(3.25 * i), i),
+            "numbers converted, with opts.env built between the check and the spawn")
+    end
+    collectgarbage("incremental", 200, 100, 13)
+    collectgarbage()
+    local argv = {"echo", 1, 2.5}
+    wq.exec(argv)
+    t.eq({math.type(argv[2]), math.type(argv[3])}, {"integer", "float"}, "the caller's argv is unchanged")
+end
+
+do -- NUL bytes and '=' are refused, not cut: nothing runs
+    local marker = os.tmpname()
+    os.remove(marker)
+    local touch = {"sh", "-c", "touch " .. marker}
+    t.raises(function() wq.exec({"echo", "a\0b"}) end, "exec: bad argument 'argv' (element 2 contains a NUL byte)")
+    t.raises(function() wq.exec({"sh\0", "-c", "touch " .. marker}) end, "exec: bad argument 'argv' (element 1")
+    t.raises(function() wq.exec(touch, {cwd = "/tmp\0/x"}) end, "exec: bad argument 'cwd' (contains a NUL byte)")
+    t.raises(function() wq.exec(touch, {env = {["A\0B"] = "1"}}) end, "exec: bad argument 'env' (a name contains a NUL byte)")
+    t.raises(function() wq.exec(touch, {env = {A = "1\0 2"}}) end,
+        "exec: bad argument 'env' (the value of 'A' contains a NUL byte)")
+    t.raises(function() wq.exec(touch, {env = {["PATH=/evil:x"] = "1"}}) end,
+        "exec: bad argument 'env' (the name 'PATH=/evil:x' contains '=')")
+    t.raises(function() wq.exec(touch, {env = {["="] = "1"}}) end, "exec: bad argument 'env' (the name '=' contains '=')")
+    t.raises(function() wq.exec(touch, {env = {[""] = "1"}}) end, "exec: bad argument 'env' (a name is empty)")
+    t.raises(function() wq.exec(touch, {env = {[""] = false}}) end, "exec: bad argument 'env' (a name is empty)",
+        "also when removing")
+    t.eq(io.open(marker), nil, "none of them ran the program")
+    -- NUL bytes in stdin are data and pass through
+    t.eq(wq.exec({"cat"}, {stdin = "a\0b"}).stdout, "a\0b", "stdin keeps its NUL bytes")
+    local r = sh('echo "$WQ_X|$PATH"', {env = {WQ_X = "x=y"}})
+    t.ok(r.stdout:match("^x=y|") and not r.stdout:find("evil"), "'=' in a value is fine; PATH untouched")
+end
+
 t.done()
