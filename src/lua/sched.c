@@ -46,10 +46,8 @@ wq_task *wq_task_require(lua_State *L, const char *fn)
                    "%s: cannot wait here (only inside the main chunk, a task, a handler "
                    "or a timer callback, and not inside a coroutine of your own)",
                    fn);
-    if (t->deadline != WQ_NEVER && wq_host_now(t->host) >= t->deadline) {
-        lua_pushstring(L, "timeout");
-        lua_error(L);
-    }
+    /* A handler past its deadline is not refused here: its deadline timer
+     * is due and, when it fires, counts the timeout and ends the wait. */
     if (t->cancelled) { /* an operator cancelled the job: it waits for nothing more */
         lua_pushstring(L, "cancelled");
         lua_error(L);

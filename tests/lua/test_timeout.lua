@@ -274,4 +274,19 @@ do -- a CPU loop inside a coroutine the handler created is stopped too
     t.eq(q:stats().timeouts, 2)
 end
 
+-- A deadline already past when the handler first waits (a timeout far
+-- shorter than a loop turn): the wait ends with "timeout", counted once.
+do
+    local q = newq({
+        timeout = 1e-9,
+        handler = function()
+            wq.sleep(0.01)
+        end,
+    })
+    q:add("short")
+    t.ok(t.wait_until(idle(q)), "processed")
+    t.eq(dead_errors(q).short, "timeout", "short: dead with a timeout")
+    t.eq(q:stats().timeouts, 1, "the timeout is counted")
+end
+
 t.done()
