@@ -154,15 +154,38 @@ static int any_processing(wq_host *h)
 
 /* ---- acknowledged means durable ---- */
 
+/* How long a request waits for the commit of what it acknowledges while
+ * another connection holds the state file's write lock: then it gets 503. */
+#define ACK_WAIT_NS (5 * WQ_NS_PER_S)
+
 typedef struct durable_waiter {
     wq_durable_fn fn;
     void *ud;
+    int64_t since; /* real ns it began waiting */
 } durable_waiter;
+
+static void set_ack_error(wq_host *h, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(h->ack_error, sizeof h->ack_error, fmt, ap);
+    va_end(ap);
+}
+
+const char *wq_host_ack_error(const wq_host *h)
+{
+    return h->ack_error[0] ? h->ack_error : "not stored: the state file cannot be written";
+}
 
 int wq_host_when_durable(wq_host *h, wq_durable_fn fn, void *ud)
 {
     if (!h->store || !wq_store_dirty(h->store) || h->store_failed) {
         fn(ud, !h->store_failed);
+        return 0;
+    }
+    if (h->loop_over) { /* the last commit was made: nothing will write this */
+        set_ack_error(h, "not stored: the runner is stopping");
+        fn(ud, 0);
         return 0;
     }
     if (h->nwaiters == h->waiters_cap) {
@@ -174,11 +197,12 @@ int wq_host_when_durable(wq_host *h, wq_durable_fn fn, void *ud)
         h->waiters_cap = ncap;
     }
     durable_waiter *w = h->waiters;
-    w[h->nwaiters++] = (durable_waiter){fn, ud};
+    w[h->nwaiters++] = (durable_waiter){fn, ud, wq_real_now()};
     return 0;
 }
 
-/* Tells every waiter whether what it waited for is committed. */
+/* Tells every waiter whether what it waited for is committed (when not,
+ * wq_host_ack_error says why). */
 static void release_waiters(wq_host *h, int ok)
 {
     /* A callback may register again (a new request): take the list first. */
@@ -191,6 +215,46 @@ static void release_waiters(wq_host *h, int ok)
             w[i].fn(w[i].ud, ok);
         free(w);
     }
+}
+
+/* The state file stays locked: whoever has waited ACK_WAIT_NS for the
+ * commit is told it is not stored (yet: the changes stay pending and are
+ * written once the lock is free, so the 503 means "not acknowledged"). */
+static void expire_waiters(wq_host *h, int64_t now)
+{
+    int n = 0;
+    while (n < h->nwaiters && now - h->waiters[n].since >= ACK_WAIT_NS)
+        n++; /* the oldest come first */
+    if (!n)
+        return;
+    durable_waiter *late = malloc((size_t)n * sizeof *late);
+    if (!late)
+        return; /* the next attempt tries again */
+    memcpy(late, h->waiters, (size_t)n * sizeof *late);
+    h->nwaiters -= n;
+    memmove(h->waiters, h->waiters + n, (size_t)h->nwaiters * sizeof *late);
+    set_ack_error(h,
+                  "not acknowledged: the state file stayed locked by another connection for %g s "
+                  "(an open write transaction in a sqlite3 session?); the item may still be "
+                  "stored once the lock is released",
+                  (double)ACK_WAIT_NS / 1e9);
+    for (int i = 0; i < n; i++)
+        late[i].fn(late[i].ud, 0);
+    free(late);
+}
+
+/*
+ * The state file cannot be written any more (a commit failed, or the file
+ * was deleted or replaced): logs why, and answers whoever waits with 503.
+ */
+static void store_failed(wq_host *h)
+{
+    const char *why = wq_store_errmsg(h->store);
+    wq_progress_clear(h);
+    fprintf(stderr, "wqrun: %s; stopping\n", why);
+    h->store_failed = 1;
+    set_ack_error(h, "not stored: %s", why);
+    release_waiters(h, 0);
 }
 
 /*
@@ -219,14 +283,12 @@ static int flush_store(wq_host *h, int wait_ms)
         h->flush_backoff = h->flush_backoff ? h->flush_backoff * 2 : 10 * 1000 * 1000;
         if (h->flush_backoff > 200 * 1000 * 1000)
             h->flush_backoff = 200 * 1000 * 1000;
+        expire_waiters(h, wq_real_now());
         return 1;
     }
     if (r < 0) {
-        wq_progress_clear(h);
         /* The failed transaction rolled back: what was committed stays. */
-        fprintf(stderr, "wqrun: %s; stopping\n", wq_store_errmsg(h->store));
-        h->store_failed = 1;
-        release_waiters(h, 0);
+        store_failed(h);
         return -1;
     }
     release_waiters(h, 1);
@@ -239,6 +301,20 @@ static int flush_store(wq_host *h, int wait_ms)
     return 0;
 }
 
+/*
+ * After store_failed: adds are refused from now on (503) and the process
+ * exits 1. A file deleted or replaced under us stops as SIGTERM does
+ * (running handlers finish within --grace); a failed commit (disk full, I/O
+ * error, damage) ends the loop at once.
+ */
+static void stop_after_failure(wq_host *h)
+{
+    if (wq_store_gone(h->store))
+        wq_host_stop(h, "the state file is gone");
+    else
+        wq_host_exit(h, 1);
+}
+
 static void on_flush(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -246,7 +322,7 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
     wq_host *h = arg;
     h->flush_now = 0;
     if (flush_store(h, RUN_BUSY_MS) < 0)
-        wq_host_exit(h, 1);
+        stop_after_failure(h);
     wq_host_settle(h);
 }
 
@@ -259,7 +335,7 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
 
 static void schedule_flush(wq_host *h)
 {
-    if (!h->store || !wq_store_dirty(h->store) || h->flush_now)
+    if (!h->store || h->store_failed || !wq_store_dirty(h->store) || h->flush_now)
         return;
     /* Someone waits for an acknowledgement: commit once this loop turn has
      * taken in everything that is ready (so concurrent requests share the
@@ -277,7 +353,7 @@ static void schedule_flush(wq_host *h)
     if (wait <= 0) {
         int r = flush_store(h, RUN_BUSY_MS);
         if (r < 0)
-            wq_host_exit(h, 1);
+            stop_after_failure(h);
         if (r != 1)
             return;
         wait = h->flush_backoff; /* locked: try again later, even if nothing else happens */
@@ -391,13 +467,15 @@ static void on_grace(wq_host *h, void *data, uint64_t id)
 }
 
 /*
- * SIGINT and SIGTERM: the handler writes the signal number to a pipe the
- * loop watches, and asks the runtime to preempt script code that is
- * running right now (a handler stuck in a computation), so the loop sees
- * the signal and the graceful stop (or the second signal's immediate exit)
- * still happens.
+ * SIGINT, SIGTERM and SIGHUP (a closed terminal or session; left alone
+ * when the process started with it ignored, as under nohup): the handler
+ * writes the signal number to a pipe the loop watches, and asks the
+ * runtime to preempt script code that is running right now (a handler
+ * stuck in a computation), so the loop sees the signal and the graceful
+ * stop (or the second signal's immediate exit) still happens.
  */
 static int sig_pipe[2] = {-1, -1};
+static int hup_caught;
 static void (*volatile preempt)(void);
 static void (*volatile watch)(void);
 static timer_t watch_timer;
@@ -475,7 +553,9 @@ static void stop_signal(wq_host *h, int sig)
         event_base_loopbreak(h->base);
         return;
     }
-    wq_host_stop(h, sig == SIGINT ? "SIGINT received" : "SIGTERM received");
+    wq_host_stop(h, sig == SIGINT   ? "SIGINT received"
+                    : sig == SIGHUP ? "SIGHUP received"
+                                    : "SIGTERM received");
 }
 
 static void on_signal_pipe(evutil_socket_t fd, short what, void *arg)
@@ -506,6 +586,11 @@ static int install_signals(wq_host *h)
     sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    struct sigaction old;
+    if (sigaction(SIGHUP, NULL, &old) == 0 && old.sa_handler != SIG_IGN) {
+        sigaction(SIGHUP, &sa, NULL);
+        hup_caught = 1;
+    }
     sigaction(SIGALRM, &sa, NULL);
     sa.sa_handler = on_watch_raw;
     sigaction(SIGRTMIN, &sa, NULL);
@@ -531,6 +616,9 @@ static void remove_signals(wq_host *h)
     watch_armed = 0;
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    if (hup_caught)
+        signal(SIGHUP, SIG_DFL);
+    hup_caught = 0;
     signal(SIGALRM, SIG_DFL);
     signal(SIGRTMIN, SIG_DFL);
     if (h->sig_ev)
@@ -559,10 +647,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     /* The state file deleted or replaced under us: nothing acknowledged
      * from now on could be kept, so stop (exit 1) instead of going on. */
     if (h->store && !h->store_failed && wq_store_check_path(h->store) < 0) {
-        wq_progress_clear(h);
-        fprintf(stderr, "wqrun: %s; stopping\n", wq_store_errmsg(h->store));
-        h->store_failed = 1;
-        wq_host_exit(h, 1);
+        store_failed(h);
+        stop_after_failure(h);
         return;
     }
     wq_inbox_poll(h);
@@ -663,6 +749,39 @@ int wq_host_start(wq_host *h)
     return 0;
 }
 
+static void on_drain_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+}
+
+/*
+ * The loop has ended, but answers given in its last turn (202 after the
+ * last commit, 503 after a failed one) are still in the connections'
+ * buffers: run the loop a little longer (at most DRAIN_NS) to write them
+ * out, with the timers and polls stopped.
+ */
+#define DRAIN_NS (1 * WQ_NS_PER_S)
+
+static void drain_replies(wq_host *h)
+{
+    if (h->replies_unsent <= 0)
+        return;
+    evtimer_del(h->timer_ev);
+    evtimer_del(h->flush_ev);
+    event_del(h->tick_ev);
+    struct event *wake = event_new(h->base, -1, EV_PERSIST, on_drain_tick, NULL);
+    if (!wake)
+        return;
+    struct timeval tv = {0, 10000};
+    evtimer_add(wake, &tv);
+    int64_t end = wq_real_now() + DRAIN_NS;
+    while (h->replies_unsent > 0 && wq_real_now() < end)
+        event_base_loop(h->base, EVLOOP_ONCE);
+    event_free(wake);
+}
+
 int wq_host_run(wq_host *h)
 {
     event_base_dispatch(h->base);
@@ -682,9 +801,12 @@ int wq_host_run(wq_host *h)
     }
     if ((h->store_failed || h->failed) && status == 0)
         status = 1;
-    /* The loop is over: whoever still waits is not answered (the
-     * connection closes without an acknowledgement). */
+    /* No commit comes after this one: whoever still waits gets 503. */
+    h->loop_over = 1;
+    if (!h->store_failed)
+        set_ack_error(h, "not stored: %s", h->store ? wq_store_errmsg(h->store) : "stopping");
     release_waiters(h, 0);
+    drain_replies(h);
     wq_commands_abandon(h);
     wq_progress_finish(h);
     return status;

@@ -211,6 +211,9 @@ struct wq_host {
     void *procs;  /* list of running child process records (proc.c) */
 
     int store_failed;               /* a commit failed: no more writes, exit 1 */
+    char ack_error[512];            /* why the last waiters released with 0 were not acknowledged */
+    int loop_over;                  /* the last commit is made: waiters are refused at once */
+    int replies_unsent;             /* HTTP answers given but not yet written out (http.c) */
     int failed;                     /* something failed during a graceful stop: exit 1 at the end */
     int flush_now;                  /* flush_ev is active for waiting acknowledgements */
     struct durable_waiter *waiters; /* wq_host_when_durable callers */
@@ -264,10 +267,17 @@ typedef void (*wq_durable_fn)(void *ud, int ok);
 /*
  * Calls fn(ud, 1) once every change made so far is committed to the state
  * file (with --sync full, on disk), fn(ud, 0) if it cannot be (the file
- * failed, or the process ends first). At once when there is no state file
+ * failed, or the process ends first) or is not within 5 s while another
+ * connection holds the write lock. At once when there is no state file
  * or nothing is pending. 0, or -1 on OOM (fn not called).
  */
 int wq_host_when_durable(wq_host *h, wq_durable_fn fn, void *ud);
+/*
+ * Why the waiters just told 0 are not acknowledged, for their 503 answer:
+ * the state file cannot be written (and why), it stayed locked for 5 s (the
+ * change may still be written later), or the runner stopped first.
+ */
+const char *wq_host_ack_error(const wq_host *h);
 
 /* Registers a queue (ops and q borrowed for the host's life). 0, or -1 on OOM. */
 int wq_host_add_queue(wq_host *h, const wq_queue_ops *ops, void *q, const char *name, int persist);

@@ -263,21 +263,32 @@ static const char *read_item(json_object *body, wq_ext_item *it, json_object **p
 
 /* A reply held until the changes it acknowledges are committed. */
 typedef struct held_reply {
+    wq_host *h;
     struct evhttp_request *req;
     json_object *body; /* sent with code once durable */
     int code;
     const char *reason;
 } held_reply;
 
+/* A held reply is written out: the end of the run waits for that (host.c). */
+static void held_written(struct evhttp_request *req, void *arg)
+{
+    (void)req;
+    ((wq_host *)arg)->replies_unsent--;
+}
+
 static void send_held(void *ud, int ok)
 {
     held_reply *hr = ud;
+    if (evhttp_request_get_connection(hr->req)) { /* else the client went away */
+        hr->h->replies_unsent++;
+        evhttp_request_set_on_complete_cb(hr->req, held_written, hr->h);
+    }
     if (ok)
         reply_json(hr->req, hr->code, hr->reason, hr->body);
     else {
         json_object_put(hr->body);
-        reply_error(hr->req, 503, "Service Unavailable",
-                    "not stored: the state file cannot be written");
+        reply_error(hr->req, 503, "Service Unavailable", wq_host_ack_error(hr->h));
     }
     free(hr);
 }
@@ -292,6 +303,7 @@ void wq_http_reply_durable(wq_host *h, struct evhttp_request *req, int code, con
         reply_error(req, 500, "Internal Server Error", "out of memory");
         return;
     }
+    hr->h = h;
     hr->req = req;
     hr->body = body;
     hr->code = code;

@@ -1,10 +1,14 @@
 /*
  * Inbox polling: rows any process inserted into the state file's inbox
- * table become adds on the named queue; rows for queues this script does
- * not define stay in the table and are reported once per queue name.
+ * table become adds on the named queue. Rows the runner cannot take (no
+ * such queue, an in-memory queue, a group_of that refuses them, a key or
+ * group too long) stay in the table, and each reason is reported once per
+ * queue name.
  */
 #include "host/inbox.h"
 
+#include "engine/group.h"
+#include "engine/queue.h"
 #include "store/store.h"
 
 #include <stdio.h>
@@ -59,6 +63,21 @@ static int take(void *ud, const wq_inbox_row *row)
     if (r == WQ_EINVAL) { /* group_of refused it: the row stays, for a fixed script */
         static char refused[16][65];
         report_once(c->h, refused, queue, why);
+    } else if (r == WQ_E2BIG) { /* no queue could take it: the row stays for the user to see */
+        static char big[16][65];
+        char what[128];
+        if (row->keylen > WQ_KEY_MAX)
+            snprintf(what, sizeof what, "a key of %zu bytes (at most %u)", row->keylen,
+                     (unsigned)WQ_KEY_MAX);
+        else if (row->grp && row->grplen > WQ_GROUP_MAX)
+            snprintf(what, sizeof what, "a group of %zu bytes (at most %d)", row->grplen,
+                     WQ_GROUP_MAX);
+        else
+            snprintf(what, sizeof what, "a payload of %zu bytes (too large)", row->paylen);
+        report_once(c->h, big, queue, what);
+    } else if (r < 0 && r != WQ_ESHUTDOWN) {
+        static char failed[16][65];
+        report_once(c->h, failed, queue, wq_strerror(r));
     }
     return r >= 0;
 }

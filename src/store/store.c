@@ -514,10 +514,16 @@ int wq_store_check_path(wq_store *s)
         why = "another file is at that path now";
     else
         return 0;
+    s->gone = 1;
     return wq_store_break(s, WQ_EIO,
                           "state file %s was deleted or replaced while running (%s); nothing more "
                           "is written to it",
                           s->path, why);
+}
+
+int wq_store_gone(const wq_store *s)
+{
+    return s && s->gone;
 }
 
 void wq_store_set_busy_timeout(wq_store *s, int ms)

@@ -50,6 +50,8 @@ const char *wq_store_errmsg(const wq_store *s);
  * flush fails the same way and close writes nothing. Call it periodically.
  */
 int wq_store_check_path(wq_store *s);
+/* Whether the store failed because its path no longer names its file (deleted or replaced). */
+int wq_store_gone(const wq_store *s);
 
 /* How long a commit waits for a lock another connection holds (SQLite
  * busy_timeout; WQ_STORE_BUSY_MS unless changed). */

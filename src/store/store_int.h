@@ -217,6 +217,7 @@ struct wq_store {
     char errmsg[512];
     int broken; /* a WQ_E* code once the file cannot be trusted: nothing more is written to it */
     char broken_msg[512];
+    int gone; /* broken because the path names another file, or none */
 };
 
 /* ---- schema.c ---- */
