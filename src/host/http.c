@@ -348,7 +348,8 @@ static json_object *read_body(struct evhttp_request *req, size_t max)
  * Adds one item object to hq: NULL and *queued, or why not (nothing
  * changed). *status is the HTTP status a single add answers with.
  */
-static const char *add_one(const wq_hqueue *hq, json_object *item, int *queued, int *status)
+static const char *add_one(const wq_host *h, const wq_hqueue *hq, json_object *item, int *queued,
+                           int *status)
 {
     wq_ext_item it;
     json_object *payload;
@@ -368,7 +369,8 @@ static const char *add_one(const wq_hqueue *hq, json_object *item, int *queued, 
     int r = hq->ops->add(hq->q, &it);
     if (r == WQ_ESHUTDOWN) {
         *status = 503;
-        return "queue is shutting down";
+        /* Stopping because the state file failed (or is gone): say so. */
+        return h->store_failed ? wq_host_ack_error(h) : "queue is shutting down";
     }
     if (r == WQ_EINVAL) { /* the queue's group_of refused it */
         *status = 422;
@@ -400,7 +402,7 @@ static void post_item(wq_host *h, struct evhttp_request *req, const wq_hqueue *h
     if (!root)
         return;
     int queued = 0, status;
-    const char *err = add_one(hq, root, &queued, &status);
+    const char *err = add_one(h, hq, root, &queued, &status);
     if (err) {
         /* err may point into root: answer first */
         reply_error(req, status,
@@ -444,7 +446,7 @@ static void post_batch(wq_host *h, struct evhttp_request *req, const wq_hqueue *
     json_object_object_add(body, "results", results);
     for (size_t i = 0; i < n; i++) {
         int queued = 0, status;
-        const char *err = add_one(hq, json_object_array_get_idx(root, i), &queued, &status);
+        const char *err = add_one(h, hq, json_object_array_get_idx(root, i), &queued, &status);
         json_object *r = err ? json_object_new_object() : queued_body(queued);
         if (r && err)
             json_object_object_add(r, "error", json_object_new_string(err));

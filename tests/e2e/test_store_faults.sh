@@ -31,6 +31,7 @@ t0=$(now)
 check "the deletion is logged within a second" wait_for "$ERRF" "deleted or replaced" 1 1
 post /queues/slow/items '{"key":"c"}'
 expect_code "a post after the deletion gets 503" 503
+expect_in "$BODY_OUT" "deleted or replaced" "the 503 says the file is gone"
 post /queues/jobs/items '{"key":"d"}'
 expect_code "on every queue" 503
 check "still running while handlers finish" kill -0 "$PID"
