@@ -548,23 +548,44 @@ static int64_t client_deadline(void)
     return (int64_t)CLIENT_TIMEOUT * 1000000000;
 }
 
+const char *wq_http_parse_listen(const char *addr, char *host, size_t size, int *port)
+{
+    const char *colon = strrchr(addr, ':');
+    if (!colon)
+        return "expected ADDR:PORT, e.g. 127.0.0.1:8080";
+    size_t hl = (size_t)(colon - addr);
+    const char *p = colon + 1;
+    size_t digits = strspn(p, "0123456789");
+    long n = digits && digits <= 5 && !p[digits] ? strtol(p, NULL, 10) : -1;
+    if (n < 1 || n > 65535)
+        return "the port must be a number from 1 to 65535";
+    if (hl == 0)
+        return "no address: 127.0.0.1:PORT serves this machine only, 0.0.0.0:PORT every "
+               "interface";
+    if (addr[0] == '[') { /* [::1]:8080 */
+        if (hl < 3 || addr[hl - 1] != ']')
+            return "an IPv6 address goes in brackets, e.g. [::1]:8080";
+        addr++;
+        hl -= 2;
+    } else if (memchr(addr, ':', hl) || memchr(addr, ']', hl)) {
+        return "an IPv6 address goes in brackets, e.g. [::1]:8080";
+    }
+    if (hl >= size)
+        return "the address is too long";
+    memcpy(host, addr, hl);
+    host[hl] = '\0';
+    *port = (int)n;
+    return NULL;
+}
+
 int wq_http_start(wq_host *h, const char *addr)
 {
     char host[256];
-    const char *colon = strrchr(addr, ':');
-    size_t hl = colon ? (size_t)(colon - addr) : 0;
-    char *end;
-    long port = colon ? strtol(colon + 1, &end, 10) : -1;
-    if (!colon || hl == 0 || hl >= sizeof host || *end || port < 0 || port > 65535 ||
-        colon[1] == '\0') {
-        fprintf(stderr, "wqrun: --listen %s: expected ADDR:PORT, e.g. 127.0.0.1:8080\n", addr);
+    int port;
+    const char *why = wq_http_parse_listen(addr, host, sizeof host, &port);
+    if (why) {
+        fprintf(stderr, "wqrun: --listen %s: %s\n", addr, why);
         return -1;
-    }
-    memcpy(host, addr, hl);
-    host[hl] = '\0';
-    if (host[0] == '[' && host[hl - 1] == ']') { /* [::1]:8080 */
-        memmove(host, host + 1, hl - 2);
-        host[hl - 2] = '\0';
     }
     http_server *s = calloc(1, sizeof *s);
     if (!s || !(s->http = evhttp_new(h->base))) {
@@ -584,7 +605,7 @@ int wq_http_start(wq_host *h, const char *addr)
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE);
     evhttp_set_gencb(s->http, handle, h);
-    struct evconnlistener *lev = listen_on(h, host, (int)port);
+    struct evconnlistener *lev = listen_on(h, host, port);
     if (!lev || !evhttp_bind_listener(s->http, lev)) {
         if (lev)
             evconnlistener_free(lev);
