@@ -46,16 +46,21 @@ typedef struct http_server {
 /* The server's connection guard, for the reply paths (one server per process). */
 static wq_conns *conns;
 
+/*
+ * Every answer goes out here. libevent 2.1 sends a HEAD answer's body
+ * (and no Content-Length), which a keep-alive client would read as the
+ * start of its next answer: a HEAD gets the length and no body.
+ */
 static void send_reply(struct evhttp_request *req, int code, const char *reason, struct evbuffer *b)
 {
+    if (b && evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
+        char n[24];
+        snprintf(n, sizeof n, "%zu", evbuffer_get_length(b));
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Length", n);
+        b = NULL;
+    }
     wq_conns_answered(conns, req); /* before: the reply may free req */
     evhttp_send_reply(req, code, reason, b);
-}
-
-static void send_error(struct evhttp_request *req, int code, const char *reason)
-{
-    wq_conns_answered(conns, req);
-    evhttp_send_error(req, code, reason);
 }
 
 static void reply(struct evhttp_request *req, int code, const char *reason, const char *type,
@@ -70,6 +75,12 @@ static void reply(struct evhttp_request *req, int code, const char *reason, cons
         evbuffer_free(b);
 }
 
+/* 500 when memory runs out: a fixed body, nothing more to allocate. */
+static void reply_oom(struct evhttp_request *req)
+{
+    reply(req, 500, "Internal Server Error", "application/json", "{\"error\":\"out of memory\"}");
+}
+
 #define TO_STRING_FLAGS (JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)
 
 /* Replies with the JSON text of o (which it puts), or 500 when it cannot be made. */
@@ -79,7 +90,7 @@ static void reply_json(struct evhttp_request *req, int code, const char *reason,
     if (text)
         reply(req, code, reason, "application/json", text);
     else
-        send_error(req, 500, "Out of memory");
+        reply_oom(req);
     json_object_put(o);
 }
 
@@ -100,6 +111,14 @@ void wq_http_reply_json(struct evhttp_request *req, int code, const char *reason
 void wq_http_reply_error(struct evhttp_request *req, int code, const char *reason, const char *msg)
 {
     reply_error(req, code, reason, msg);
+}
+
+void wq_http_not_allowed(struct evhttp_request *req, const char *allow)
+{
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
+    char msg[96];
+    snprintf(msg, sizeof msg, "method not allowed (this path takes %s)", allow);
+    reply_error(req, 405, "Method Not Allowed", msg);
 }
 
 /* Compares the whole strings in time that depends only on their lengths. */
@@ -126,7 +145,7 @@ static void get_metrics(wq_host *h, struct evhttp_request *req)
 {
     struct evbuffer *b = evbuffer_new();
     if (!b) {
-        send_error(req, 500, "Out of memory");
+        reply_oom(req);
         return;
     }
     wq_prom_render(h, b);
@@ -159,7 +178,7 @@ static void get_dashboard(struct evhttp_request *req)
     }
     struct evbuffer *b = evbuffer_new();
     if (!b) {
-        send_error(req, 500, "Out of memory");
+        reply_oom(req);
         return;
     }
     evbuffer_add_reference(b, wq_dashboard_html, wq_dashboard_html_len, NULL, NULL);
@@ -456,17 +475,17 @@ static void handle(struct evhttp_request *req, void *arg)
     char name[65];
     int nlen = 0;
     if (!path) {
-        reply(req, 400, "Bad Request", "text/plain", "bad request\n");
+        reply_error(req, 400, "Bad Request", "malformed request target");
     } else if (strcmp(path, "/") == 0) {
         if (get)
             get_dashboard(req);
         else
-            reply(req, 405, "Method Not Allowed", "text/plain", "method not allowed\n");
+            wq_http_not_allowed(req, "GET, HEAD");
     } else if (strcmp(path, "/healthz") == 0) {
         if (get)
             reply(req, 200, "OK", "text/plain", "ok\n");
         else
-            reply(req, 405, "Method Not Allowed", "text/plain", "method not allowed\n");
+            wq_http_not_allowed(req, "GET, HEAD");
     } else if (!authorized(s, req)) {
         evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
                           "Bearer realm=\"wqrun\"");
@@ -475,18 +494,18 @@ static void handle(struct evhttp_request *req, void *arg)
         if (get)
             get_metrics(h, req);
         else
-            reply(req, 405, "Method Not Allowed", "text/plain", "method not allowed\n");
+            wq_http_not_allowed(req, "GET, HEAD");
     } else if (strcmp(path, "/queues") == 0 || strcmp(path, "/queues/") == 0) {
         if (get)
             get_queues(h, req);
         else
-            reply(req, 405, "Method Not Allowed", "text/plain", "method not allowed\n");
+            wq_http_not_allowed(req, "GET, HEAD");
     } else if (sscanf(path, "/queues/%64[A-Za-z0-9_.-]/items%n", name, &nlen) == 1 &&
                (path[nlen] == '\0' || strcmp(path + nlen, ":batch") == 0) &&
                (cmd == EVHTTP_REQ_POST || path[nlen] != '\0')) {
         const wq_hqueue *hq;
         if (cmd != EVHTTP_REQ_POST)
-            reply(req, 405, "Method Not Allowed", "text/plain", "method not allowed\n");
+            wq_http_not_allowed(req, "POST");
         else if (!(hq = wq_host_find_queue(h, name)))
             reply_error(req, 404, "Not Found", "no such queue");
         else if (path[nlen] == '\0')
@@ -496,7 +515,7 @@ static void handle(struct evhttp_request *req, void *arg)
     } else if (wq_http_ops(h, req, path, evhttp_uri_get_query(u), cmd)) {
         /* answered */
     } else {
-        reply(req, 404, "Not Found", "text/plain", "not found\n");
+        reply_error(req, 404, "Not Found", "no such path");
     }
     if (u)
         evhttp_uri_free(u);
@@ -602,8 +621,11 @@ int wq_http_start(wq_host *h, const char *addr)
     evhttp_set_max_body_size(s->http, MAX_BATCH_BODY);
     evhttp_set_max_headers_size(s->http, MAX_HEADERS);
     evhttp_set_timeout(s->http, CLIENT_TIMEOUT);
+    /* Every method evhttp knows reaches the routes, which answer 405 and Allow. */
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
-                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE);
+                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                            EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
+                                            EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
     evhttp_set_gencb(s->http, handle, h);
     struct evconnlistener *lev = listen_on(h, host, port);
     if (!lev || !evhttp_bind_listener(s->http, lev)) {

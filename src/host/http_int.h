@@ -17,6 +17,8 @@
 void wq_http_reply_json(struct evhttp_request *req, int code, const char *reason, json_object *o);
 /* A JSON error body {"error": msg}. */
 void wq_http_reply_error(struct evhttp_request *req, int code, const char *reason, const char *msg);
+/* 405 with an Allow header (allow: "GET, HEAD") and a JSON error. */
+void wq_http_not_allowed(struct evhttp_request *req, const char *allow);
 /* Replies code with body (which it takes) once every change made so far is committed (503 if it
  * cannot be). */
 void wq_http_reply_durable(wq_host *h, struct evhttp_request *req, int code, const char *reason,

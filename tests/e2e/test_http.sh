@@ -245,17 +245,29 @@ done
 for m in PUT DELETE; do expect 405 "$m" /queues/held/items; done
 expect 200 GET /queues/held/items # lists the pending items (SPEC 7.5)
 expect 200 HEAD /queues/held/items
-# PATCH/OPTIONS are not enabled in evhttp at all: 405 or 501 (RFC 9110 allows both).
-for m in PATCH OPTIONS; do
-  http "$m" /queues/held/items
-  [[ $CODE == 405 || $CODE == 501 ]] || fail "$m /queues/held/items: status $CODE, want 405 or 501"
+# Every method evhttp knows reaches the routes: 405, the route's methods in
+# Allow, and the JSON error body.
+is_json_error() { printf '%s' "$1" | "${JSON[@]}" error >/dev/null 2>&1; }
+for spec in "/healthz GET, HEAD" "/metrics GET, HEAD" "/queues GET, HEAD" \
+  "/queues/held/items GET, HEAD, POST" "/queues/held/items:batch POST" "/queues/held GET, HEAD" \
+  "/queues/held/pause POST" "/queues/held/dead GET, HEAD, DELETE" "/queues/held/items/k DELETE"; do
+  p=${spec%% *} allow=${spec#* }
+  for m in PATCH OPTIONS TRACE PUT; do
+    http "$m" "$p" -H 'Content-Type: application/json' --data-binary '{"key":"x"}'
+    [[ $m == TRACE ]] && http "$m" "$p"
+    [[ $CODE == 405 ]] || fail "$m $p: status $CODE, want 405; body: ${BODY:0:200}"
+    [[ $(header Allow) == "$allow" ]] || fail "$m $p: Allow '$(header Allow)', want '$allow'"
+    [[ $(header Content-Type) == application/json* ]] || fail "$m $p: Content-Type '$(header Content-Type)'"
+    is_json_error "$BODY" || fail "$m $p: body is not {\"error\": ...}: ${BODY:0:200}"
+  done
 done
-pass "wrong methods get 405 (PATCH/OPTIONS: 405 or 501)"
+pass "wrong methods (PATCH, OPTIONS, TRACE, PUT, ...) get 405 with Allow and a JSON error"
 
 # 404: unknown paths and queues (GET / is the dashboard: tests/e2e/test_dashboard.sh).
 for p in /nope /index.html /metricsx /healthz/x /queues/nope /queues/held/itemsx \
   /queues//items '/queues/a%20b/items' /QUEUES/held/items; do
   expect 404 GET "$p"
+  is_json_error "$BODY" || fail "GET $p: 404 body is not {\"error\": ...}: ${BODY:0:200}"
 done
 expect 200 GET /queues/held        # one queue's summary (SPEC 7.5)
 expect 405 GET /queues/held/items/x # DELETE removes the item
@@ -583,9 +595,17 @@ ans=$({
 [[ $ans == "HTTP/1.1 4"* ]] || fail "2000 headers: answer '$ans', want 4xx"
 ans=$(printf 'GET /%s HTTP/1.1\r\nHost: x\r\n\r\n' "$big" | raw_ask 3 | status_line)
 [[ $ans == "HTTP/1.1 4"* ]] || fail "20 KB request line: answer '$ans', want 4xx"
+# A HEAD answer has a Content-Length and no body, so the next answer on a
+# keep-alive connection is read from its first byte.
+ans=$(printf 'HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\nHEAD /queues HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' |
+  raw_ask 3 | tr -d '\r')
+[[ $(grep -ac '^HTTP/1.1 200' <<<"$ans") == 3 && $(tail -n 1 <<<"$ans") == ok ]] ||
+  fail "HEAD, HEAD, GET on one connection: answer '$ans'"
+[[ $(grep -ac '^Content-Length: 3$' <<<"$ans") == 2 ]] || fail "HEAD /healthz: no Content-Length: 3 in '$ans'"
+pass "HEAD answers carry Content-Length and no body (keep-alive, pipelined)"
 # Pipelined requests on one connection are all answered, in order.
 ans=$(printf 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' |
-  raw_ask 3 | grep -a '^HTTP/' | tr -d '\r' | awk '{ print $2 }' | paste -sd, -)
+  raw_ask 3 | grep -ao 'HTTP/1\.[01] [0-9]*' | awk '{ print $2 }' | paste -sd, -)
 [[ $ans == 200,404,200 ]] || fail "pipelined requests: statuses '$ans', want 200,404,200"
 # 200 rapid connections opened and closed, some with half a request.
 for ((i = 0; i < 200; i++)); do
