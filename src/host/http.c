@@ -59,8 +59,7 @@ static void send_reply(struct evhttp_request *req, int code, const char *reason,
         evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Length", n);
         b = NULL;
     }
-    wq_conns_answered(conns, req); /* before: the reply may free req */
-    evhttp_send_reply(req, code, reason, b);
+    wq_conns_reply(conns, req, code, reason, b);
 }
 
 static void reply(struct evhttp_request *req, int code, const char *reason, const char *type,
