@@ -19,6 +19,7 @@
 
 #include <event2/buffer.h>
 #include <event2/http.h>
+#include <event2/http_struct.h> /* the request's HTTP version: no getter in 2.1 */
 #include <event2/keyvalq_struct.h>
 #include <json-c/json_object.h>
 #include <json-c/linkhash.h>
@@ -466,6 +467,8 @@ static void handle(struct evhttp_request *req, void *arg)
     s->requests++;
     /* A whole request is in: no deadline until it is answered. */
     wq_conns_request(s->conns, req, 1);
+    if (req->major == 1 && req->minor > 1)
+        req->minor = 1; /* HTTP/1.2 and up: answered as 1.1 (RFC 9110 6.2) */
     const char *uri = evhttp_request_get_uri(req);
     struct evhttp_uri *u = uri ? evhttp_uri_parse(uri) : NULL;
     const char *path = u ? evhttp_uri_get_path(u) : NULL;
@@ -473,7 +476,12 @@ static void handle(struct evhttp_request *req, void *arg)
     int get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
     char name[65];
     int nlen = 0;
-    if (!path) {
+    if (req->major != 1 || req->minor < 0) {
+        /* evhttp takes any HTTP/0.x or HTTP/1.-1 and would answer in it */
+        req->major = req->minor = 1;
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        reply_error(req, 505, "HTTP Version Not Supported", "HTTP/1.0 or HTTP/1.1 only");
+    } else if (!path) {
         reply_error(req, 400, "Bad Request", "malformed request target");
     } else if (strcmp(path, "/") == 0) {
         if (get)
@@ -596,24 +604,18 @@ const char *wq_http_parse_listen(const char *addr, char *host, size_t size, int 
     return NULL;
 }
 
-int wq_http_start(wq_host *h, const char *addr)
+int wq_http_serve(wq_host *h, struct evconnlistener *lev)
 {
-    char host[256];
-    int port;
-    const char *why = wq_http_parse_listen(addr, host, sizeof host, &port);
-    if (why) {
-        fprintf(stderr, "wqrun: --listen %s: %s\n", addr, why);
-        return -1;
-    }
     http_server *s = calloc(1, sizeof *s);
-    if (!s || !(s->http = evhttp_new(h->base))) {
+    if (!s || !(s->http = evhttp_new(h->base)) ||
+        (h->opts.token && !(s->token = strdup(h->opts.token))) ||
+        !evhttp_bind_listener(s->http, lev)) {
+        if (s && s->http)
+            evhttp_free(s->http);
+        if (s)
+            free(s->token);
         free(s);
-        fprintf(stderr, "wqrun: --listen: out of memory\n");
-        return -1;
-    }
-    if (h->opts.token && !(s->token = strdup(h->opts.token))) {
-        evhttp_free(s->http);
-        free(s);
+        evconnlistener_free(lev);
         fprintf(stderr, "wqrun: --listen: out of memory\n");
         return -1;
     }
@@ -626,21 +628,10 @@ int wq_http_start(wq_host *h, const char *addr)
                                             EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
                                             EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
     evhttp_set_gencb(s->http, handle, h);
-    struct evconnlistener *lev = listen_on(h, host, port);
-    if (!lev || !evhttp_bind_listener(s->http, lev)) {
-        if (lev)
-            evconnlistener_free(lev);
-        fprintf(stderr,
-                "wqrun: --listen %s: cannot listen there (in use, or not a local address)\n", addr);
-        evhttp_free(s->http);
-        free(s->token);
-        free(s);
-        return -1;
-    }
     s->conns = wq_conns_new(h, lev, max_connections(h), client_deadline());
     if (!s->conns) {
         fprintf(stderr, "wqrun: --listen: out of memory\n");
-        evhttp_free(s->http);
+        evhttp_free(s->http); /* and lev, bound to it */
         free(s->token);
         free(s);
         return -1;
@@ -649,6 +640,24 @@ int wq_http_start(wq_host *h, const char *addr)
     evhttp_set_bevcb(s->http, wq_conns_bevcb, s->conns);
     h->http = s;
     return 0;
+}
+
+int wq_http_start(wq_host *h, const char *addr)
+{
+    char host[256];
+    int port;
+    const char *why = wq_http_parse_listen(addr, host, sizeof host, &port);
+    if (why) {
+        fprintf(stderr, "wqrun: --listen %s: %s\n", addr, why);
+        return -1;
+    }
+    struct evconnlistener *lev = listen_on(h, host, port);
+    if (!lev) {
+        fprintf(stderr,
+                "wqrun: --listen %s: cannot listen there (in use, or not a local address)\n", addr);
+        return -1;
+    }
+    return wq_http_serve(h, lev);
 }
 
 void wq_http_stop(wq_host *h)

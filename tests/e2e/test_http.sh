@@ -660,6 +660,12 @@ raw_error 413 'POST /queues/misc/items HTTP/1.1\r\nHost: x\r\nContent-Length: 99
 raw_error 413 'POST /queues/misc/items HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 99999999999\r\n\r\n'
 raw_error 417 'POST /queues/misc/items HTTP/1.1\r\nHost: x\r\nExpect: bogus\r\nContent-Length: 12\r\n\r\n{"key":"ex"}'
 raw_error 501 'BREW /healthz HTTP/1.1\r\nHost: x\r\n\r\n'
+# HTTP versions: 1.2 and up are answered as 1.1; 0.x and negative ones get 505
+# (evhttp took them and answered in them: "HTTP/-1.1 200 OK").
+raw_error 505 'GET /healthz HTTP/0.1\r\nHost: x\r\n\r\n'
+raw_error 505 'GET /healthz HTTP/-1.1\r\nHost: x\r\n\r\n'
+ans=$(printf 'GET /healthz HTTP/1.2\r\nHost: x\r\nConnection: close\r\n\r\n' | raw_ask 3 | status_line)
+[[ $ans == "HTTP/1.1 200 OK" ]] || fail "GET HTTP/1.2: answer '$ans', want HTTP/1.1 200 OK"
 raw_error 501 'get /healthz HTTP/1.1\r\nHost: x\r\n\r\n'
 # After an answer of ours on the same connection (keep-alive, pipelined).
 printf 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nno colon\r\n\r\n' | raw_ask 3 >"$TMP/two"
