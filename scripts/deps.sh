@@ -16,6 +16,7 @@ packages=(
   curl procps clang-format wrk prometheus # wrk: bench/bench_http.sh; prometheus: promtool for tests/e2e/test_http.sh
   tzdata # real time zones for the cron DST tests (tests/engine/test_cron.c)
   chromium chromium-driver python3-selenium # the dashboard in a real browser (tests/e2e/test_dashboard.sh)
+  clang libclang-rt-dev # libFuzzer for the fuzz targets (tests/fuzz, scripts/fuzz.sh)
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

@@ -2,6 +2,7 @@
  * wqrun's command line: parses options and hands over to the host (run a
  * script) or to the store (add, status). Nothing else lives here.
  */
+#include "host/http.h"
 #include "lua/runtime.h"
 #include "store/cli.h"
 
@@ -29,6 +30,7 @@ static void usage(FILE *f)
           "  --db PATH             persist queues to this SQLite file (created if missing)\n"
           "  --listen ADDR:PORT    serve the HTTP API (metrics, queues, enqueue, operator routes)\n"
           "                        and the dashboard, a web page at http://ADDR:PORT/\n"
+          "                        (127.0.0.1:8080, 0.0.0.0:8080 for every interface, [::1]:8080)\n"
           "  --token TOKEN         require 'Authorization: Bearer TOKEN' on every HTTP route but\n"
           "                        /healthz and the dashboard page (or WQRUN_TOKEN)\n"
           "  --max-connections N   HTTP connections at once (default 1024, at most a quarter\n"
@@ -111,8 +113,11 @@ int main(int argc, char **argv)
                 return bad_usage("%s needs a path", "--db");
             o.db_path = v;
         } else if ((v = opt_value(argc, argv, &i, "--listen"))) {
-            if (!*v || !strchr(v, ':'))
-                return bad_usage("--listen needs ADDR:PORT, got '%s'", v);
+            char host[256];
+            int port;
+            const char *why = wq_http_parse_listen(v, host, sizeof host, &port);
+            if (why)
+                return bad_usage("--listen '%s': %s", v, why);
             o.listen = v;
         } else if ((v = opt_value(argc, argv, &i, "--token"))) {
             if (!*v)

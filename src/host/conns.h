@@ -27,6 +27,10 @@ struct bufferevent *wq_conns_bevcb(struct event_base *base, void *arg);
 void wq_conns_request(wq_conns *c, struct evhttp_request *req, int held);
 /* A held request was answered: its connection's deadline starts again. */
 void wq_conns_answered(wq_conns *c, struct evhttp_request *req);
+/* Answers req (evhttp_send_reply) as ours: wq_conns_answered, and libevent's own answers are
+ * told apart from it. c may be NULL. */
+void wq_conns_reply(wq_conns *c, struct evhttp_request *req, int code, const char *reason,
+                    struct evbuffer *body);
 /* Open connections now. */
 int wq_conns_count(const wq_conns *c);
 

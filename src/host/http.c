@@ -20,6 +20,7 @@
 
 #include <event2/buffer.h>
 #include <event2/http.h>
+#include <event2/http_struct.h> /* the request's HTTP version: no getter in 2.1 */
 #include <event2/keyvalq_struct.h>
 #include <json-c/json_object.h>
 #include <json-c/linkhash.h>
@@ -47,16 +48,20 @@ typedef struct http_server {
 /* The server's connection guard, for the reply paths (one server per process). */
 static wq_conns *conns;
 
+/*
+ * Every answer goes out here. libevent 2.1 sends a HEAD answer's body
+ * (and no Content-Length), which a keep-alive client would read as the
+ * start of its next answer: a HEAD gets the length and no body.
+ */
 static void send_reply(struct evhttp_request *req, int code, const char *reason, struct evbuffer *b)
 {
-    wq_conns_answered(conns, req); /* before: the reply may free req */
-    evhttp_send_reply(req, code, reason, b);
-}
-
-static void send_error(struct evhttp_request *req, int code, const char *reason)
-{
-    wq_conns_answered(conns, req);
-    evhttp_send_error(req, code, reason);
+    if (b && evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
+        char n[24];
+        snprintf(n, sizeof n, "%zu", evbuffer_get_length(b));
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Length", n);
+        b = NULL;
+    }
+    wq_conns_reply(conns, req, code, reason, b);
 }
 
 static void reply(struct evhttp_request *req, int code, const char *reason, const char *type,
@@ -71,6 +76,12 @@ static void reply(struct evhttp_request *req, int code, const char *reason, cons
         evbuffer_free(b);
 }
 
+/* 500 when memory runs out: a fixed body, nothing more to allocate. */
+static void reply_oom(struct evhttp_request *req)
+{
+    reply(req, 500, "Internal Server Error", "application/json", "{\"error\":\"out of memory\"}");
+}
+
 #define TO_STRING_FLAGS (JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)
 
 /* Replies with the JSON text of o (which it puts), or 500 when it cannot be made. */
@@ -80,7 +91,7 @@ static void reply_json(struct evhttp_request *req, int code, const char *reason,
     if (text)
         reply(req, code, reason, "application/json", text);
     else
-        send_error(req, 500, "Out of memory");
+        reply_oom(req);
     json_object_put(o);
 }
 
@@ -101,6 +112,14 @@ void wq_http_reply_json(struct evhttp_request *req, int code, const char *reason
 void wq_http_reply_error(struct evhttp_request *req, int code, const char *reason, const char *msg)
 {
     reply_error(req, code, reason, msg);
+}
+
+void wq_http_not_allowed(struct evhttp_request *req, const char *allow)
+{
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
+    char msg[96];
+    snprintf(msg, sizeof msg, "method not allowed (this path takes %s)", allow);
+    reply_error(req, 405, "Method Not Allowed", msg);
 }
 
 /* Compares the whole strings in time that depends only on their lengths. */
@@ -127,7 +146,7 @@ static void get_metrics(wq_host *h, struct evhttp_request *req)
 {
     struct evbuffer *b = evbuffer_new();
     if (!b) {
-        send_error(req, 500, "Out of memory");
+        reply_oom(req);
         return;
     }
     wq_prom_render(h, b);
@@ -160,7 +179,7 @@ static void get_dashboard(struct evhttp_request *req)
     }
     struct evbuffer *b = evbuffer_new();
     if (!b) {
-        send_error(req, 500, "Out of memory");
+        reply_oom(req);
         return;
     }
     evbuffer_add_reference(b, wq_dashboard_html, wq_dashboard_html_len, NULL, NULL);
@@ -463,6 +482,8 @@ static void handle(struct evhttp_request *req, void *arg)
     s->requests++;
     /* A whole request is in: no deadline until it is answered. */
     wq_conns_request(s->conns, req, 1);
+    if (req->major == 1 && req->minor > 1)
+        req->minor = 1; /* HTTP/1.2 and up: answered as 1.1 (RFC 9110 6.2) */
     const char *uri = evhttp_request_get_uri(req);
     struct evhttp_uri *u = uri ? evhttp_uri_parse(uri) : NULL;
     const char *path = u ? evhttp_uri_get_path(u) : NULL;
@@ -470,18 +491,23 @@ static void handle(struct evhttp_request *req, void *arg)
     int get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
     char name[65];
     int nlen = 0;
-    if (!path) {
-        reply(req, 400, "Bad Request", "text/plain", "bad request\n");
+    if (req->major != 1 || req->minor < 0) {
+        /* evhttp takes any HTTP/0.x or HTTP/1.-1 and would answer in it */
+        req->major = req->minor = 1;
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        reply_error(req, 505, "HTTP Version Not Supported", "HTTP/1.0 or HTTP/1.1 only");
+    } else if (!path) {
+        reply_error(req, 400, "Bad Request", "malformed request target");
     } else if (strcmp(path, "/") == 0) {
         if (get)
             get_dashboard(req);
         else
-            reply(req, 405, "Method Not Allowed", "text/plain", "method not allowed\n");
+            wq_http_not_allowed(req, "GET, HEAD");
     } else if (strcmp(path, "/healthz") == 0) {
         if (get)
             reply(req, 200, "OK", "text/plain", "ok\n");
         else
-            reply(req, 405, "Method Not Allowed", "text/plain", "method not allowed\n");
+            wq_http_not_allowed(req, "GET, HEAD");
     } else if (!authorized(s, req)) {
         evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
                           "Bearer realm=\"wqrun\"");
@@ -490,18 +516,18 @@ static void handle(struct evhttp_request *req, void *arg)
         if (get)
             get_metrics(h, req);
         else
-            reply(req, 405, "Method Not Allowed", "text/plain", "method not allowed\n");
+            wq_http_not_allowed(req, "GET, HEAD");
     } else if (strcmp(path, "/queues") == 0 || strcmp(path, "/queues/") == 0) {
         if (get)
             get_queues(h, req);
         else
-            reply(req, 405, "Method Not Allowed", "text/plain", "method not allowed\n");
+            wq_http_not_allowed(req, "GET, HEAD");
     } else if (sscanf(path, "/queues/%64[A-Za-z0-9_.-]/items%n", name, &nlen) == 1 &&
                (path[nlen] == '\0' || strcmp(path + nlen, ":batch") == 0) &&
                (cmd == EVHTTP_REQ_POST || path[nlen] != '\0')) {
         const wq_hqueue *hq;
         if (cmd != EVHTTP_REQ_POST)
-            reply(req, 405, "Method Not Allowed", "text/plain", "method not allowed\n");
+            wq_http_not_allowed(req, "POST");
         else if (!(hq = wq_host_find_queue(h, name)))
             reply_error(req, 404, "Not Found", "no such queue");
         else if (path[nlen] == '\0')
@@ -511,7 +537,7 @@ static void handle(struct evhttp_request *req, void *arg)
     } else if (wq_http_ops(h, req, path, evhttp_uri_get_query(u), cmd)) {
         /* answered */
     } else {
-        reply(req, 404, "Not Found", "text/plain", "not found\n");
+        reply_error(req, 404, "Not Found", "no such path");
     }
     if (u)
         evhttp_uri_free(u);
@@ -563,57 +589,64 @@ static int64_t client_deadline(void)
     return (int64_t)CLIENT_TIMEOUT * 1000000000;
 }
 
-int wq_http_start(wq_host *h, const char *addr)
+const char *wq_http_parse_listen(const char *addr, char *host, size_t size, int *port)
 {
-    char host[256];
     const char *colon = strrchr(addr, ':');
-    size_t hl = colon ? (size_t)(colon - addr) : 0;
-    char *end;
-    long port = colon ? strtol(colon + 1, &end, 10) : -1;
-    if (!colon || hl == 0 || hl >= sizeof host || *end || port < 0 || port > 65535 ||
-        colon[1] == '\0') {
-        fprintf(stderr, "wqrun: --listen %s: expected ADDR:PORT, e.g. 127.0.0.1:8080\n", addr);
-        return -1;
+    if (!colon)
+        return "expected ADDR:PORT, e.g. 127.0.0.1:8080";
+    size_t hl = (size_t)(colon - addr);
+    const char *p = colon + 1;
+    size_t digits = strspn(p, "0123456789");
+    long n = digits && digits <= 5 && !p[digits] ? strtol(p, NULL, 10) : -1;
+    if (n < 1 || n > 65535)
+        return "the port must be a number from 1 to 65535";
+    if (hl == 0)
+        return "no address: 127.0.0.1:PORT serves this machine only, 0.0.0.0:PORT every "
+               "interface";
+    if (addr[0] == '[') { /* [::1]:8080 */
+        if (hl < 3 || addr[hl - 1] != ']')
+            return "an IPv6 address goes in brackets, e.g. [::1]:8080";
+        addr++;
+        hl -= 2;
+    } else if (memchr(addr, ':', hl) || memchr(addr, ']', hl)) {
+        return "an IPv6 address goes in brackets, e.g. [::1]:8080";
     }
+    if (hl >= size)
+        return "the address is too long";
     memcpy(host, addr, hl);
     host[hl] = '\0';
-    if (host[0] == '[' && host[hl - 1] == ']') { /* [::1]:8080 */
-        memmove(host, host + 1, hl - 2);
-        host[hl - 2] = '\0';
-    }
+    *port = (int)n;
+    return NULL;
+}
+
+int wq_http_serve(wq_host *h, struct evconnlistener *lev)
+{
     http_server *s = calloc(1, sizeof *s);
-    if (!s || !(s->http = evhttp_new(h->base))) {
+    if (!s || !(s->http = evhttp_new(h->base)) ||
+        (h->opts.token && !(s->token = strdup(h->opts.token))) ||
+        !evhttp_bind_listener(s->http, lev)) {
+        if (s && s->http)
+            evhttp_free(s->http);
+        if (s)
+            free(s->token);
         free(s);
-        fprintf(stderr, "wqrun: --listen: out of memory\n");
-        return -1;
-    }
-    if (h->opts.token && !(s->token = strdup(h->opts.token))) {
-        evhttp_free(s->http);
-        free(s);
+        evconnlistener_free(lev);
         fprintf(stderr, "wqrun: --listen: out of memory\n");
         return -1;
     }
     evhttp_set_max_body_size(s->http, MAX_BATCH_BODY);
     evhttp_set_max_headers_size(s->http, MAX_HEADERS);
     evhttp_set_timeout(s->http, CLIENT_TIMEOUT);
+    /* Every method evhttp knows reaches the routes, which answer 405 and Allow. */
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
-                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE);
+                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                            EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
+                                            EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
     evhttp_set_gencb(s->http, handle, h);
-    struct evconnlistener *lev = listen_on(h, host, (int)port);
-    if (!lev || !evhttp_bind_listener(s->http, lev)) {
-        if (lev)
-            evconnlistener_free(lev);
-        fprintf(stderr,
-                "wqrun: --listen %s: cannot listen there (in use, or not a local address)\n", addr);
-        evhttp_free(s->http);
-        free(s->token);
-        free(s);
-        return -1;
-    }
     s->conns = wq_conns_new(h, lev, max_connections(h), client_deadline());
     if (!s->conns) {
         fprintf(stderr, "wqrun: --listen: out of memory\n");
-        evhttp_free(s->http);
+        evhttp_free(s->http); /* and lev, bound to it */
         free(s->token);
         free(s);
         return -1;
@@ -622,6 +655,24 @@ int wq_http_start(wq_host *h, const char *addr)
     evhttp_set_bevcb(s->http, wq_conns_bevcb, s->conns);
     h->http = s;
     return 0;
+}
+
+int wq_http_start(wq_host *h, const char *addr)
+{
+    char host[256];
+    int port;
+    const char *why = wq_http_parse_listen(addr, host, sizeof host, &port);
+    if (why) {
+        fprintf(stderr, "wqrun: --listen %s: %s\n", addr, why);
+        return -1;
+    }
+    struct evconnlistener *lev = listen_on(h, host, port);
+    if (!lev) {
+        fprintf(stderr,
+                "wqrun: --listen %s: cannot listen there (in use, or not a local address)\n", addr);
+        return -1;
+    }
+    return wq_http_serve(h, lev);
 }
 
 void wq_http_stop(wq_host *h)

@@ -6,6 +6,13 @@
 
 #include "host/host.h"
 
+#include <stddef.h>
+
+/*
+ * Splits a --listen value "HOST:PORT" ("[V6]:PORT") into host (size bytes)
+ * and port (1-65535). NULL, or what is wrong with it.
+ */
+const char *wq_http_parse_listen(const char *addr, char *host, size_t size, int *port);
 /* Binds addr ("HOST:PORT") and serves. 0, or -1 after printing why. */
 int wq_http_start(wq_host *h, const char *addr);
 /* Stops serving and frees the server. Fine when not serving. */

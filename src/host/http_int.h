@@ -8,6 +8,7 @@
 #include "host/host.h"
 
 #include <event2/http.h>
+#include <event2/listener.h>
 #include <json-c/json_object.h>
 
 /* Flags for json_object_to_json_string_ext in every reply. */
@@ -17,10 +18,16 @@
 void wq_http_reply_json(struct evhttp_request *req, int code, const char *reason, json_object *o);
 /* A JSON error body {"error": msg}. */
 void wq_http_reply_error(struct evhttp_request *req, int code, const char *reason, const char *msg);
+/* 405 with an Allow header (allow: "GET, HEAD") and a JSON error. */
+void wq_http_not_allowed(struct evhttp_request *req, const char *allow);
 /* Replies code with body (which it takes) once every change made so far is committed (503 if it
  * cannot be). */
 void wq_http_reply_durable(wq_host *h, struct evhttp_request *req, int code, const char *reason,
                            json_object *body);
+
+/* Serves HTTP on listener lev (which it takes; wq_http_start binds --listen, the fuzz target a
+ * port of its own). 0, or -1 after printing why. */
+int wq_http_serve(wq_host *h, struct evconnlistener *lev);
 
 /* One queue's summary: name, the q:stats() fields, paused. NULL on OOM. */
 json_object *wq_http_queue_summary(const wq_hqueue *hq);

@@ -27,11 +27,6 @@
 #define DEAD_DEFAULT 1000
 #define DEAD_MAX 10000
 
-static void not_allowed(struct evhttp_request *req)
-{
-    wq_http_reply_error(req, 405, "Method Not Allowed", "method not allowed");
-}
-
 static void bad_request(struct evhttp_request *req, const char *msg)
 {
     wq_http_reply_error(req, 400, "Bad Request", msg);
@@ -378,19 +373,20 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
     else
         return 0;
     int allowed;
+    const char *allow;
     switch (route) {
-    case R_QUEUE: allowed = get; break;
+    case R_QUEUE: allowed = get, allow = "GET, HEAD"; break;
     case R_PAUSE:
     case R_RESUME:
     case R_CANCEL:
-    case R_RETRY: allowed = post; break;
-    case R_ITEMS: allowed = get; break;
-    case R_REMOVE: allowed = del; break;
-    case R_DEAD: allowed = get || del; break;
-    default: allowed = 0; break;
+    case R_RETRY: allowed = post, allow = "POST"; break;
+    case R_ITEMS: allowed = get, allow = "GET, HEAD, POST"; break; /* POST: http.c */
+    case R_REMOVE: allowed = del, allow = "DELETE"; break;
+    case R_DEAD: allowed = get || del, allow = "GET, HEAD, DELETE"; break;
+    default: allowed = 0, allow = ""; break;
     }
     if (!allowed) {
-        not_allowed(req);
+        wq_http_not_allowed(req, allow);
         return 1;
     }
     const wq_hqueue *hq = wq_host_find_queue(h, qname);

@@ -37,8 +37,20 @@ run --grace=-1 x.lua
 expect_rc 2 "--grace=-1"
 run --sync sometimes x.lua
 expect_rc 2 "--sync sometimes"
-run --listen nocolon x.lua
-expect_rc 2 "--listen without a port"
+# every malformed --listen value is a usage error naming --listen (checked
+# before the script is loaded: x.lua does not exist)
+for v in nocolon 127.0.0.1:abc 127.0.0.1: 127.0.0.1:99999 127.0.0.1:0 127.0.0.1:-1 \
+    127.0.0.1:+80 127.0.0.1:8080x :8080 ::1:8080 '[::1:8080' '[]:8080' ''; do
+    run --listen "$v" x.lua
+    expect_rc 2 "--listen '$v'"
+    expect_in "$ERR" "--listen '$v'" "the message for '$v' names --listen and the value"
+    expect_in "$ERR" "usage" "and shows the usage for '$v'"
+done
+run --listen=127.0.0.1:0 x.lua
+expect_rc 2 "--listen=127.0.0.1:0"
+expect_in "$ERR" "1 to 65535" "port 0 is refused with the valid range"
+run --listen :8080 x.lua
+expect_in "$ERR" "0.0.0.0:PORT" "':8080' says how to name every interface"
 
 # a script path that does not exist: an error naming it (not a crash)
 run --quiet "$TMP/does-not-exist.lua"
@@ -58,6 +70,11 @@ expect_in "$OUT" "arg	one	two words	2" "the global arg"
 run --quiet -- "$ok" --not-an-option
 expect_rc 0 "'--' ends the options"
 expect_in "$OUT" "arg	--not-an-option" "arguments after the script are the script's"
+# a well-formed --listen address that cannot be bound is a runtime failure
+# (status 1), not a usage error (192.0.2.1 is TEST-NET-1: never local)
+run --quiet --listen 192.0.2.1:8080 "$ok"
+expect_rc 1 "--listen on an address that is not local"
+expect_in "$ERR" "cannot listen" "the message says it cannot listen there"
 run --quiet "$ok" --grace 5
 expect_rc 0 "options after the script belong to it"
 expect_in "$OUT" "arg	--grace	5" "passed through"

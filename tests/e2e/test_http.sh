@@ -202,6 +202,43 @@ raw_send() {
   )
 }
 status_line() { head -n 1 | tr -d '\r'; }
+# check_answer FILE WANT [nobody]: FILE holds one raw HTTP answer (what came
+# back before the server closed): status WANT, Content-Type application/json,
+# a Content-Length that matches the body, and the body {"error": "..."}
+# (with nobody: the Content-Length and no body, as for HEAD). Prints why not.
+check_answer() {
+  lua5.4 - "$@" <<'LUA'
+
+    local f, want, nobody = io.open(arg[1], "rb"), arg[2], arg[3] == "nobody"
+    local s = f:read("a")
+    local head, body = s:match("^(.-)\r\n\r\n(.*)$")
+    if not head then print("no complete answer: " .. s:sub(1, 200)) os.exit(1) end
+    local status = head:match("^HTTP/1%.1 (%d+) [^\r\n]+")
+    if status ~= want then print("status line: " .. head:match("^[^\r\n]*")) os.exit(1) end
+    local h = {}
+    for k, v in head:gmatch("\r\n([^:\r\n]+): ([^\r\n]*)") do h[k:lower()] = v end
+    if h["content-type"] ~= "application/json" then print("Content-Type: " .. tostring(h["content-type"])) os.exit(1) end
+    local n = tonumber(h["content-length"])
+    if not n then print("no Content-Length") os.exit(1) end
+    if nobody then
+      if #body ~= 0 then print("a body after a HEAD answer: " .. body:sub(1, 100)) os.exit(1) end
+      os.exit(0)
+    end
+    if #body ~= n then print(("Content-Length %d, body %d bytes: %s"):format(n, #body, body:sub(1, 200))) os.exit(1) end
+    local ok, v = pcall(require("cjson").decode, body)
+    local keys = 0
+    for _ in pairs(ok and type(v) == "table" and v or {}) do keys = keys + 1 end
+    if not ok or keys ~= 1 or type(v.error) ~= "string" or v.error == "" then print("body: " .. body) os.exit(1) end
+    print(v.error)
+LUA
+}
+# raw_error WANT REQUEST [nobody]: sends REQUEST (printf format) on a new
+# connection; the answer must pass check_answer.
+raw_error() {
+  local want=$1 req=$2 why
+  printf "$req" | raw_ask 3 >"$TMP/answer"
+  why=$(check_answer "$TMP/answer" "$want" "${3:-}") || fail "${req:0:80}...: want a $want JSON error: $why"
+}
 
 # ================================================================ runner A
 RECS=$TMP/records.jsonl
@@ -245,17 +282,29 @@ done
 for m in PUT DELETE; do expect 405 "$m" /queues/held/items; done
 expect 200 GET /queues/held/items # lists the pending items (SPEC 7.5)
 expect 200 HEAD /queues/held/items
-# PATCH/OPTIONS are not enabled in evhttp at all: 405 or 501 (RFC 9110 allows both).
-for m in PATCH OPTIONS; do
-  http "$m" /queues/held/items
-  [[ $CODE == 405 || $CODE == 501 ]] || fail "$m /queues/held/items: status $CODE, want 405 or 501"
+# Every method evhttp knows reaches the routes: 405, the route's methods in
+# Allow, and the JSON error body.
+is_json_error() { printf '%s' "$1" | "${JSON[@]}" error >/dev/null 2>&1; }
+for spec in "/healthz GET, HEAD" "/metrics GET, HEAD" "/queues GET, HEAD" \
+  "/queues/held/items GET, HEAD, POST" "/queues/held/items:batch POST" "/queues/held GET, HEAD" \
+  "/queues/held/pause POST" "/queues/held/dead GET, HEAD, DELETE" "/queues/held/items/k DELETE"; do
+  p=${spec%% *} allow=${spec#* }
+  for m in PATCH OPTIONS TRACE PUT; do
+    http "$m" "$p" -H 'Content-Type: application/json' --data-binary '{"key":"x"}'
+    [[ $m == TRACE ]] && http "$m" "$p"
+    [[ $CODE == 405 ]] || fail "$m $p: status $CODE, want 405; body: ${BODY:0:200}"
+    [[ $(header Allow) == "$allow" ]] || fail "$m $p: Allow '$(header Allow)', want '$allow'"
+    [[ $(header Content-Type) == application/json* ]] || fail "$m $p: Content-Type '$(header Content-Type)'"
+    is_json_error "$BODY" || fail "$m $p: body is not {\"error\": ...}: ${BODY:0:200}"
+  done
 done
-pass "wrong methods get 405 (PATCH/OPTIONS: 405 or 501)"
+pass "wrong methods (PATCH, OPTIONS, TRACE, PUT, ...) get 405 with Allow and a JSON error"
 
 # 404: unknown paths and queues (GET / is the dashboard: tests/e2e/test_dashboard.sh).
 for p in /nope /index.html /metricsx /healthz/x /queues/nope /queues/held/itemsx \
   /queues//items '/queues/a%20b/items' /QUEUES/held/items; do
   expect 404 GET "$p"
+  is_json_error "$BODY" || fail "GET $p: 404 body is not {\"error\": ...}: ${BODY:0:200}"
 done
 expect 200 GET /queues/held        # one queue's summary (SPEC 7.5)
 expect 405 GET /queues/held/items/x # DELETE removes the item
@@ -560,8 +609,15 @@ ans=$(printf 'POST /queues/misc/items HTTP/1.1\r\nHost: x\r\nContent-Length: abc
 [[ $ans == "HTTP/1.1 400"* ]] || fail "Content-Length: abc: answer '$ans', want 400"
 ans=$(printf 'POST /queues/misc/items HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{"key":"cl"}' | raw_ask 3 | status_line)
 [[ $ans == "HTTP/1.1 400"* ]] || fail "Content-Length: -5: answer '$ans', want 400"
-ans=$(printf 'POST /queues/misc/items HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{"key":"ch"}\r\n0\r\n\r\n' | raw_ask 3 | status_line)
-[[ -z $ans || $ans == "HTTP/1.1 4"* ]] || fail "bad chunk size: answer '$ans'"
+# A malformed chunk size is a malformed request (400), not a body too large.
+for size in zz -5 '1;ext=1' 0x g1; do
+  raw_error 400 "POST /queues/misc/items HTTP/1.1\\r\\nHost: x\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n$size\\r\\n{\\"key\\":\\"ch\\"}\\r\\n0\\r\\n\\r\\n"
+done
+raw_error 400 'POST /queues/misc/items HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{"k\r\nzz\r\n"key":"ch"}\r\n0\r\n\r\n'
+# A chunk over 16 MiB (declared, or adding up) is a body too large (413).
+raw_error 413 'POST /queues/misc/items HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1000001\r\n{"key":"ch"}'
+raw_error 413 'POST /queues/misc/items HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{"k\r\nFFFFFFFFFFFF\r\n'
+pass "malformed chunk sizes: 400; a chunk over the limit: 413 (JSON errors)"
 # A huge Content-Length is refused before the body arrives.
 ans=$(printf 'POST /queues/misc/items HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n{"key":"hc"}' | raw_ask 3 | status_line)
 [[ $ans == "HTTP/1.1 413"* ]] || fail "Content-Length 99999999999: answer '$ans', want 413"
@@ -583,9 +639,55 @@ ans=$({
 [[ $ans == "HTTP/1.1 4"* ]] || fail "2000 headers: answer '$ans', want 4xx"
 ans=$(printf 'GET /%s HTTP/1.1\r\nHost: x\r\n\r\n' "$big" | raw_ask 3 | status_line)
 [[ $ans == "HTTP/1.1 4"* ]] || fail "20 KB request line: answer '$ans', want 4xx"
+# A HEAD answer has a Content-Length and no body, so the next answer on a
+# keep-alive connection is read from its first byte.
+ans=$(printf 'HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\nHEAD /queues HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' |
+  raw_ask 3 | tr -d '\r')
+[[ $(grep -ac '^HTTP/1.1 200' <<<"$ans") == 3 && $(tail -n 1 <<<"$ans") == ok ]] ||
+  fail "HEAD, HEAD, GET on one connection: answer '$ans'"
+[[ $(grep -ac '^Content-Length: 3$' <<<"$ans") == 2 ]] || fail "HEAD /healthz: no Content-Length: 3 in '$ans'"
+pass "HEAD answers carry Content-Length and no body (keep-alive, pipelined)"
+# libevent's own answers (it refuses these before any route sees them) are
+# JSON errors too, with a Content-Length that matches, and close the connection.
+raw_error 400 'garbage\x00\xff\xfe\r\n\r\n'
+raw_error 400 'GET /healthz HTTP/9.9\r\n\r\n'
+raw_error 400 'GET /healthz HTTP/1.1\r\nno colon here\r\n\r\n'
+raw_error 400 'HEAD /healthz HTTP/1.1\r\nno colon here\r\n\r\n' nobody
+raw_error 400 'POST /queues/misc/items HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{"key":"cl"}'
+raw_error 400 "GET /healthz HTTP/1.1\\r\\nHost: x\\r\\nX-Big: $big\\r\\n\\r\\n"
+raw_error 400 "GET /$big HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"
+raw_error 413 'POST /queues/misc/items HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n{"key":"hc"}'
+raw_error 413 'POST /queues/misc/items HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 99999999999\r\n\r\n'
+raw_error 417 'POST /queues/misc/items HTTP/1.1\r\nHost: x\r\nExpect: bogus\r\nContent-Length: 12\r\n\r\n{"key":"ex"}'
+raw_error 501 'BREW /healthz HTTP/1.1\r\nHost: x\r\n\r\n'
+# HTTP versions: 1.2 and up are answered as 1.1; 0.x and negative ones get 505
+# (evhttp took them and answered in them: "HTTP/-1.1 200 OK").
+raw_error 505 'GET /healthz HTTP/0.1\r\nHost: x\r\n\r\n'
+raw_error 505 'GET /healthz HTTP/-1.1\r\nHost: x\r\n\r\n'
+ans=$(printf 'GET /healthz HTTP/1.2\r\nHost: x\r\nConnection: close\r\n\r\n' | raw_ask 3 | status_line)
+[[ $ans == "HTTP/1.1 200 OK" ]] || fail "GET HTTP/1.2: answer '$ans', want HTTP/1.1 200 OK"
+raw_error 501 'get /healthz HTTP/1.1\r\nHost: x\r\n\r\n'
+# After an answer of ours on the same connection (keep-alive, pipelined).
+printf 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nno colon\r\n\r\n' | raw_ask 3 >"$TMP/two"
+sed -n '/^ok\r\{0,1\}$/,$p' "$TMP/two" | tail -n +2 >"$TMP/answer"
+why=$(check_answer "$TMP/answer" 400) || fail "a bad request after a good one on one connection: $why ($(head -c 300 "$TMP/two"))"
+# After a 100 Continue libevent sent itself.
+(
+  trap '' PIPE
+  exec 3<>"/dev/tcp/127.0.0.1/$PORT" || exit 9
+  printf 'POST /queues/misc/items HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n' >&3
+  IFS= read -r -t 3 line <&3 && printf '%s\n' "$line"
+  IFS= read -r -t 3 line <&3
+  printf 'zz\r\n{"key":"x"}\r\n0\r\n\r\n' >&3
+  timeout 3 cat <&3
+) >"$TMP/cont" 2>&1
+[[ $(head -n 1 "$TMP/cont") == $'HTTP/1.1 100 Continue\r' ]] || fail "Expect: 100-continue: no 100 Continue first: $(head -c 200 "$TMP/cont")"
+tail -n +2 "$TMP/cont" >"$TMP/answer"
+why=$(check_answer "$TMP/answer" 400) || fail "a bad chunk after a 100 Continue: $why"
+pass "libevent's own errors (400, 413, 417, 501; HEAD, pipelined, after 100 Continue) are JSON with a matching Content-Length"
 # Pipelined requests on one connection are all answered, in order.
 ans=$(printf 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' |
-  raw_ask 3 | grep -a '^HTTP/' | tr -d '\r' | awk '{ print $2 }' | paste -sd, -)
+  raw_ask 3 | grep -ao 'HTTP/1\.[01] [0-9]*' | awk '{ print $2 }' | paste -sd, -)
 [[ $ans == 200,404,200 ]] || fail "pipelined requests: statuses '$ans', want 200,404,200"
 # 200 rapid connections opened and closed, some with half a request.
 for ((i = 0; i < 200; i++)); do

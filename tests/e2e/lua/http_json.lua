@@ -11,6 +11,8 @@
 --                                  of the first record of queue Q and KEY (and
 --                                  attempt); exits 1 when there is none
 --   lua5.4 http_json.lua order Q   the keys queue Q ran, in run order, comma-separated
+--   lua5.4 http_json.lua error     exits 0 when the document is exactly
+--                                  {"error": "<non-empty string>"}, and prints it
 -- Exits 1 when the input is not valid JSON (or, for queues, not an array of
 -- objects with a string name).
 local cjson = require "cjson"
@@ -75,7 +77,13 @@ elseif mode == "lines" then
   end
 else
   local doc = decode(io.read("a"))
-  if mode == "queues" then
+  if mode == "error" then
+    local n = 0
+    for _ in pairs(type(doc) == "table" and doc or {}) do n = n + 1 end
+    if n ~= 1 or type(doc.error) ~= "string" or doc.error == "" then os.exit(1) end
+    print(doc.error)
+    os.exit(0)
+  elseif mode == "queues" then
     if type(doc) ~= "table" then os.exit(1) end
     for _, q in ipairs(doc) do
       if type(q) ~= "table" or type(q.name) ~= "string" then os.exit(1) end
