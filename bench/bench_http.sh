@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # HTTP API benchmark (issue 5): POST /queues/bench/items throughput with
 # keep-alive from wrk (bench/wrk_post.lua: a unique key per request), while the
-# same wqrun process runs the items through a no-op handler. Runs twice: state
-# in memory, then with --db in a temporary directory. Prints one result per
+# same wqrun process runs the items through a no-op handler. Runs three times:
+# state in memory, then with --db in a temporary directory (--sync normal,
+# then --sync full). Prints one result per
 # line as "<name> <value> <unit>"; the bar from the issue is >= 40,000
 # enqueues/s. Environment (all optional):
 #   WQRUN         wqrun binary (default: build-bench/wqrun, built Release here)
@@ -133,3 +134,4 @@ echo "# machine: nproc $(nproc), cpu $(awk -F': ' '/^model name/ { print $2; exi
 echo "# wrk -t$threads -c$conns -d$duration --latency -s bench/wrk_post.lua; binary $WQRUN"
 DB='' run http_post
 DB=$tmp/state.db run http_post_db --db "$tmp/state.db"
+DB=$tmp/full.db run http_post_db_full --db "$tmp/full.db" --sync full
