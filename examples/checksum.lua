@@ -142,20 +142,28 @@ local function human(n)
     return n .. " B"
 end
 
+-- OUTDIR/SHA256SUMS: the lines of the files done so far, sorted by name.
+local function write_manifest()
+    local manifest = {}
+    for _, rel in ipairs(files) do
+        local info = q:done_info(rel)
+        if info and info.result then manifest[#manifest + 1] = info.result.line end
+    end
+    write_file(outdir .. "/SHA256SUMS", table.concat(manifest))
+end
+
 local reported = false
 local function report(why)
-    if reported then return end
+    if reported then return q:stats().dead end
     reported = true
     local elapsed = wq.now() - t0
     if why then print(why) end
     local shown, total_in, total_out, retried = 0, 0, 0, 0
-    local manifest = {} -- in sha256sum's format, sorted by name
     print(("%-28s %10s %10s %6s %3s  %s"):format("file", "size", "gzip", "ratio", "try", "sha256"))
     for _, rel in ipairs(files) do
         local info = q:done_info(rel)
         local r = info and info.result
         if r then
-            manifest[#manifest + 1] = r.line
             total_in, total_out = total_in + r.size, total_out + r.gz
             if r.attempts > 1 then retried = retried + 1 end
             shown = shown + 1
@@ -169,7 +177,7 @@ local function report(why)
         end
     end
     if shown > 40 then print(("... and %d more"):format(shown - 40)) end
-    write_file(outdir .. "/SHA256SUMS", table.concat(manifest))
+    write_manifest()
 
     local s = q:stats()
     print(("%d files, %s -> %s (%.1f%%) in %.2fs; %d needed a retry (%d failed runs); %d failed")
@@ -185,8 +193,10 @@ end
 
 -- Ctrl-C (or SIGTERM): the running files finish, then the report covers
 -- what is done; the rest stays queued in the state file for the next run.
+-- The manifest is written at once too, in case --grace ends the wait.
 wq.on_shutdown(function()
-    wq.sleep(0.2) -- the running handlers drain meanwhile
+    write_manifest()
+    while q:stats().processing > 0 do wq.sleep(0.05) end
     report("interrupted: the report covers the files finished so far")
 end)
 

@@ -21,7 +21,7 @@
 --   build/wqrun examples/controller.lua [SEED]
 --   build/wqrun --virtual-time examples/controller.lua   # same run, instantly
 --
--- Takes about 5 seconds. SEED (default 1) picks the API's failures.
+-- Takes about 3 seconds. SEED (default 1) picks the API's failures.
 
 math.randomseed(tonumber(arg[1]) or 1)
 
