@@ -55,7 +55,7 @@ LUA
 "$WQRUN" --db "$DB2" "$slow" >"$TMP/slow.out" 2>&1 &
 pid=$!
 PIDS+=("$pid")
-wait_for "seven keys processing" 10 test "$(grep -c started "$TMP/slow.out")" -ge 7
+check "seven keys processing" wait_for "$TMP/slow.out" started 7 10
 sleep 0.3 # more would start now if a limit let them
 expect_eq "$(grep started "$TMP/slow.out" | sed 's/-k.*//' | sort | uniq -c | awk '{ print $2, $3, $1 }')" \
     "started g1 2
@@ -81,13 +81,13 @@ expect_eq "$(sql "$DB3" "SELECT grp FROM inbox WHERE key = 'x-1'")" "cli-group" 
 run add --db "$DB3" hosts "x-2" --group "$(head -c 1025 /dev/zero | tr '\0' g)"
 expect_rc 2 "a group over 1024 bytes is refused"
 listen_start -- --serve --db "$DB3" "$LUA" serve || true
-wait_for "the inbox row ran" 10 grep -q "ran x-1 cli-group 1" "$OUTF"
+check "the inbox row ran" wait_for "$OUTF" "ran x-1 cli-group 1" 1 10
 code=$(curl -s -o "$TMP/body" -w '%{http_code}' --data-binary '{"key":"y-1","payload":{"n":7},"group":"http-group"}' "$BASE/queues/hosts/items")
 expect_eq "$code" 202 "POST with a group"
-wait_for "the posted item ran" 10 grep -q "ran y-1 http-group 7" "$OUTF"
+check "the posted item ran" wait_for "$OUTF" "ran y-1 http-group 7" 1 10
 code=$(curl -s -o "$TMP/body" -w '%{http_code}' --data-binary '{"key":"zed-1"}' "$BASE/queues/hosts/items")
 expect_eq "$code" 202 "POST without a group: group_of names it"
-wait_for "group_of's group" 10 grep -q "ran zed-1 zed -" "$OUTF"
+check "group_of's group" wait_for "$OUTF" "ran zed-1 zed -" 1 10
 code=$(curl -s -o "$TMP/body" -w '%{http_code}' --data-binary '{"key":"bad-1"}' "$BASE/queues/hosts/items")
 expect_eq "$code" 422 "a group_of that raises refuses the POST"
 expect_in "$(cat "$TMP/body")" "no group for bad-1" "with group_of's error"
