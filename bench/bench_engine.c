@@ -10,6 +10,7 @@
  * are measured once, in a separate untimed pass that runs before anything
  * else has touched the allocator.
  */
+#define BENCH_NAME "bench_engine"
 #include "bench_header.h"
 
 #include "engine/queue.h"
@@ -43,40 +44,15 @@ static int64_t fake_clock(void *ud)
 
 static const wq_clock clock_fake = {fake_clock, NULL};
 
-#if defined(__GNUC__)
-#define DIE_ATTRS __attribute__((format(printf, 1, 2), noreturn))
-#else
-#define DIE_ATTRS
-#endif
-static void die(const char *fmt, ...) DIE_ATTRS;
-
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("bench_engine: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
-static double wall(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Resident set size in bytes, from /proc/self/statm. */
 static long rss_bytes(void)
 {
     FILE *f = fopen("/proc/self/statm", "r");
     long size, resident;
     if (!f)
-        die("cannot open /proc/self/statm");
+        bench_die("cannot open /proc/self/statm");
     if (fscanf(f, "%ld %ld", &size, &resident) != 2)
-        die("cannot parse /proc/self/statm");
+        bench_die("cannot parse /proc/self/statm");
     fclose(f);
     return resident * sysconf(_SC_PAGESIZE);
 }
@@ -96,7 +72,7 @@ static void build_keys(void)
 {
     keys = malloc((size_t)N_ITEMS * KEY_LEN);
     if (!keys)
-        die("out of memory for keys");
+        bench_die("out of memory for keys");
     for (uint32_t i = 0; i < N_ITEMS; i++) {
         char buf[KEY_LEN + 1];
         snprintf(buf, sizeof buf, "key:%012u", i);
@@ -118,14 +94,14 @@ static wq_queue *new_queue(void)
     fake_now = 1000 * WQ_NS_PER_S;
     wq_queue *q = wq_queue_new(&clock_fake);
     if (!q)
-        die("wq_queue_new failed");
+        bench_die("wq_queue_new failed");
     return q;
 }
 
 static void check_add(int r, const char *what)
 {
     if (r < 0)
-        die("%s: %s", what, wq_strerror(r));
+        bench_die("%s: %s", what, wq_strerror(r));
 }
 
 /* Gets and dones everything queued; returns how many. */
@@ -135,7 +111,7 @@ static uint32_t drain_ready(wq_queue *q)
     uint32_t n = 0;
     while (wq_queue_get(q, &info) == 0) {
         if (wq_queue_done(q, info.key, info.keylen) != 0)
-            die("done failed");
+            bench_die("done failed");
         n++;
     }
     return n;
@@ -191,12 +167,12 @@ static void case_memory(void)
     for (uint32_t i = 0; i < N_ITEMS; i++) {
         if (wq_queue_get(q, &info) != 0 || info.keylen != KEY_LEN ||
             memcmp(info.key, keys[i], KEY_LEN) != 0)
-            die("get out of order at %u", i);
+            bench_die("get out of order at %u", i);
         if (wq_queue_done(q, info.key, info.keylen) != 0)
-            die("done failed");
+            bench_die("done failed");
     }
     if (wq_queue_records(q) != 0 || wq_queue_len(q) != 0)
-        die("records left after draining");
+        bench_die("records left after draining");
     wq_queue_free(q);
     double per_item = (double)(after - before) / N_ITEMS;
     printf("bytes_per_item %.1f bytes\n", per_item);
@@ -207,13 +183,13 @@ static void case_memory(void)
 static double run_add_get_done(void)
 {
     wq_queue *q = new_queue();
-    double t0 = wall();
+    double t0 = bench_wall();
     for (uint32_t i = 0; i < N_ITEMS; i++)
         check_add(wq_queue_add(q, keys[i], KEY_LEN, NULL), "add");
     uint32_t n = drain_ready(q);
-    double t1 = wall();
+    double t1 = bench_wall();
     if (n != N_ITEMS || wq_queue_records(q) != 0)
-        die("add_get_done: %u items out of %u", n, N_ITEMS);
+        bench_die("add_get_done: %u items out of %u", n, N_ITEMS);
     wq_queue_free(q);
     return N_ITEMS / (t1 - t0);
 }
@@ -223,16 +199,16 @@ static double run_dedup(void)
 {
     wq_queue *q = new_queue();
     uint32_t hits = 0;
-    double t0 = wall();
+    double t0 = bench_wall();
     for (uint32_t r = 0; r < DEDUP_ROUNDS; r++)
         for (uint32_t i = 0; i < DEDUP_KEYS; i++) {
             int rc = wq_queue_add(q, keys[i], KEY_LEN, NULL);
             check_add(rc, "add");
             hits += rc == 0;
         }
-    double t1 = wall();
+    double t1 = bench_wall();
     if (hits != DEDUP_KEYS * (DEDUP_ROUNDS - 1) || wq_queue_len(q) != DEDUP_KEYS)
-        die("dedup: %u hits", hits);
+        bench_die("dedup: %u hits", hits);
     wq_queue_free(q);
     return (double)DEDUP_KEYS * DEDUP_ROUNDS / (t1 - t0);
 }
@@ -242,17 +218,17 @@ static double run_interleaved(void)
 {
     wq_queue *q = new_queue();
     wq_item_info info;
-    double t0 = wall();
+    double t0 = bench_wall();
     for (uint32_t i = 0; i < N_ITEMS; i++) {
         check_add(wq_queue_add(q, keys[i], KEY_LEN, NULL), "add");
         if (wq_queue_get(q, &info) != 0)
-            die("get failed");
+            bench_die("get failed");
         if (wq_queue_done(q, info.key, info.keylen) != 0)
-            die("done failed");
+            bench_die("done failed");
     }
-    double t1 = wall();
+    double t1 = bench_wall();
     if (wq_queue_records(q) != 0)
-        die("interleaved: records left");
+        bench_die("interleaved: records left");
     wq_queue_free(q);
     return N_ITEMS / (t1 - t0);
 }
@@ -267,7 +243,7 @@ static uint32_t step_and_drain(wq_queue *q)
     int64_t next = wq_queue_next_ready(q);
     fake_now = next > fake_now + STEP_NS ? next : fake_now + STEP_NS;
     if (wq_queue_fire_due(q) < 0)
-        die("fire_due failed");
+        bench_die("fire_due failed");
     return drain_ready(q);
 }
 
@@ -277,20 +253,20 @@ static void run_add_after(double *total_rate, double *add_rate)
     wq_queue *q = new_queue();
     int64_t *delays = malloc(N_ITEMS * sizeof *delays);
     if (!delays)
-        die("out of memory for delays");
+        bench_die("out of memory for delays");
     rng_state = 0x2545f4914f6cdd1dULL;
     for (uint32_t i = 0; i < N_ITEMS; i++)
         delays[i] = (int64_t)(rng() % (uint64_t)DELAY_MAX_NS);
-    double t0 = wall();
+    double t0 = bench_wall();
     for (uint32_t i = 0; i < N_ITEMS; i++)
         check_add(wq_queue_add_after(q, keys[i], KEY_LEN, delays[i], NULL), "add_after");
-    double t1 = wall();
+    double t1 = bench_wall();
     uint32_t n = drain_ready(q); /* the zero delays */
     while (wq_queue_waiting(q) > 0)
         n += step_and_drain(q);
-    double t2 = wall();
+    double t2 = bench_wall();
     if (n != N_ITEMS || wq_queue_records(q) != 0)
-        die("add_after: %u items out of %u", n, N_ITEMS);
+        bench_die("add_after: %u items out of %u", n, N_ITEMS);
     free(delays);
     wq_queue_free(q);
     *total_rate = N_ITEMS / (t2 - t0);
@@ -309,12 +285,12 @@ static double run_rate_limited(int64_t *span_ns)
     wq_queue *q = new_queue();
     wq_limiter *l = wq_limiter_default(&clock_fake);
     if (!l)
-        die("wq_limiter_default failed");
+        bench_die("wq_limiter_default failed");
     memset(fails, 0, sizeof fails);
     int64_t start = fake_now;
     uint32_t ops = 0, finished = 0;
     wq_item_info info;
-    double t0 = wall();
+    double t0 = bench_wall();
     for (uint32_t i = 0; i < RL_KEYS; i++)
         check_add(wq_queue_add(q, keys[i], KEY_LEN, NULL), "add");
     for (;;) {
@@ -323,7 +299,7 @@ static double run_rate_limited(int64_t *span_ns)
             if (fails[k] < RL_FAILURES) {
                 int64_t delay;
                 if (wq_limiter_when(l, info.key, info.keylen, &delay) != 0 || delay == WQ_NEVER)
-                    die("limiter when failed");
+                    bench_die("limiter when failed");
                 check_add(wq_queue_add_after(q, info.key, info.keylen, delay, NULL), "add_after");
                 fails[k]++;
                 ops++;
@@ -332,18 +308,18 @@ static double run_rate_limited(int64_t *span_ns)
                 finished++;
             }
             if (wq_queue_done(q, info.key, info.keylen) != 0)
-                die("done failed");
+                bench_die("done failed");
         }
         if (wq_queue_waiting(q) == 0)
             break;
         int64_t next = wq_queue_next_ready(q);
         fake_now = next > fake_now + STEP_NS ? next : fake_now + STEP_NS;
         if (wq_queue_fire_due(q) < 0)
-            die("fire_due failed");
+            bench_die("fire_due failed");
     }
-    double t1 = wall();
+    double t1 = bench_wall();
     if (ops != RL_KEYS * RL_FAILURES || finished != RL_KEYS || wq_queue_records(q) != 0)
-        die("rate_limited: %u ops, %u finished", ops, finished);
+        bench_die("rate_limited: %u ops, %u finished", ops, finished);
     *span_ns = fake_now - start;
     wq_limiter_free(l);
     wq_queue_free(q);

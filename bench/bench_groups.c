@@ -31,6 +31,7 @@
  * Each case runs REPEAT times, the grouped and the reference runs
  * alternating; the MEDIAN is reported and every run listed on a '#' line.
  */
+#define BENCH_NAME "bench_groups"
 #include "bench_header.h"
 
 #include "engine/queue.h"
@@ -63,44 +64,12 @@ static int64_t fake_clock(void *ud)
 
 static const wq_clock clock_fake = {fake_clock, NULL};
 
-#if defined(__GNUC__)
-#define DIE_ATTRS __attribute__((format(printf, 1, 2), noreturn))
-#else
-#define DIE_ATTRS
-#endif
-static void die(const char *fmt, ...) DIE_ATTRS;
-
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("bench_groups: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
-static double wall(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static double cpu(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void build_names(void)
 {
     keys = malloc((size_t)(N_ITEMS + SAT_GROUPS + SAT_BATCH) * KEY_LEN);
     groups = malloc((size_t)(SAT_GROUPS + SAT_BATCH) * GROUP_LEN);
     if (!keys || !groups)
-        die("out of memory for names");
+        bench_die("out of memory for names");
     char buf[KEY_LEN + 1];
     for (uint32_t i = 0; i < N_ITEMS + SAT_GROUPS + SAT_BATCH; i++) {
         snprintf(buf, sizeof buf, "key:%012u", i);
@@ -126,14 +95,14 @@ static wq_queue *new_queue(void)
     fake_now = 1000 * WQ_NS_PER_S;
     wq_queue *q = wq_queue_new(&clock_fake);
     if (!q)
-        die("wq_queue_new failed");
+        bench_die("wq_queue_new failed");
     return q;
 }
 
 static void check(int r, const char *what)
 {
     if (r < 0)
-        die("%s: %s", what, wq_strerror(r));
+        bench_die("%s: %s", what, wq_strerror(r));
 }
 
 /* Adds key i, in group g (UINT32_MAX: none). */
@@ -194,12 +163,12 @@ static wq_queue *saturated_queue(uint32_t queued, uint32_t eligible, uint32_t *f
     for (uint32_t g = 0; g < SAT_GROUPS; g++) {
         add(q, g, g);
         if (wq_queue_get(q, &info) != 0)
-            die("saturated: setup get failed");
+            bench_die("saturated: setup get failed");
     }
     for (uint32_t i = 0; i < queued; i++)
         add(q, SAT_GROUPS + i, i % SAT_GROUPS);
     if (wq_queue_get(q, &info) != WQ_EEMPTY)
-        die("saturated: a saturated group handed something out");
+        bench_die("saturated: a saturated group handed something out");
     *first = SAT_GROUPS + queued;
     for (uint32_t e = 0; e < eligible; e++) {
         /* Its own limit keeps an eligible group while its key is between done and add. */
@@ -210,7 +179,7 @@ static wq_queue *saturated_queue(uint32_t queued, uint32_t eligible, uint32_t *f
     }
     if (wq_queue_len(q) != queued + eligible || wq_queue_throttled(q) != queued ||
         wq_queue_processing(q) != SAT_GROUPS)
-        die("saturated: setup is not what it should be");
+        bench_die("saturated: setup is not what it should be");
     return q;
 }
 
@@ -231,15 +200,15 @@ static double saturated_cycle(uint32_t queued, int reference)
     }
     uint32_t g = reference ? UINT32_MAX : SAT_GROUPS;
     wq_item_info info;
-    double t0 = wall();
+    double t0 = bench_wall();
     for (uint32_t c = 0; c < SAT_CYCLES; c++) {
         if (wq_queue_get(q, &info) != 0 || info.keylen != KEY_LEN ||
             memcmp(info.key, keys[k], KEY_LEN) != 0)
-            die("saturated: get did not hand out the eligible key");
+            bench_die("saturated: get did not hand out the eligible key");
         check(wq_queue_done(q, keys[k], KEY_LEN), "done");
         add(q, k, g);
     }
-    double t1 = wall();
+    double t1 = bench_wall();
     wq_queue_free(q);
     return (t1 - t0) * 1e9 / SAT_CYCLES;
 }
@@ -263,13 +232,13 @@ static double saturated_gets(uint32_t queued, int reference)
     wq_item_info info;
     double spent = 0;
     for (uint32_t c = 0; c < SAT_CYCLES / SAT_BATCH; c++) {
-        double t0 = wall();
+        double t0 = bench_wall();
         for (uint32_t e = 0; e < SAT_BATCH; e++)
             if (wq_queue_get(q, &info) != 0)
-                die("saturated: get found nothing");
-        spent += wall() - t0;
+                bench_die("saturated: get found nothing");
+        spent += bench_wall() - t0;
         if (wq_queue_get(q, &info) != WQ_EEMPTY)
-            die("saturated: get handed out a held-back record");
+            bench_die("saturated: get handed out a held-back record");
         for (uint32_t e = 0; e < SAT_BATCH; e++) {
             check(wq_queue_done(q, keys[first + e], KEY_LEN), "done");
             add(q, first + e, reference ? UINT32_MAX : SAT_GROUPS + e);
@@ -331,10 +300,10 @@ static double dispatch_run(int grouped, double *add_s, double *drain_s)
     static uint32_t ring[WORKERS];
     uint32_t head = 0, inflight = 0, n = 0;
     wq_item_info info;
-    double t0 = wall();
+    double t0 = bench_wall();
     for (uint32_t i = 0; i < N_ITEMS; i++)
         add(q, i, grouped ? i % DISPATCH_GROUPS : UINT32_MAX);
-    double tm = wall();
+    double tm = bench_wall();
     for (;;) {
         if (inflight == WORKERS) {
             check(wq_queue_done(q, keys[ring[head]], KEY_LEN), "done");
@@ -354,9 +323,9 @@ static double dispatch_run(int grouped, double *add_s, double *drain_s)
             break;
         }
     }
-    double t1 = wall();
+    double t1 = bench_wall();
     if (n != N_ITEMS || wq_queue_records(q) != 0)
-        die("dispatch: %u items out of %u", n, N_ITEMS);
+        bench_die("dispatch: %u items out of %u", n, N_ITEMS);
     wq_queue_free(q);
     *add_s = tm - t0;
     *drain_s = t1 - tm;
@@ -407,7 +376,7 @@ static double rate_run(double rate, double burst, double *span)
     int64_t start = fake_now;
     wq_item_info info;
     uint32_t n = 0;
-    double c0 = cpu();
+    double c0 = bench_cpu();
     for (uint32_t i = 0; i < N_ITEMS; i++)
         add(q, i, g);
     while (n < N_ITEMS) {
@@ -418,17 +387,17 @@ static double rate_run(double rate, double burst, double *span)
             continue;
         }
         if (r != WQ_EEMPTY)
-            die("rate: get: %s", wq_strerror(r));
+            bench_die("rate: get: %s", wq_strerror(r));
         int64_t next = wq_queue_next_ready(q);
         if (next == WQ_NEVER)
-            die("rate: nothing to wait for with %u items left", N_ITEMS - n);
+            bench_die("rate: nothing to wait for with %u items left", N_ITEMS - n);
         if (next > fake_now)
             fake_now = next;
         check(wq_queue_fire_due(q), "fire_due");
     }
-    double c1 = cpu();
+    double c1 = bench_cpu();
     if (wq_queue_records(q) != 0)
-        die("rate: records left");
+        bench_die("rate: records left");
     *span = (double)(fake_now - start) / 1e9;
     wq_queue_free(q);
     return (c1 - c0) * 1e9 / N_ITEMS;

@@ -1,14 +1,50 @@
 /*
- * The header every bench program prints first: its title, the date and the
- * machine (CPU model, online CPUs, memory), as `#` comment lines.
+ * What every bench program shares: the header it prints first (its title,
+ * the date and the machine: CPU model, online CPUs, memory, as `#` comment
+ * lines), bench_die, and the wall and CPU clocks. A program defines
+ * BENCH_NAME (its name, for error messages) before including it.
  */
 #ifndef WQ_BENCH_HEADER_H
 #define WQ_BENCH_HEADER_H
 
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#ifndef BENCH_NAME
+#error "define BENCH_NAME before including bench_header.h"
+#endif
+
+/* Prints "BENCH_NAME: message" to stderr and exits 1 (atexit handlers run). */
+__attribute__((format(printf, 1, 2), noreturn)) static inline void bench_die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs(BENCH_NAME ": ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+/* Seconds on the monotonic clock. */
+static inline double bench_wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Seconds of CPU time used by the process (time sharing does not inflate it). */
+static inline double bench_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 static void bench_print_header(const char *title)
 {

@@ -13,6 +13,7 @@
  *
  *   bench_sqlite [--rows N] [--dir DIR] [normal] [full]
  */
+#define BENCH_NAME "bench_sqlite"
 #include "bench_header.h"
 
 #include <sqlite3.h>
@@ -28,13 +29,6 @@
 #define BATCH 1000u
 #define REPEAT 3
 #define KEY_LEN 16
-
-#if defined(__GNUC__)
-#define DIE_ATTRS __attribute__((format(printf, 1, 2), noreturn))
-#else
-#define DIE_ATTRS
-#endif
-static void die(const char *fmt, ...) DIE_ATTRS;
 
 static char tmpdir[4096]; /* removed by cleanup() */
 static char dbpath[4200];
@@ -58,24 +52,6 @@ static void cleanup(void)
         rmdir(tmpdir);
 }
 
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("bench_sqlite: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1); /* atexit(cleanup) removes the files */
-}
-
-static double wall(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static double unix_now(void)
 {
     struct timespec ts;
@@ -87,21 +63,21 @@ static void exec_sql(sqlite3 *db, const char *sql)
 {
     char *err = NULL;
     if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK)
-        die("%s: %s", sql, err ? err : sqlite3_errmsg(db));
+        bench_die("%s: %s", sql, err ? err : sqlite3_errmsg(db));
 }
 
 static sqlite3_stmt *prepare(sqlite3 *db, const char *sql)
 {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) != SQLITE_OK)
-        die("cannot prepare %s: %s", sql, sqlite3_errmsg(db));
+        bench_die("cannot prepare %s: %s", sql, sqlite3_errmsg(db));
     return st;
 }
 
 static void step(sqlite3 *db, sqlite3_stmt *st)
 {
     if (sqlite3_step(st) != SQLITE_DONE)
-        die("step: %s", sqlite3_errmsg(db));
+        bench_die("step: %s", sqlite3_errmsg(db));
     sqlite3_reset(st);
 }
 
@@ -126,7 +102,7 @@ static sqlite3 *open_db(const char *sync)
     char pragmas[256];
     remove_db();
     if (sqlite3_open(dbpath, &db) != SQLITE_OK)
-        die("cannot open %s: %s", dbpath, sqlite3_errmsg(db));
+        bench_die("cannot open %s: %s", dbpath, sqlite3_errmsg(db));
     exec_sql(db, "PRAGMA journal_mode = WAL");
     snprintf(pragmas, sizeof pragmas,
              "PRAGMA synchronous = %s; PRAGMA cache_size = -65536;"
@@ -154,7 +130,7 @@ static struct result run_once(const char *sync, unsigned rows, char (*keys)[KEY_
     struct result r;
     double now = unix_now();
 
-    double t0 = wall();
+    double t0 = bench_wall();
     for (unsigned i = 0; i < rows;) {
         step(db, begin);
         for (unsigned end = i + BATCH < rows ? i + BATCH : rows; i < end; i++) {
@@ -171,7 +147,7 @@ static struct result run_once(const char *sync, unsigned rows, char (*keys)[KEY_
         }
         step(db, commit);
     }
-    double t1 = wall();
+    double t1 = bench_wall();
     for (unsigned i = 0; i < rows;) {
         step(db, begin);
         for (unsigned end = i + BATCH < rows ? i + BATCH : rows; i < end; i++) {
@@ -181,7 +157,7 @@ static struct result run_once(const char *sync, unsigned rows, char (*keys)[KEY_
         }
         step(db, commit);
     }
-    double t2 = wall();
+    double t2 = bench_wall();
     r.insert_s = t1 - t0;
     r.delete_s = t2 - t1;
 
@@ -266,12 +242,12 @@ int main(int argc, char **argv)
             char *end;
             unsigned long v = strtoul(argv[++i], &end, 10);
             if (*end || v == 0 || v > 100000000ul)
-                die("--rows needs a count between 1 and 100000000");
+                bench_die("--rows needs a count between 1 and 100000000");
             rows = (unsigned)v;
         } else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) {
             dir = argv[++i];
         } else if (argv[i][0] == '-') {
-            die("unknown option or missing value: %s (see --help)", argv[i]);
+            bench_die("unknown option or missing value: %s (see --help)", argv[i]);
         } else {
             cases[ncases++] = argv[i];
         }
@@ -285,14 +261,14 @@ int main(int argc, char **argv)
     snprintf(tmpdir, sizeof tmpdir, "%s/wq-bench-sqlite.XXXXXX", dir && *dir ? dir : "/tmp");
     if (!mkdtemp(tmpdir)) {
         tmpdir[0] = '\0';
-        die("cannot create a temporary directory under %s", dir && *dir ? dir : "/tmp");
+        bench_die("cannot create a temporary directory under %s", dir && *dir ? dir : "/tmp");
     }
     atexit(cleanup);
     snprintf(dbpath, sizeof dbpath, "%s/items.db", tmpdir);
 
     char(*keys)[KEY_LEN] = malloc((size_t)rows * KEY_LEN);
     if (!keys)
-        die("out of memory");
+        bench_die("out of memory");
     for (unsigned i = 0; i < rows; i++)
         snprintf(keys[i], KEY_LEN, "%u", i + 1);
 
