@@ -10,6 +10,7 @@
 #include <criterion/criterion.h>
 
 #include "engine/queue.h"
+#include "support/fake_clock.h"
 #include "engine/ratelimit.h"
 #include "support/counting_alloc.h"
 
@@ -65,16 +66,6 @@ static int chance(int percent_x10) /* per mille */
 {
     return (int)(rnd() % 1000) < percent_x10;
 }
-
-struct fake_clock {
-    int64_t ns;
-};
-static struct fake_clock fc;
-static int64_t fake_now(void *ud)
-{
-    return ((const struct fake_clock *)ud)->ns;
-}
-static const wq_clock clk = {fake_now, &fc};
 
 static char key_names[NKEYS][40];
 static size_t key_lens[NKEYS];

@@ -12,6 +12,7 @@
 #include "engine/delay.h"
 #include "engine/keymap.h"
 #include "engine/queue.h"
+#include "support/fake_clock.h"
 #include "engine/slab.h"
 
 #include <stdio.h>
@@ -69,16 +70,6 @@ static void restore(void)
 }
 
 /* ---- fake clock and event counting ---- */
-
-struct fake_clock {
-    int64_t ns;
-};
-static struct fake_clock fc;
-static int64_t fake_now(void *ud)
-{
-    return ((const struct fake_clock *)ud)->ns;
-}
-static const wq_clock clk = {fake_now, &fc};
 
 static long nevents;
 static int check_events; /* run the checker at every event (the reference run) */

@@ -9,6 +9,7 @@
 
 #include "engine/metrics.h"
 #include "engine/queue.h"
+#include "support/fake_clock.h"
 #include "support/counting_alloc.h"
 
 #include <math.h>
@@ -20,18 +21,6 @@
 #define MS 1000000LL
 #define S WQ_NS_PER_S
 
-struct fake_clock {
-    int64_t ns;
-};
-
-static struct fake_clock fc;
-
-static int64_t fake_now(void *ud)
-{
-    return ((const struct fake_clock *)ud)->ns;
-}
-
-static const wq_clock clk = {fake_now, &fc};
 static wq_queue *q;
 
 struct event {
