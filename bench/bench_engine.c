@@ -12,6 +12,7 @@
  */
 #define BENCH_NAME "bench_engine"
 #include "bench_header.h"
+#include "bench_queue.h"
 
 #include "engine/queue.h"
 #include "engine/ratelimit.h"
@@ -24,7 +25,6 @@
 #include <unistd.h>
 
 #define N_ITEMS 1000000u
-#define KEY_LEN 16
 #define REPEAT 3
 #define DEDUP_KEYS 1000u
 #define DEDUP_ROUNDS 1000u
@@ -34,15 +34,6 @@
 #define RL_FAILURES 3
 
 static char (*keys)[KEY_LEN];
-static int64_t fake_now;
-
-static int64_t fake_clock(void *ud)
-{
-    (void)ud;
-    return fake_now;
-}
-
-static const wq_clock clock_fake = {fake_clock, NULL};
 
 /* Resident set size in bytes, from /proc/self/statm. */
 static long rss_bytes(void)
@@ -73,35 +64,8 @@ static void build_keys(void)
     keys = malloc((size_t)N_ITEMS * KEY_LEN);
     if (!keys)
         bench_die("out of memory for keys");
-    for (uint32_t i = 0; i < N_ITEMS; i++) {
-        char buf[KEY_LEN + 1];
-        snprintf(buf, sizeof buf, "key:%012u", i);
-        memcpy(keys[i], buf, KEY_LEN);
-    }
-}
-
-/* Index of a key made by build_keys (its 12 decimal digits). */
-static uint32_t key_index(const char *k)
-{
-    uint32_t n = 0;
-    for (int i = 4; i < KEY_LEN; i++)
-        n = n * 10 + (uint32_t)(k[i] - '0');
-    return n;
-}
-
-static wq_queue *new_queue(void)
-{
-    fake_now = 1000 * WQ_NS_PER_S;
-    wq_queue *q = wq_queue_new(&clock_fake);
-    if (!q)
-        bench_die("wq_queue_new failed");
-    return q;
-}
-
-static void check_add(int r, const char *what)
-{
-    if (r < 0)
-        bench_die("%s: %s", what, wq_strerror(r));
+    for (uint32_t i = 0; i < N_ITEMS; i++)
+        bench_key(keys[i], i);
 }
 
 /* Gets and dones everything queued; returns how many. */
@@ -159,9 +123,9 @@ static void print_machine(void)
 static void case_memory(void)
 {
     long before = rss_bytes();
-    wq_queue *q = new_queue();
+    wq_queue *q = bench_new_queue();
     for (uint32_t i = 0; i < N_ITEMS; i++)
-        check_add(wq_queue_add(q, keys[i], KEY_LEN, NULL), "add");
+        bench_check(wq_queue_add(q, keys[i], KEY_LEN, NULL), "add");
     long after = rss_bytes();
     wq_item_info info;
     for (uint32_t i = 0; i < N_ITEMS; i++) {
@@ -182,10 +146,10 @@ static void case_memory(void)
 /* Case 1: add all, then get+done all; items/s over the whole cycle. */
 static double run_add_get_done(void)
 {
-    wq_queue *q = new_queue();
+    wq_queue *q = bench_new_queue();
     double t0 = bench_wall();
     for (uint32_t i = 0; i < N_ITEMS; i++)
-        check_add(wq_queue_add(q, keys[i], KEY_LEN, NULL), "add");
+        bench_check(wq_queue_add(q, keys[i], KEY_LEN, NULL), "add");
     uint32_t n = drain_ready(q);
     double t1 = bench_wall();
     if (n != N_ITEMS || wq_queue_records(q) != 0)
@@ -197,13 +161,13 @@ static double run_add_get_done(void)
 /* Case 2: DEDUP_KEYS keys, each added DEDUP_ROUNDS times, round-robin. */
 static double run_dedup(void)
 {
-    wq_queue *q = new_queue();
+    wq_queue *q = bench_new_queue();
     uint32_t hits = 0;
     double t0 = bench_wall();
     for (uint32_t r = 0; r < DEDUP_ROUNDS; r++)
         for (uint32_t i = 0; i < DEDUP_KEYS; i++) {
             int rc = wq_queue_add(q, keys[i], KEY_LEN, NULL);
-            check_add(rc, "add");
+            bench_check(rc, "add");
             hits += rc == 0;
         }
     double t1 = bench_wall();
@@ -216,11 +180,11 @@ static double run_dedup(void)
 /* Case 3: each item added, got and done before the next one is added. */
 static double run_interleaved(void)
 {
-    wq_queue *q = new_queue();
+    wq_queue *q = bench_new_queue();
     wq_item_info info;
     double t0 = bench_wall();
     for (uint32_t i = 0; i < N_ITEMS; i++) {
-        check_add(wq_queue_add(q, keys[i], KEY_LEN, NULL), "add");
+        bench_check(wq_queue_add(q, keys[i], KEY_LEN, NULL), "add");
         if (wq_queue_get(q, &info) != 0)
             bench_die("get failed");
         if (wq_queue_done(q, info.key, info.keylen) != 0)
@@ -250,7 +214,7 @@ static uint32_t step_and_drain(wq_queue *q)
 /* Case 4: N_ITEMS add_after with delays uniform in [0, 10 s), then drain. */
 static void run_add_after(double *total_rate, double *add_rate)
 {
-    wq_queue *q = new_queue();
+    wq_queue *q = bench_new_queue();
     int64_t *delays = malloc(N_ITEMS * sizeof *delays);
     if (!delays)
         bench_die("out of memory for delays");
@@ -259,7 +223,7 @@ static void run_add_after(double *total_rate, double *add_rate)
         delays[i] = (int64_t)(rng() % (uint64_t)DELAY_MAX_NS);
     double t0 = bench_wall();
     for (uint32_t i = 0; i < N_ITEMS; i++)
-        check_add(wq_queue_add_after(q, keys[i], KEY_LEN, delays[i], NULL), "add_after");
+        bench_check(wq_queue_add_after(q, keys[i], KEY_LEN, delays[i], NULL), "add_after");
     double t1 = bench_wall();
     uint32_t n = drain_ready(q); /* the zero delays */
     while (wq_queue_waiting(q) > 0)
@@ -282,7 +246,7 @@ static void run_add_after(double *total_rate, double *add_rate)
 static double run_rate_limited(int64_t *span_ns)
 {
     static uint8_t fails[RL_KEYS];
-    wq_queue *q = new_queue();
+    wq_queue *q = bench_new_queue();
     wq_limiter *l = wq_limiter_default(&clock_fake);
     if (!l)
         bench_die("wq_limiter_default failed");
@@ -292,15 +256,15 @@ static double run_rate_limited(int64_t *span_ns)
     wq_item_info info;
     double t0 = bench_wall();
     for (uint32_t i = 0; i < RL_KEYS; i++)
-        check_add(wq_queue_add(q, keys[i], KEY_LEN, NULL), "add");
+        bench_check(wq_queue_add(q, keys[i], KEY_LEN, NULL), "add");
     for (;;) {
         while (wq_queue_get(q, &info) == 0) {
-            uint32_t k = key_index(info.key);
+            uint32_t k = bench_key_index(info.key);
             if (fails[k] < RL_FAILURES) {
                 int64_t delay;
                 if (wq_limiter_when(l, info.key, info.keylen, &delay) != 0 || delay == WQ_NEVER)
                     bench_die("limiter when failed");
-                check_add(wq_queue_add_after(q, info.key, info.keylen, delay, NULL), "add_after");
+                bench_check(wq_queue_add_after(q, info.key, info.keylen, delay, NULL), "add_after");
                 fails[k]++;
                 ops++;
             } else {
@@ -326,17 +290,6 @@ static double run_rate_limited(int64_t *span_ns)
     return ops / (t1 - t0);
 }
 
-/* Whether case name was selected on the command line (none given: all). */
-static int selected(int argc, char **argv, const char *name)
-{
-    if (argc < 2)
-        return 1;
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], name) == 0)
-            return 1;
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
@@ -348,35 +301,35 @@ int main(int argc, char **argv)
     build_keys();
     double a[REPEAT], b[REPEAT];
 
-    if (selected(argc, argv, "memory"))
+    if (bench_selected(argc - 1, argv + 1, "memory"))
         case_memory();
 
-    if (selected(argc, argv, "add_get_done")) {
+    if (bench_selected(argc - 1, argv + 1, "add_get_done")) {
         for (int r = 0; r < REPEAT; r++)
             a[r] = run_add_get_done();
         report("add_get_done_1m_distinct", a, "items/s");
     }
 
-    if (selected(argc, argv, "dedup")) {
+    if (bench_selected(argc - 1, argv + 1, "dedup")) {
         for (int r = 0; r < REPEAT; r++)
             a[r] = run_dedup();
         report("dedup_1k_keys_x1k", a, "adds/s");
     }
 
-    if (selected(argc, argv, "interleaved")) {
+    if (bench_selected(argc - 1, argv + 1, "interleaved")) {
         for (int r = 0; r < REPEAT; r++)
             a[r] = run_interleaved();
         report("add_get_done_interleaved_1m", a, "items/s");
     }
 
-    if (selected(argc, argv, "add_after")) {
+    if (bench_selected(argc - 1, argv + 1, "add_after")) {
         for (int r = 0; r < REPEAT; r++)
             run_add_after(&a[r], &b[r]);
         report("add_after_1m_random_0_10s", a, "ops/s");
         report("add_after_1m_only", b, "ops/s");
     }
 
-    if (selected(argc, argv, "rate_limited")) {
+    if (bench_selected(argc - 1, argv + 1, "rate_limited")) {
         int64_t span = 0;
         for (int r = 0; r < REPEAT; r++)
             a[r] = run_rate_limited(&span);

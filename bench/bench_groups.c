@@ -33,6 +33,7 @@
  */
 #define BENCH_NAME "bench_groups"
 #include "bench_header.h"
+#include "bench_queue.h"
 
 #include "engine/queue.h"
 
@@ -42,7 +43,6 @@
 #include <string.h>
 #include <time.h>
 
-#define KEY_LEN 16
 #define GROUP_LEN 12
 #define N_ITEMS 1000000u
 #define SAT_GROUPS 100000u
@@ -54,15 +54,6 @@
 
 static char (*keys)[KEY_LEN];
 static char (*groups)[GROUP_LEN];
-static int64_t fake_now;
-
-static int64_t fake_clock(void *ud)
-{
-    (void)ud;
-    return fake_now;
-}
-
-static const wq_clock clock_fake = {fake_clock, NULL};
 
 static void build_names(void)
 {
@@ -70,39 +61,13 @@ static void build_names(void)
     groups = malloc((size_t)(SAT_GROUPS + SAT_BATCH) * GROUP_LEN);
     if (!keys || !groups)
         bench_die("out of memory for names");
-    char buf[KEY_LEN + 1];
-    for (uint32_t i = 0; i < N_ITEMS + SAT_GROUPS + SAT_BATCH; i++) {
-        snprintf(buf, sizeof buf, "key:%012u", i);
-        memcpy(keys[i], buf, KEY_LEN);
-    }
+    for (uint32_t i = 0; i < N_ITEMS + SAT_GROUPS + SAT_BATCH; i++)
+        bench_key(keys[i], i);
+    char buf[GROUP_LEN + 1];
     for (uint32_t i = 0; i < SAT_GROUPS + SAT_BATCH; i++) {
         snprintf(buf, sizeof buf, "grp:%08u", i);
         memcpy(groups[i], buf, GROUP_LEN);
     }
-}
-
-/* Index of a key made by build_names (its 12 decimal digits). */
-static uint32_t key_index(const char *k)
-{
-    uint32_t n = 0;
-    for (int i = 4; i < KEY_LEN; i++)
-        n = n * 10 + (uint32_t)(k[i] - '0');
-    return n;
-}
-
-static wq_queue *new_queue(void)
-{
-    fake_now = 1000 * WQ_NS_PER_S;
-    wq_queue *q = wq_queue_new(&clock_fake);
-    if (!q)
-        bench_die("wq_queue_new failed");
-    return q;
-}
-
-static void check(int r, const char *what)
-{
-    if (r < 0)
-        bench_die("%s: %s", what, wq_strerror(r));
 }
 
 /* Adds key i, in group g (UINT32_MAX: none). */
@@ -113,13 +78,13 @@ static void add(wq_queue *q, uint32_t i, uint32_t g)
         o.group = groups[g];
         o.grouplen = GROUP_LEN;
     }
-    check(wq_queue_add(q, keys[i], KEY_LEN, g != UINT32_MAX ? &o : NULL), "add");
+    bench_check(wq_queue_add(q, keys[i], KEY_LEN, g != UINT32_MAX ? &o : NULL), "add");
 }
 
 static void set_default(wq_queue *q, uint32_t concurrency, double rate, double burst)
 {
     wq_limit lim = {concurrency, rate, burst};
-    check(wq_queue_set_group_default(q, &lim), "set_group_default");
+    bench_check(wq_queue_set_group_default(q, &lim), "set_group_default");
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -157,7 +122,7 @@ static double report(const char *name, const double *runs, const char *unit, int
  */
 static wq_queue *saturated_queue(uint32_t queued, uint32_t eligible, uint32_t *first)
 {
-    wq_queue *q = new_queue();
+    wq_queue *q = bench_new_queue();
     set_default(q, 1, 0, 0);
     wq_item_info info;
     for (uint32_t g = 0; g < SAT_GROUPS; g++) {
@@ -173,8 +138,8 @@ static wq_queue *saturated_queue(uint32_t queued, uint32_t eligible, uint32_t *f
     for (uint32_t e = 0; e < eligible; e++) {
         /* Its own limit keeps an eligible group while its key is between done and add. */
         wq_limit own = {1, 0, 0};
-        check(wq_queue_set_group_limit(q, groups[SAT_GROUPS + e], GROUP_LEN, &own),
-              "set_group_limit");
+        bench_check(wq_queue_set_group_limit(q, groups[SAT_GROUPS + e], GROUP_LEN, &own),
+                    "set_group_limit");
         add(q, *first + e, SAT_GROUPS + e);
     }
     if (wq_queue_len(q) != queued + eligible || wq_queue_throttled(q) != queued ||
@@ -193,7 +158,7 @@ static double saturated_cycle(uint32_t queued, int reference)
     uint32_t k = 0;
     wq_queue *q;
     if (reference) {
-        q = new_queue();
+        q = bench_new_queue();
         add(q, k, UINT32_MAX);
     } else {
         q = saturated_queue(queued, 1, &k);
@@ -205,7 +170,7 @@ static double saturated_cycle(uint32_t queued, int reference)
         if (wq_queue_get(q, &info) != 0 || info.keylen != KEY_LEN ||
             memcmp(info.key, keys[k], KEY_LEN) != 0)
             bench_die("saturated: get did not hand out the eligible key");
-        check(wq_queue_done(q, keys[k], KEY_LEN), "done");
+        bench_check(wq_queue_done(q, keys[k], KEY_LEN), "done");
         add(q, k, g);
     }
     double t1 = bench_wall();
@@ -223,7 +188,7 @@ static double saturated_gets(uint32_t queued, int reference)
     uint32_t first = 0;
     wq_queue *q;
     if (reference) {
-        q = new_queue();
+        q = bench_new_queue();
         for (uint32_t e = 0; e < SAT_BATCH; e++)
             add(q, e, UINT32_MAX);
     } else {
@@ -240,7 +205,7 @@ static double saturated_gets(uint32_t queued, int reference)
         if (wq_queue_get(q, &info) != WQ_EEMPTY)
             bench_die("saturated: get handed out a held-back record");
         for (uint32_t e = 0; e < SAT_BATCH; e++) {
-            check(wq_queue_done(q, keys[first + e], KEY_LEN), "done");
+            bench_check(wq_queue_done(q, keys[first + e], KEY_LEN), "done");
             add(q, first + e, reference ? UINT32_MAX : SAT_GROUPS + e);
         }
     }
@@ -294,7 +259,7 @@ static void case_saturated(void)
  */
 static double dispatch_run(int grouped, double *add_s, double *drain_s)
 {
-    wq_queue *q = new_queue();
+    wq_queue *q = bench_new_queue();
     if (grouped)
         set_default(q, 1, 0, 0);
     static uint32_t ring[WORKERS];
@@ -306,17 +271,17 @@ static double dispatch_run(int grouped, double *add_s, double *drain_s)
     double tm = bench_wall();
     for (;;) {
         if (inflight == WORKERS) {
-            check(wq_queue_done(q, keys[ring[head]], KEY_LEN), "done");
+            bench_check(wq_queue_done(q, keys[ring[head]], KEY_LEN), "done");
             head = (head + 1) % WORKERS;
             inflight--;
         }
         int r = wq_queue_get(q, &info);
         if (r == 0) {
-            ring[(head + inflight) % WORKERS] = key_index(info.key);
+            ring[(head + inflight) % WORKERS] = bench_key_index(info.key);
             inflight++;
             n++;
         } else if (inflight) {
-            check(wq_queue_done(q, keys[ring[head]], KEY_LEN), "done");
+            bench_check(wq_queue_done(q, keys[ring[head]], KEY_LEN), "done");
             head = (head + 1) % WORKERS;
             inflight--;
         } else {
@@ -367,7 +332,7 @@ static void case_dispatch(void)
  */
 static double rate_run(double rate, double burst, double *span)
 {
-    wq_queue *q = new_queue();
+    wq_queue *q = bench_new_queue();
     uint32_t g = UINT32_MAX;
     if (rate > 0) {
         set_default(q, 0, rate, burst);
@@ -382,7 +347,7 @@ static double rate_run(double rate, double burst, double *span)
     while (n < N_ITEMS) {
         int r = wq_queue_get(q, &info);
         if (r == 0) {
-            check(wq_queue_done(q, info.key, info.keylen), "done");
+            bench_check(wq_queue_done(q, info.key, info.keylen), "done");
             n++;
             continue;
         }
@@ -393,7 +358,7 @@ static double rate_run(double rate, double burst, double *span)
             bench_die("rate: nothing to wait for with %u items left", N_ITEMS - n);
         if (next > fake_now)
             fake_now = next;
-        check(wq_queue_fire_due(q), "fire_due");
+        bench_check(wq_queue_fire_due(q), "fire_due");
     }
     double c1 = bench_cpu();
     if (wq_queue_records(q) != 0)
@@ -431,16 +396,6 @@ static void case_rate(void)
     }
 }
 
-static int selected(int argc, char **argv, const char *name)
-{
-    if (argc < 2)
-        return 1;
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], name) == 0)
-            return 1;
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
@@ -456,11 +411,11 @@ int main(int argc, char **argv)
            "CLOCK_MONOTONIC\n",
            REPEAT);
     build_names();
-    if (selected(argc, argv, "saturated"))
+    if (bench_selected(argc - 1, argv + 1, "saturated"))
         case_saturated();
-    if (selected(argc, argv, "dispatch"))
+    if (bench_selected(argc - 1, argv + 1, "dispatch"))
         case_dispatch();
-    if (selected(argc, argv, "rate"))
+    if (bench_selected(argc - 1, argv + 1, "rate"))
         case_rate();
     free(keys);
     free(groups);

@@ -1,7 +1,7 @@
 /*
  * What every bench program shares: the header it prints first (its title,
  * the date and the machine: CPU model, online CPUs, memory, as `#` comment
- * lines), bench_die, and the wall and CPU clocks. A program defines
+ * lines), bench_die, bench_selected, and the wall and CPU clocks. A program defines
  * BENCH_NAME (its name, for error messages) before including it.
  */
 #ifndef WQ_BENCH_HEADER_H
@@ -28,6 +28,17 @@ __attribute__((format(printf, 1, 2), noreturn)) static inline void bench_die(con
     fputc('\n', stderr);
     va_end(ap);
     exit(1);
+}
+
+/* Whether case name is among the n names asked for (none asked for: every case). */
+static inline int bench_selected(int n, char **names, const char *name)
+{
+    if (n == 0)
+        return 1;
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], name) == 0)
+            return 1;
+    return 0;
 }
 
 /* Seconds on the monotonic clock. */

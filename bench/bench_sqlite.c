@@ -212,17 +212,6 @@ static void print_machine(unsigned rows)
     printf("# repeat: each case runs %d times on a fresh file; best run reported\n", REPEAT);
 }
 
-/* Non-zero when the case was asked for (no case names given: every case). */
-static int selected(int ncases, char **cases, const char *name)
-{
-    if (ncases == 0)
-        return 1;
-    for (int i = 0; i < ncases; i++)
-        if (strcmp(cases[i], name) == 0)
-            return 1;
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     unsigned rows = DEFAULT_ROWS;
@@ -253,8 +242,8 @@ int main(int argc, char **argv)
         }
     }
     /* Case names of other bench programs select nothing here, as in bench_engine. */
-    int want_normal = selected(ncases, cases, "normal");
-    int want_full = selected(ncases, cases, "full");
+    int want_normal = bench_selected(ncases, cases, "normal");
+    int want_full = bench_selected(ncases, cases, "full");
     if (!want_normal && !want_full)
         return 0;
 
