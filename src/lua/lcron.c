@@ -332,13 +332,5 @@ void lcron_free_all(lqueue *lq)
     }
 }
 
-void lcron_register(lua_State *L, int methods)
-{
-    methods = lua_absindex(L, methods);
-    lua_pushcfunction(L, schedule);
-    lua_setfield(L, methods, "schedule");
-    lua_pushcfunction(L, unschedule);
-    lua_setfield(L, methods, "unschedule");
-    lua_pushcfunction(L, schedules);
-    lua_setfield(L, methods, "schedules");
-}
+const luaL_Reg lcron_methods[] = {
+    {"schedule", schedule}, {"unschedule", unschedule}, {"schedules", schedules}, {NULL, NULL}};

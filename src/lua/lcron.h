@@ -5,14 +5,15 @@
 #ifndef WQ_LCRON_H
 #define WQ_LCRON_H
 
+#include <lauxlib.h>
 #include <lua.h>
 
 struct lqueue;
 struct wq_schedule_row;
 typedef struct lcron lcron;
 
-/* Adds schedule, unschedule and schedules to the queue method table at methods. */
-void lcron_register(lua_State *L, int methods);
+/* Queue methods: schedule, unschedule, schedules (for luaL_setfuncs). */
+extern const luaL_Reg lcron_methods[];
 /* A schedule read from the state file: kept, armed when the script defines it again. */
 void lcron_restore(struct lqueue *lq, const struct wq_schedule_row *row);
 /* Frees the queue's schedules (at close). */

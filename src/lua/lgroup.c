@@ -229,11 +229,5 @@ static int group_limit(lua_State *L)
     return 2;
 }
 
-void lgroup_register(lua_State *L, int methods)
-{
-    methods = lua_absindex(L, methods);
-    lua_pushcfunction(L, set_group_limit);
-    lua_setfield(L, methods, "set_group_limit");
-    lua_pushcfunction(L, group_limit);
-    lua_setfield(L, methods, "group_limit");
-}
+const luaL_Reg lgroup_methods[] = {
+    {"set_group_limit", set_group_limit}, {"group_limit", group_limit}, {NULL, NULL}};

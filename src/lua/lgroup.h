@@ -8,12 +8,13 @@
 
 #include "engine/queue.h"
 
+#include <lauxlib.h>
 #include <lua.h>
 
 struct lqueue;
 
-/* Adds set_group_limit and group_limit to the queue method table at methods. */
-void lgroup_register(lua_State *L, int methods);
+/* Queue methods: set_group_limit, group_limit (for luaL_setfuncs). */
+extern const luaL_Reg lgroup_methods[];
 
 /*
  * Reads the queue options group_of, group_limit and rate of the options

@@ -560,15 +560,7 @@ static int queue_items(lua_State *L)
     return 1;
 }
 
-void lqops_register(lua_State *L, int methods)
-{
-    static const luaL_Reg fns[] = {{"pause", queue_pause},           {"resume", queue_resume},
-                                   {"paused", queue_paused},         {"remove", queue_remove},
-                                   {"cancel", queue_cancel},         {"items", queue_items},
-                                   {"purge_dead", queue_purge_dead}, {NULL, NULL}};
-    methods = lua_absindex(L, methods);
-    for (const luaL_Reg *r = fns; r->name; r++) {
-        lua_pushcfunction(L, r->func);
-        lua_setfield(L, methods, r->name);
-    }
-}
+const luaL_Reg lqops_methods[] = {{"pause", queue_pause},           {"resume", queue_resume},
+                                  {"paused", queue_paused},         {"remove", queue_remove},
+                                  {"cancel", queue_cancel},         {"items", queue_items},
+                                  {"purge_dead", queue_purge_dead}, {NULL, NULL}};

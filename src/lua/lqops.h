@@ -8,12 +8,13 @@
 
 #include "host/host.h"
 
+#include <lauxlib.h>
 #include <lua.h>
 
 struct lqueue;
 
-/* Adds the methods to the queue method table at methods. */
-void lqops_register(lua_State *L, int methods);
+/* Queue methods: pause, resume, paused, remove, cancel, items, purge_dead (for luaL_setfuncs). */
+extern const luaL_Reg lqops_methods[];
 /* After the restore: applies the paused flag the state file holds. 0, or -1 (message in the
  * store). */
 int lqops_restore(struct lqueue *lq);

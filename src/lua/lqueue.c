@@ -1236,9 +1236,9 @@ void wq_lua_open_queue(lua_State *L, int internals)
     lua_pushcfunction(L, queue_dead_list);
     lua_setfield(L, internals, "dead_list");
     lua_getfield(L, internals, "queue_methods");
-    lcron_register(L, -1);
-    lgroup_register(L, -1);
-    lqops_register(L, -1);
+    luaL_setfuncs(L, lcron_methods, 0);
+    luaL_setfuncs(L, lgroup_methods, 0);
+    luaL_setfuncs(L, lqops_methods, 0);
     lua_pop(L, 1);
     lua_pushcfunction(L, queue_tostring);
     lua_setfield(L, -2, "__tostring");
