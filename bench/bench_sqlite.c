@@ -81,7 +81,7 @@ static void step(sqlite3 *db, sqlite3_stmt *st)
     sqlite3_reset(st);
 }
 
-/* The items table exactly as src/store/schema.c creates it (schema version 1). */
+/* The items table exactly as src/store/sqlite/schema.c creates it (schema version 1). */
 static const char items_ddl[] = "CREATE TABLE items("
                                 "  queue TEXT NOT NULL,"
                                 "  key TEXT NOT NULL,"
@@ -95,7 +95,7 @@ static const char items_ddl[] = "CREATE TABLE items("
                                 "  PRIMARY KEY (queue, key)"
                                 ") WITHOUT ROWID";
 
-/* A fresh database in WAL mode with wqrun's pragmas (src/store/store.c). */
+/* A fresh database in WAL mode with wqrun's pragmas (src/store/sqlite/store.c). */
 static sqlite3 *open_db(const char *sync)
 {
     sqlite3 *db;

@@ -4,7 +4,7 @@
  */
 #include "host/http.h"
 #include "lua/runtime.h"
-#include "store/cli.h"
+#include "store/sqlite/cli.h"
 
 #include <math.h>
 #include <stdio.h>

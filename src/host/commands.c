@@ -12,7 +12,7 @@
 #include "host/commands.h"
 
 #include "engine/common.h"
-#include "store/store.h"
+#include "store/sqlite/store.h"
 
 #include <signal.h>
 #include <stdio.h>

@@ -15,7 +15,7 @@
 #include "host/proc.h"
 #include "host/progress.h"
 #include "host/timer.h"
-#include "store/store.h"
+#include "store/sqlite/store.h"
 
 #include <errno.h>
 #include <stddef.h>

@@ -9,7 +9,7 @@
 
 #include "engine/group.h"
 #include "engine/queue.h"
-#include "store/store.h"
+#include "store/sqlite/store.h"
 
 #include <stdio.h>
 #include <string.h>

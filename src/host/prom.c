@@ -6,7 +6,7 @@
 #include "host/prom.h"
 
 #include "engine/metrics.h"
-#include "store/store.h"
+#include "store/sqlite/store.h"
 
 #include <event2/buffer.h>
 #include <stdio.h>

@@ -13,7 +13,7 @@
 #include "lua/lqops.h"
 #include "lua/lworker.h"
 #include "lua/lwq.h"
-#include "store/store.h"
+#include "store/sqlite/store.h"
 
 #include <lauxlib.h>
 #include <math.h>

@@ -15,7 +15,7 @@
 #include "host/timer.h"
 #include "lua/ljson.h"
 #include "lua/lwq.h"
-#include "store/store.h"
+#include "store/sqlite/store.h"
 
 #include <lauxlib.h>
 #include <stdlib.h>

@@ -7,9 +7,9 @@
  * real version-1 file (fixtures/v1.db, made by fixtures/make_v1.lua), and
  * the version-2 rows: enqueued_at and groups, done rows, schedules.
  */
-#include "store/cli.h"
-#include "store/store.h"
-#include "store/store_int.h"
+#include "store/sqlite/cli.h"
+#include "store/sqlite/store.h"
+#include "store/sqlite/store_int.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>

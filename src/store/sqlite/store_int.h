@@ -4,13 +4,13 @@
  * start-up restore and the inbox; jobs.c: completed-job memory and
  * schedules; checkpoint.c: the background checkpointer; schema.c: the file
  * format and migrations; cli.c: `wqrun add` and `wqrun status`). Nothing
- * outside src/store includes this.
+ * outside src/store/sqlite (but its tests) includes this.
  */
 #ifndef WQ_STORE_INT_H
 #define WQ_STORE_INT_H
 
 #include "engine/keymap.h"
-#include "store/store.h"
+#include "store/sqlite/store.h"
 
 #include <sqlite3.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
  * path names another file or none) the store breaks: it never writes to
  * the file again, not even the checkpoint at close.
  */
-#include "store/store_int.h"
+#include "store/sqlite/store_int.h"
 
 #include <errno.h>
 #include <fcntl.h>

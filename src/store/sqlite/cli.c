@@ -7,9 +7,9 @@
  * version still working on the file is never given a newer one. The inbox
  * is the same in every version; status reads what the file's version has.
  */
-#include "store/cli.h"
+#include "store/sqlite/cli.h"
 
-#include "store/store_int.h"
+#include "store/sqlite/store_int.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -6,7 +6,7 @@
  * quick_check) is refused before anything, even the switch to WAL, touches
  * it.
  */
-#include "store/store_int.h"
+#include "store/sqlite/store_int.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -11,10 +11,10 @@
  * takes the lock and applies its row itself, unless the runner committed
  * it first: either way the change is made once. `items` only reads.
  */
-#include "store/cli.h"
+#include "store/sqlite/cli.h"
 
 #include "engine/common.h"
-#include "store/store_int.h"
+#include "store/sqlite/store_int.h"
 
 #include <errno.h>
 #include <fcntl.h>

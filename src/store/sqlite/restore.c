@@ -7,7 +7,7 @@
  * checked: an error is never the end of the rows, and one that says the
  * file is damaged breaks the store (nothing more is written to the file).
  */
-#include "store/store_int.h"
+#include "store/sqlite/store_int.h"
 
 #include <math.h>
 #include <string.h>

@@ -12,7 +12,7 @@
  * the queue's rows in key order, WQ_STORE_PRUNE_STEP rows per flush, so
  * that no commit is held up by a table of a million rows.
  */
-#include "store/store_int.h"
+#include "store/sqlite/store_int.h"
 
 #include <math.h>
 #include <string.h>

@@ -34,7 +34,7 @@
  * struct (under mu). It is stopped before the store closes and as soon as
  * the store breaks: a broken store never writes to its file again.
  */
-#include "store/store_int.h"
+#include "store/sqlite/store_int.h"
 
 #include <pthread.h>
 #include <signal.h>

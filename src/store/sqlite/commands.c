@@ -7,7 +7,7 @@
  * and the next runner applies it). The command line's side, which applies
  * commands itself when no runner owns the file, is cli_ops.c.
  */
-#include "store/store_int.h"
+#include "store/sqlite/store_int.h"
 
 #include <string.h>
 

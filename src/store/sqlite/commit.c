@@ -24,7 +24,7 @@
  * open (checked just before and just after COMMIT), so a commit never
  * reports success into a state file that was deleted or replaced.
  */
-#include "store/store_int.h"
+#include "store/sqlite/store_int.h"
 
 #include <math.h>
 #include <stdint.h>
