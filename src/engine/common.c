@@ -57,6 +57,7 @@ const char *wq_strerror(int err)
     case WQ_EIO: return "storage error";
     case WQ_EBUSY: return "resource busy";
     case WQ_EFORMAT: return "unrecognized file format";
+    case WQ_EAGAIN: return "under way";
     default: return "unknown error";
     }
 }

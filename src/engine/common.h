@@ -18,7 +18,8 @@ enum {
     WQ_E2BIG = -6,     /* key or payload too large */
     WQ_EIO = -7,       /* storage failed */
     WQ_EBUSY = -8,     /* resource held by someone else */
-    WQ_EFORMAT = -9    /* not a file we understand */
+    WQ_EFORMAT = -9,   /* not a file we understand */
+    WQ_EAGAIN = -10    /* under way: the outcome comes later (an asynchronous backend) */
 };
 
 /* A human-readable message for a WQ_E* code; never NULL, static storage. */

@@ -430,6 +430,7 @@ int wq_store_open(wq_store **out, const char *path, wq_sync sync, const wq_timeb
         return fail_buf(err, errlen, WQ_ENOMEM, "out of memory opening %s", path);
     }
     memset(s, 0, sizeof *s);
+    s->base.ops = &wq_sqlite_ops;
     s->db = db;
     s->lock_fd = fd;
     s->dev = st.st_dev;
@@ -623,6 +624,7 @@ wq_store_queue *wq_store_attach(wq_store *s, const char *name, wq_queue *q)
         return NULL;
     }
     memset(sq, 0, sizeof *sq);
+    sq->base.b = &s->base;
     sq->s = s;
     sq->q = q;
     sq->namelen = strlen(name);

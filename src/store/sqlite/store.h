@@ -12,20 +12,18 @@
 #define WQ_STORE_H
 
 #include "engine/queue.h"
+#include "store/backend.h"
 
 #include <stdio.h>
 
 typedef struct wq_store wq_store;
 typedef struct wq_store_queue wq_store_queue;
 
-/* Converts between the engine's monotonic ns and Unix seconds (virtual time aware). */
-typedef struct wq_timebase {
-    double (*to_unix)(void *ud, int64_t mono_ns);
-    int64_t (*to_mono)(void *ud, double unix_s);
-    void *ud;
-} wq_timebase;
-
-typedef enum { WQ_SYNC_NORMAL, WQ_SYNC_FULL } wq_sync;
+/*
+ * The store as a backend (backend_sqlite.c): a wq_store starts with its
+ * wq_backend (&s->base), a wq_store_queue with its wq_bqueue (&sq->base).
+ */
+extern const wq_backend_ops wq_sqlite_ops;
 
 /*
  * Opens (creating if missing) the state file at path for running: checks it
@@ -55,7 +53,7 @@ int wq_store_gone(const wq_store *s);
 
 /* How long a commit waits for a lock another connection holds (SQLite
  * busy_timeout; WQ_STORE_BUSY_MS unless changed). */
-#define WQ_STORE_BUSY_MS 5000
+#define WQ_STORE_BUSY_MS WQ_BACKEND_BUSY_MS
 void wq_store_set_busy_timeout(wq_store *s, int ms);
 /* The path the store was opened with (owned by the store). */
 const char *wq_store_path(const wq_store *s);
@@ -81,21 +79,6 @@ void wq_store_detach(wq_store_queue *sq);
  */
 void wq_store_known_queue(wq_store *s, const char *name);
 
-/* One restored row, in queue order (priority, then FIFO), then waiting ones. */
-typedef struct wq_restored {
-    const char *key;
-    size_t keylen;
-    const char *payload; /* JSON text or NULL */
-    size_t paylen;
-    int32_t priority;
-    int queued;  /* 'queued' or 'processing' before: run (again) */
-    int waiting; /* a delayed add is pending at ready_at_mono */
-    int64_t ready_at_mono;
-    double enqueued_at; /* Unix seconds the pending item was first added; 0 when unknown */
-    const char *grp;    /* the item's group (SPEC 7.4), NULL for none */
-    size_t grplen;
-} wq_restored;
-
 /*
  * Restores the queue's rows into its engine queue (the store ignores the
  * resulting touches): queued and processing rows in order, then waiting
@@ -116,17 +99,11 @@ int wq_store_restore(wq_store_queue *sq, void (*item_fn)(void *ud, const wq_rest
 void wq_store_touch(wq_store_queue *sq, wq_event ev, const char *key, size_t len);
 
 /*
- * What the runner keeps for a pending item beside the engine's record
- * (SPEC 7.1, 7.4): items.enqueued_at and items.grp. The store reads it
- * when it writes the item's row, as it reads payload and priority from
- * the engine: at flush, nothing per add.
- */
-typedef struct wq_item_meta {
-    double enqueued_at; /* Unix seconds (timebase) the pending item was first added; 0: unknown */
-    const char *grp;    /* the item's group, NULL for none; valid until fn is called again */
-    size_t grplen;
-} wq_item_meta;
-/*
+ * wq_item_meta (backend.h) is what the runner keeps for a pending item
+ * beside the engine's record (SPEC 7.1, 7.4): items.enqueued_at and
+ * items.grp. The store reads it when it writes the item's row, as it
+ * reads payload and priority from the engine: at flush, nothing per add.
+ *
  * Installs fn (NULL: none): each flush calls fn(ud, info, out) for every
  * items row of the queue it writes, with the engine's record in info and
  * *out zeroed; fn fills *out and must not change the queue. enqueued_at
@@ -182,23 +159,6 @@ int wq_store_restore_done(wq_store_queue *sq,
 
 /* ---- schedules (SPEC 7.3): table schedules ---- */
 
-typedef enum { WQ_SCHED_UTC, WQ_SCHED_LOCAL } wq_sched_tz;
-typedef enum { WQ_SCHED_CATCH_UP_ONCE, WQ_SCHED_CATCH_UP_SKIP } wq_sched_catch_up;
-
-/* One schedule of a queue. Strings are borrowed for the call. */
-typedef struct wq_schedule_row {
-    const char *name; /* NUL-terminated, unique per queue */
-    const char *spec; /* as given: "0 7 * * 1-5", "@daily", "@every 90s" */
-    const char *key;  /* the key each run adds; NULL: name */
-    size_t keylen;
-    const char *payload; /* JSON text, or NULL for none */
-    size_t paylen;
-    wq_sched_tz tz;             /* column tz: 'utc' or 'local' */
-    wq_sched_catch_up catch_up; /* column catch_up: 'once' or 'skip' */
-    double next_at;             /* Unix seconds of the next run; 0: none (NULL) */
-    double last_at;             /* Unix seconds of the last run; 0: never (NULL) */
-} wq_schedule_row;
-
 /* Inserts or replaces the queue's schedule row->name with the next flush (row is copied). */
 void wq_store_schedule_put(wq_store_queue *sq, const wq_schedule_row *row);
 /* Deletes the queue's schedule name with the next flush. */
@@ -219,14 +179,6 @@ int wq_store_paused(wq_store_queue *sq);
 /* Writes the queue's paused flag with the next flush. */
 void wq_store_set_paused(wq_store_queue *sq, int paused);
 
-/* A row of the commands table as the runner's poll offers it (strings: SQLite's, for the call). */
-typedef struct wq_command {
-    int64_t id;
-    const char *queue; /* NULL when the row has none */
-    const char *op;    /* NULL when the row has none */
-    const char *key;   /* NULL when the row has none */
-    size_t keylen;
-} wq_command;
 /*
  * Commands: if another connection changed the file since the last call
  * (or on the first call), offers each new row of state 'new' to fn, once,
@@ -270,32 +222,10 @@ int wq_store_flush(wq_store *s);
  * NULL. after is the delay left, in seconds: the row's `after` counts from
  * its created_at, so a row whose time has passed arrives with after <= 0.
  */
-typedef struct wq_inbox_row {
-    const char *queue;
-    const char *key;
-    size_t keylen;
-    const char *payload; /* JSON text or NULL */
-    size_t paylen;
-    double after;
-    const char *grp; /* its group (SPEC 7.4), NULL for none */
-    size_t grplen;
-} wq_inbox_row;
 int wq_store_poll_inbox(wq_store *s, int (*fn)(void *ud, const wq_inbox_row *row), void *ud);
 
-/* Store counters for metrics. */
-typedef struct wq_store_stats {
-    uint64_t commits;
-    uint64_t rows_written; /* rows inserted, updated or deleted */
-    uint64_t inbox_consumed;
-    double last_commit_unix;
-    double commit_seconds_sum;
-    wq_histogram commit_latency; /* seconds per flush transaction */
-    uint64_t last_commit_rows;
-    uint64_t max_commit_rows;
-    uint64_t deletes_skipped; /* keys that came and went within one window: no row at all */
-    uint64_t flush_errors;
-    uint64_t pending_keys; /* keys touched since the last commit */
-} wq_store_stats;
+/* Store counters for metrics: the backend's (its PostgreSQL fields stay zero). */
+typedef wq_backend_stats wq_store_stats;
 void wq_store_get_stats(const wq_store *s, wq_store_stats *st);
 
 #endif

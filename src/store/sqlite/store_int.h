@@ -123,6 +123,7 @@ struct sched_op {
 };
 
 struct wq_store_queue {
+    wq_bqueue base; /* first: the backend's handle (backend_sqlite.c) */
     wq_store *s;
     char *name;
     size_t namelen;
@@ -159,6 +160,7 @@ struct cmd_result {
 typedef struct wq_ckpt wq_ckpt;
 
 struct wq_store {
+    wq_backend base; /* first: the backend's handle (backend_sqlite.c) */
     sqlite3 *db;
     wq_ckpt *ckpt; /* the background checkpointer, NULL when not running */
     char *path;

@@ -1,0 +1,472 @@
+/*
+ * The one interface between the runtime and persistence: a table of
+ * function pointers, in the spirit of SQLite's sqlite3_vfs (a version,
+ * then one method per operation). The runtime (src/lua, src/host) holds a
+ * wq_backend and wq_bqueue handles and calls through these inline
+ * wrappers; it never knows which implementation it holds.
+ *
+ * Two implementations, side by side:
+ *   src/store/sqlite/  the embedded default: the in-memory engine is the
+ *                      authority, the backend writes its state behind it
+ *                      (group commit into one SQLite file);
+ *   src/store/pg/      many runners, one PostgreSQL database: the database
+ *                      is the authority, the local engine holds only what
+ *                      this runner claimed.
+ * What differs is who decides an add (add answers WQ_BACKEND_LOCAL when
+ * the engine does) and where items come from (a backend that claims hands
+ * them to the runtime through wq_bqueue_hooks.claimed); the vocabulary is
+ * the same.
+ */
+#ifndef WQ_BACKEND_H
+#define WQ_BACKEND_H
+
+#include "engine/metrics.h"
+#include "engine/queue.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct wq_backend wq_backend;
+typedef struct wq_bqueue wq_bqueue;
+typedef struct wq_backend_ops wq_backend_ops;
+
+/* Every implementation's handles start with these. */
+struct wq_backend {
+    const wq_backend_ops *ops;
+};
+struct wq_bqueue {
+    wq_backend *b;
+};
+
+/* Converts between the engine's monotonic ns and Unix seconds (virtual time aware). */
+typedef struct wq_timebase {
+    double (*to_unix)(void *ud, int64_t mono_ns);
+    int64_t (*to_mono)(void *ud, double unix_s);
+    void *ud;
+} wq_timebase;
+
+typedef enum { WQ_SYNC_NORMAL, WQ_SYNC_FULL } wq_sync;
+
+/* How a runner opens its backend (SPEC 2, 8.4). */
+typedef struct wq_backend_opts {
+    const char *where;       /* --db: a SQLite path or a postgres:// URL */
+    wq_sync sync;            /* SQLite durability */
+    const char *pg_schema;   /* PostgreSQL schema, NULL: "wqrun" */
+    const char *runner_name; /* NULL: HOST:PID */
+    double lease;            /* seconds; <= 0: the default (15) */
+    void *event_base;        /* the host's libevent base (struct event_base *) */
+    wq_timebase tb;
+} wq_backend_opts;
+
+/* One restored row, in queue order (priority, then FIFO), then waiting ones. */
+typedef struct wq_restored {
+    const char *key;
+    size_t keylen;
+    const char *payload; /* JSON text or NULL */
+    size_t paylen;
+    int32_t priority;
+    int queued;  /* 'queued' or 'processing' before: run (again) */
+    int waiting; /* a delayed add is pending at ready_at_mono */
+    int64_t ready_at_mono;
+    double enqueued_at; /* Unix seconds the pending item was first added; 0 when unknown */
+    const char *grp;    /* the item's group (SPEC 7.4), NULL for none */
+    size_t grplen;
+} wq_restored;
+
+/* What the runner keeps for a pending item beside the engine's record (SPEC 7.1, 7.4). */
+typedef struct wq_item_meta {
+    double enqueued_at; /* Unix seconds the pending item was first added; 0: unknown */
+    const char *grp;    /* the item's group, NULL for none; valid until fn is called again */
+    size_t grplen;
+} wq_item_meta;
+
+typedef enum { WQ_SCHED_UTC, WQ_SCHED_LOCAL } wq_sched_tz;
+typedef enum { WQ_SCHED_CATCH_UP_ONCE, WQ_SCHED_CATCH_UP_SKIP } wq_sched_catch_up;
+
+/* One schedule of a queue. Strings are borrowed for the call. */
+typedef struct wq_schedule_row {
+    const char *name; /* NUL-terminated, unique per queue */
+    const char *spec; /* as given: "0 7 * * 1-5", "@daily", "@every 90s" */
+    const char *key;  /* the key each run adds; NULL: name */
+    size_t keylen;
+    const char *payload; /* JSON text, or NULL for none */
+    size_t paylen;
+    wq_sched_tz tz;             /* column tz: 'utc' or 'local' */
+    wq_sched_catch_up catch_up; /* column catch_up: 'once' or 'skip' */
+    double next_at;             /* Unix seconds of the next run; 0: none (NULL) */
+    double last_at;             /* Unix seconds of the last run; 0: never (NULL) */
+} wq_schedule_row;
+
+/* An operator command as the runner's poll offers it (strings borrowed for the call). */
+typedef struct wq_command {
+    int64_t id;
+    const char *queue; /* NULL when the row has none */
+    const char *op;    /* NULL when the row has none */
+    const char *key;   /* NULL when the row has none */
+    size_t keylen;
+} wq_command;
+
+/* An add that reached the backend from outside the script (SQLite's inbox table). */
+typedef struct wq_inbox_row {
+    const char *queue;
+    const char *key;
+    size_t keylen;
+    const char *payload; /* JSON text or NULL */
+    size_t paylen;
+    double after;
+    const char *grp; /* its group (SPEC 7.4), NULL for none */
+    size_t grplen;
+} wq_inbox_row;
+
+/* An add as the runtime asks the backend for it. */
+typedef struct wq_badd {
+    const char *key;
+    size_t keylen;
+    const char *payload; /* JSON text, NULL: keep the pending item's (or none) */
+    size_t paylen;
+    double after; /* seconds; <= 0: now */
+    int has_priority;
+    int32_t priority;
+    const char *grp; /* NULL: none */
+    size_t grplen;
+    int force; /* add even if the key finished within keep_done */
+} wq_badd;
+
+/* Add outcomes (besides WQ_E* codes). */
+#define WQ_BACKEND_LOCAL 3 /* the engine is the authority: apply the add to it */
+/*
+ * Told what became of an add the backend decided: result 1 queued (or
+ * follow-up / delayed), 0 deduplicated, WQ_ADD_DONE-like 2 skipped (done),
+ * or a WQ_E* code (WQ_EIO: not stored, message in what); what is the text
+ * SPEC 8.1 names ("queued", "deduplicated", "follow-up", ...).
+ */
+typedef void (*wq_badd_fn)(void *ud, int result, const char *what);
+
+/* An item this runner claimed, for the local engine (strings borrowed for the call). */
+typedef struct wq_claimed {
+    const char *key;
+    size_t keylen;
+    const char *payload; /* JSON text or NULL */
+    size_t paylen;
+    int32_t priority;
+    int64_t requeues;   /* the failure count: job.attempt is requeues + 1 */
+    double enqueued_at; /* Unix seconds */
+    const char *grp;
+    size_t grplen;
+} wq_claimed;
+
+/* The runtime's side of one queue, for a backend that claims (SQLite ignores them). */
+typedef struct wq_bqueue_hooks {
+    /* How many more items this runner wants now (free workers and waiting gets, less what it
+     * holds queued); the backend may claim a few more (its documented claim-ahead). */
+    size_t (*demand)(void *ud);
+    /* A claimed item: the runtime adds it to its engine queue (0, or a WQ_E* code: the backend
+     * hands it back). */
+    int (*claimed)(void *ud, const wq_claimed *c);
+    /* key's claim ended (outcome written, or handed back): forget what the runner kept for it
+     * (failure count, limiter history). */
+    void (*released)(void *ud, const char *key, size_t len);
+    /* This runner lost its claims (lease lost, declared dead): cancel every running handler
+     * with the error why; their outcomes will be discarded. */
+    void (*lost)(void *ud, const char *why);
+    void *ud;
+} wq_bqueue_hooks;
+
+/* Backend counters for metrics. */
+typedef struct wq_backend_stats {
+    uint64_t commits;
+    uint64_t rows_written; /* rows inserted, updated or deleted */
+    uint64_t inbox_consumed;
+    double last_commit_unix;
+    double commit_seconds_sum;
+    wq_histogram commit_latency; /* seconds per flush transaction */
+    uint64_t last_commit_rows;
+    uint64_t max_commit_rows;
+    uint64_t deletes_skipped; /* keys that came and went within one window: no row at all */
+    uint64_t flush_errors;
+    uint64_t pending_keys; /* keys touched since the last commit */
+    /* PostgreSQL (zero on SQLite) */
+    uint64_t claims;            /* items claimed */
+    uint64_t stale_outcomes;    /* outcomes discarded: their claim had been taken over */
+    uint64_t takeovers;         /* items this runner took back from dead runners */
+    uint64_t reconnects;        /* connections re-established */
+    int connected;              /* 1 while the database is reachable */
+    wq_histogram claim_latency; /* seconds per claim round trip */
+} wq_backend_stats;
+
+#define WQ_BACKEND_VERSION 1
+
+/* How long a commit waits for a lock another connection holds, unless set_busy_timeout says. */
+#define WQ_BACKEND_BUSY_MS 5000
+
+struct wq_backend_ops {
+    int version;      /* WQ_BACKEND_VERSION */
+    const char *name; /* "sqlite", "postgres" */
+
+    /* ---- the backend ---- */
+    /* Flushes what it can and closes. */
+    void (*close)(wq_backend *b);
+    /* The last error message. */
+    const char *(*errmsg)(const wq_backend *b);
+    /* Cheap periodic health check: 0, or WQ_EIO / WQ_EFORMAT (message in errmsg; nothing is
+     * written any more). */
+    int (*check)(wq_backend *b);
+    /* Whether the backend failed because its file is gone (deleted or replaced). */
+    int (*gone)(const wq_backend *b);
+    /* How long a commit may wait for a lock another connection holds (WQ_BACKEND_BUSY_MS unless
+     * changed). */
+    void (*set_busy_timeout)(wq_backend *b, int ms);
+    /* Where it is, for messages: a path, or a URL without its password (owned by b). */
+    const char *(*where)(const wq_backend *b);
+    /* Whether anything is waiting to be written. */
+    int (*dirty)(const wq_backend *b);
+    /*
+     * Writes every pending change. 0 committed; WQ_EAGAIN sent, the outcome comes to the commit
+     * callback (asynchronous backends); WQ_EBUSY locked, nothing written, try again; WQ_EIO,
+     * WQ_EFORMAT, WQ_ENOMEM as SQLite's store says. Message in errmsg.
+     */
+    int (*flush)(wq_backend *b);
+    /* An asynchronous backend calls fn(ud, ok) when what a flush sent is committed (or not). */
+    void (*set_commit_fn)(wq_backend *b, void (*fn)(void *ud, int ok), void *ud);
+    /* Offers each new inbox row to fn (1: taken); the number taken or a WQ_E* code. */
+    int (*poll_inbox)(wq_backend *b, int (*fn)(void *ud, const wq_inbox_row *row), void *ud);
+    /* Offers each new operator command to fn; the number offered or a WQ_E* code. */
+    int (*poll_commands)(wq_backend *b, void (*fn)(void *ud, const wq_command *c), void *ud);
+    /* Records command id's outcome with the next commit. */
+    void (*command_result)(wq_backend *b, int64_t id, int ok, const char *text);
+    /* Makes the next inbox poll offer every row again (a queue was defined). */
+    void (*known_queue)(wq_backend *b, const char *name);
+    void (*get_stats)(const wq_backend *b, wq_backend_stats *st);
+    /* A graceful stop began: stop claiming, hand back claimed items no handler started. */
+    void (*stop)(wq_backend *b);
+    /*
+     * Options the backend cannot honour yet, checked when a queue is defined: NULL, or the
+     * message naming the option ("keep_done is not supported on PostgreSQL yet").
+     */
+    const char *(*refuse)(wq_backend *b, const char *option);
+
+    /* ---- one queue ---- */
+    /* Attaches queue name with its engine queue (read at flush time); NULL on OOM. */
+    wq_bqueue *(*attach)(wq_backend *b, const char *name, wq_queue *q,
+                         const wq_bqueue_hooks *hooks);
+    /* The engine queue is going away: the backend stops reading it. */
+    void (*detach)(wq_bqueue *bq);
+    /* Restores the queue's rows into its engine queue (SQLite); the number or a WQ_E* code. */
+    int (*restore)(wq_bqueue *bq, void (*item_fn)(void *ud, const wq_restored *r),
+                   void (*fail_fn)(void *ud, const char *key, size_t len, int64_t requeues,
+                                   const char *last_error),
+                   void (*dead_fn)(void *ud, const char *key, size_t len, const char *payload,
+                                   const char *error, int64_t attempts, double failed_at),
+                   void *ud);
+    /* Installs the per-item metadata reader (see SQLite's store.h). */
+    void (*set_meta)(wq_bqueue *bq,
+                     void (*fn)(void *ud, const wq_item_info *info, wq_item_meta *out), void *ud);
+    /*
+     * An add: WQ_BACKEND_LOCAL (apply it to the engine: the engine is the authority), or the
+     * backend decides and calls fn(ud, result, what) once it is committed (returns 0), or a
+     * WQ_E* code at once (WQ_EIO: unavailable, its local buffer is full).
+     */
+    int (*add)(wq_bqueue *bq, const wq_badd *a, wq_badd_fn fn, void *ud);
+    /* Key changed in the engine queue (from the queue observer). */
+    void (*touch)(wq_bqueue *bq, wq_event ev, const char *key, size_t len);
+    /* The queue's failure count for key (0 clears it) and the error that raised it. */
+    void (*failures)(wq_bqueue *bq, const char *key, size_t len, int64_t requeues,
+                     const char *last_error);
+    /* A dead letter for key (replaces an earlier one). */
+    void (*dead)(wq_bqueue *bq, const char *key, size_t len, const char *payload, size_t paylen,
+                 const char *error, int64_t attempts, double failed_at);
+    /* Removes key's dead letter. */
+    void (*undead)(wq_bqueue *bq, const char *key, size_t len);
+    /* Completed-job memory (SPEC 7.2). */
+    void (*done_put)(wq_bqueue *bq, const char *key, size_t len, double finished_at,
+                     const char *result, size_t rlen);
+    void (*done_del)(wq_bqueue *bq, const char *key, size_t len);
+    int (*done_prune)(wq_bqueue *bq, double older_than);
+    int (*restore_done)(wq_bqueue *bq,
+                        void (*fn)(void *ud, const char *key, size_t len, double finished_at,
+                                   const char *result, size_t rlen),
+                        void *ud);
+    /* Schedules (SPEC 7.3). */
+    void (*schedule_put)(wq_bqueue *bq, const wq_schedule_row *row);
+    void (*schedule_del)(wq_bqueue *bq, const char *name);
+    int (*restore_schedules)(wq_bqueue *bq, void (*fn)(void *ud, const wq_schedule_row *row),
+                             void *ud);
+    /* Paused flag (SPEC 7.5): 1, 0 or a WQ_E* code; set with the next commit. */
+    int (*paused)(wq_bqueue *bq);
+    void (*set_paused)(wq_bqueue *bq, int paused);
+};
+
+/* ---- calls through the table ---- */
+
+static inline const char *wq_backend_name(const wq_backend *b)
+{
+    return b->ops->name;
+}
+static inline void wq_backend_close(wq_backend *b)
+{
+    if (b)
+        b->ops->close(b);
+}
+static inline const char *wq_backend_errmsg(const wq_backend *b)
+{
+    return b->ops->errmsg(b);
+}
+static inline int wq_backend_check(wq_backend *b)
+{
+    return b->ops->check(b);
+}
+static inline int wq_backend_gone(const wq_backend *b)
+{
+    return b->ops->gone(b);
+}
+static inline void wq_backend_set_busy_timeout(wq_backend *b, int ms)
+{
+    b->ops->set_busy_timeout(b, ms);
+}
+static inline const char *wq_backend_where(const wq_backend *b)
+{
+    return b->ops->where(b);
+}
+static inline int wq_backend_dirty(const wq_backend *b)
+{
+    return b->ops->dirty(b);
+}
+static inline int wq_backend_flush(wq_backend *b)
+{
+    return b->ops->flush(b);
+}
+static inline void wq_backend_set_commit_fn(wq_backend *b, void (*fn)(void *ud, int ok), void *ud)
+{
+    b->ops->set_commit_fn(b, fn, ud);
+}
+static inline int wq_backend_poll_inbox(wq_backend *b, int (*fn)(void *ud, const wq_inbox_row *row),
+                                        void *ud)
+{
+    return b->ops->poll_inbox(b, fn, ud);
+}
+static inline int wq_backend_poll_commands(wq_backend *b, void (*fn)(void *ud, const wq_command *c),
+                                           void *ud)
+{
+    return b->ops->poll_commands(b, fn, ud);
+}
+static inline void wq_backend_command_result(wq_backend *b, int64_t id, int ok, const char *text)
+{
+    b->ops->command_result(b, id, ok, text);
+}
+static inline void wq_backend_known_queue(wq_backend *b, const char *name)
+{
+    b->ops->known_queue(b, name);
+}
+static inline void wq_backend_get_stats(const wq_backend *b, wq_backend_stats *st)
+{
+    b->ops->get_stats(b, st);
+}
+static inline void wq_backend_stop(wq_backend *b)
+{
+    b->ops->stop(b);
+}
+static inline const char *wq_backend_refuse(wq_backend *b, const char *option)
+{
+    return b->ops->refuse(b, option);
+}
+
+static inline wq_bqueue *wq_bq_attach(wq_backend *b, const char *name, wq_queue *q,
+                                      const wq_bqueue_hooks *hooks)
+{
+    return b->ops->attach(b, name, q, hooks);
+}
+static inline void wq_bq_detach(wq_bqueue *bq)
+{
+    bq->b->ops->detach(bq);
+}
+static inline int wq_bq_restore(wq_bqueue *bq, void (*item_fn)(void *ud, const wq_restored *r),
+                                void (*fail_fn)(void *ud, const char *key, size_t len,
+                                                int64_t requeues, const char *last_error),
+                                void (*dead_fn)(void *ud, const char *key, size_t len,
+                                                const char *payload, const char *error,
+                                                int64_t attempts, double failed_at),
+                                void *ud)
+{
+    return bq->b->ops->restore(bq, item_fn, fail_fn, dead_fn, ud);
+}
+static inline void wq_bq_set_meta(wq_bqueue *bq,
+                                  void (*fn)(void *ud, const wq_item_info *info, wq_item_meta *out),
+                                  void *ud)
+{
+    bq->b->ops->set_meta(bq, fn, ud);
+}
+static inline int wq_bq_add(wq_bqueue *bq, const wq_badd *a, wq_badd_fn fn, void *ud)
+{
+    return bq->b->ops->add(bq, a, fn, ud);
+}
+static inline void wq_bq_touch(wq_bqueue *bq, wq_event ev, const char *key, size_t len)
+{
+    bq->b->ops->touch(bq, ev, key, len);
+}
+static inline void wq_bq_failures(wq_bqueue *bq, const char *key, size_t len, int64_t requeues,
+                                  const char *last_error)
+{
+    bq->b->ops->failures(bq, key, len, requeues, last_error);
+}
+static inline void wq_bq_dead(wq_bqueue *bq, const char *key, size_t len, const char *payload,
+                              size_t paylen, const char *error, int64_t attempts, double failed_at)
+{
+    bq->b->ops->dead(bq, key, len, payload, paylen, error, attempts, failed_at);
+}
+static inline void wq_bq_undead(wq_bqueue *bq, const char *key, size_t len)
+{
+    bq->b->ops->undead(bq, key, len);
+}
+static inline void wq_bq_done_put(wq_bqueue *bq, const char *key, size_t len, double finished_at,
+                                  const char *result, size_t rlen)
+{
+    bq->b->ops->done_put(bq, key, len, finished_at, result, rlen);
+}
+static inline void wq_bq_done_del(wq_bqueue *bq, const char *key, size_t len)
+{
+    bq->b->ops->done_del(bq, key, len);
+}
+static inline int wq_bq_done_prune(wq_bqueue *bq, double older_than)
+{
+    return bq->b->ops->done_prune(bq, older_than);
+}
+static inline int wq_bq_restore_done(wq_bqueue *bq,
+                                     void (*fn)(void *ud, const char *key, size_t len,
+                                                double finished_at, const char *result,
+                                                size_t rlen),
+                                     void *ud)
+{
+    return bq->b->ops->restore_done(bq, fn, ud);
+}
+static inline void wq_bq_schedule_put(wq_bqueue *bq, const wq_schedule_row *row)
+{
+    bq->b->ops->schedule_put(bq, row);
+}
+static inline void wq_bq_schedule_del(wq_bqueue *bq, const char *name)
+{
+    bq->b->ops->schedule_del(bq, name);
+}
+static inline int
+wq_bq_restore_schedules(wq_bqueue *bq, void (*fn)(void *ud, const wq_schedule_row *row), void *ud)
+{
+    return bq->b->ops->restore_schedules(bq, fn, ud);
+}
+static inline int wq_bq_paused(wq_bqueue *bq)
+{
+    return bq->b->ops->paused(bq);
+}
+static inline void wq_bq_set_paused(wq_bqueue *bq, int paused)
+{
+    bq->b->ops->set_paused(bq, paused);
+}
+
+/*
+ * Opens the backend where names: a postgres:// or postgresql:// URL selects PostgreSQL,
+ * anything else is a SQLite path (src/store/open.c). On failure returns a WQ_E* code and a
+ * message in err (a URL's password never appears in it).
+ */
+int wq_backend_open(wq_backend **out, const wq_backend_opts *opts, char *err, size_t errlen);
+/* Whether where names a PostgreSQL database (a postgres:// or postgresql:// URL). */
+int wq_backend_is_pg(const char *where);
+
+#endif
