@@ -3,7 +3,7 @@
  * (SPEC 7.5). The command line writes a row into the state file's
  * commands table; the tick (every 50 ms) offers new rows here, each is
  * applied through the queue's wq_queue_ops, and its outcome is written
- * with the same commit as the changes it made (wq_store_command_result):
+ * with the same commit as the changes it made (wq_backend_command_result):
  * a crash before that commit loses both, and the next runner applies the
  * row again. A cancel is answered once the cancelled run has ended, so
  * its outcome commits with the removal of the item. A row that makes no
@@ -12,7 +12,7 @@
 #include "host/commands.h"
 
 #include "engine/common.h"
-#include "store/sqlite/store.h"
+#include "store/backend.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -91,8 +91,8 @@ static void cancel_ended(void *ud, int ok)
     struct pending_cancel *p = ud;
     /* Not ok: the process ends first. The row stays 'new' for the next runner, which finds the
      * key no longer running (it runs again after a restart) and says so. */
-    if (ok && p->h->store) {
-        wq_store_command_result(p->h->store, p->id, 1, p->text);
+    if (ok && p->h->backend) {
+        wq_backend_command_result(p->h->backend, p->id, 1, p->text);
         wq_host_log(p->h, "wqrun: command %lld: %s", (long long)p->id, p->text);
     }
     free(p);
@@ -191,19 +191,19 @@ static void apply(void *ud, const wq_command *c)
         snprintf(msg, sizeof msg, "unknown op '%.32s' (expected %s)", op, ops_list);
     }
     test_kill("applied");
-    wq_store_command_result(h->store, c->id, ok, msg);
+    wq_backend_command_result(h->backend, c->id, ok, msg);
     wq_host_log(h, "wqrun: command %lld%s: %s", (long long)c->id, ok ? "" : " failed", msg);
 }
 
 void wq_commands_poll(wq_host *h)
 {
     static int failed; /* said once: a failing read would say it every tick */
-    if (!h->store || h->exiting || h->store_failed)
+    if (!h->backend || h->exiting || h->store_failed)
         return;
-    int r = wq_store_poll_commands(h->store, apply, h);
+    int r = wq_backend_poll_commands(h->backend, apply, h);
     if (r < 0 && r != WQ_EBUSY && !failed) {
         failed = 1;
-        wq_host_log(h, "wqrun: cannot read the commands: %s", wq_store_errmsg(h->store));
+        wq_host_log(h, "wqrun: cannot read the commands: %s", wq_backend_errmsg(h->backend));
     } else if (r >= 0) {
         failed = 0;
     }

@@ -15,7 +15,7 @@
 #include "host/proc.h"
 #include "host/progress.h"
 #include "host/timer.h"
-#include "store/sqlite/store.h"
+#include "store/backend.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -179,7 +179,7 @@ const char *wq_host_ack_error(const wq_host *h)
 
 int wq_host_when_durable(wq_host *h, wq_durable_fn fn, void *ud)
 {
-    if (!h->store || !wq_store_dirty(h->store) || h->store_failed) {
+    if (!h->backend || !wq_backend_dirty(h->backend) || h->store_failed) {
         fn(ud, !h->store_failed);
         return 0;
     }
@@ -249,7 +249,7 @@ static void expire_waiters(wq_host *h, int64_t now)
  */
 static void store_failed(wq_host *h)
 {
-    const char *why = wq_store_errmsg(h->store);
+    const char *why = wq_backend_errmsg(h->backend);
     wq_progress_clear(h);
     fprintf(stderr, "wqrun: %s; stopping\n", why);
     h->store_failed = 1;
@@ -264,20 +264,20 @@ static void store_failed(wq_host *h)
  */
 static int flush_store(wq_host *h, int wait_ms)
 {
-    if (!h->store || h->store_failed || !wq_store_dirty(h->store)) {
+    if (!h->backend || h->store_failed || !wq_backend_dirty(h->backend)) {
         release_waiters(h, !h->store_failed);
         return 0;
     }
     h->last_flush = wq_real_now();
     /* While running, wait briefly for a lock held by someone else (a user's
      * sqlite3 session): the loop must go on; the changes stay pending. */
-    wq_store_set_busy_timeout(h->store, wait_ms);
-    int r = wq_store_flush(h->store);
-    wq_store_set_busy_timeout(h->store, WQ_STORE_BUSY_MS);
+    wq_backend_set_busy_timeout(h->backend, wait_ms);
+    int r = wq_backend_flush(h->backend);
+    wq_backend_set_busy_timeout(h->backend, WQ_BACKEND_BUSY_MS);
     if (r == WQ_EBUSY) {
         if (!h->busy_since) {
             h->busy_since = h->last_flush;
-            wq_host_log(h, "wqrun: %s; retrying", wq_store_errmsg(h->store));
+            wq_host_log(h, "wqrun: %s; retrying", wq_backend_errmsg(h->backend));
         }
         /* 10 ms, doubling up to 200 ms: the loop goes on meanwhile. */
         h->flush_backoff = h->flush_backoff ? h->flush_backoff * 2 : 10 * 1000 * 1000;
@@ -309,7 +309,7 @@ static int flush_store(wq_host *h, int wait_ms)
  */
 static void stop_after_failure(wq_host *h)
 {
-    if (wq_store_gone(h->store))
+    if (wq_backend_gone(h->backend))
         wq_host_stop(h, "the state file is gone");
     else
         wq_host_exit(h, 1);
@@ -335,7 +335,7 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
 
 static void schedule_flush(wq_host *h)
 {
-    if (!h->store || h->store_failed || !wq_store_dirty(h->store) || h->flush_now)
+    if (!h->backend || h->store_failed || !wq_backend_dirty(h->backend) || h->flush_now)
         return;
     /* Someone waits for an acknowledgement: commit once this loop turn has
      * taken in everything that is ready (so concurrent requests share the
@@ -427,7 +427,7 @@ void wq_host_settle(wq_host *h)
     if (!busy && alive == WQ_NEVER && idle(h)) {
         /* Rows another process put in the inbox are work too, delayed ones
          * included: look once more, and settle again if they changed anything. */
-        if (h->store && !h->inbox_checked) {
+        if (h->backend && !h->inbox_checked) {
             h->inbox_checked = 1;
             wq_inbox_poll(h);
             wq_commands_poll(h); /* and commands someone is waiting for */
@@ -646,7 +646,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     wq_monotime_calibrate();
     /* The state file deleted or replaced under us: nothing acknowledged
      * from now on could be kept, so stop (exit 1) instead of going on. */
-    if (h->store && !h->store_failed && wq_store_check_path(h->store) < 0) {
+    if (h->backend && !h->store_failed && wq_backend_check(h->backend) < 0) {
         store_failed(h);
         stop_after_failure(h);
         return;
@@ -729,10 +729,17 @@ wq_host *wq_host_new(const wq_host_opts *opts)
     evsignal_add(h->sigchld_ev, NULL);
     evtimer_add(h->tick_ev, &tick);
     if (opts->db_path) {
-        wq_timebase tb = {tb_to_unix, tb_to_mono, h};
+        wq_backend_opts bo = {
+            .where = opts->db_path,
+            .sync = opts->sync_full ? WQ_SYNC_FULL : WQ_SYNC_NORMAL,
+            .pg_schema = opts->pg_schema,
+            .runner_name = opts->runner_name,
+            .lease = opts->lease,
+            .event_base = h->base,
+            .tb = {tb_to_unix, tb_to_mono, h},
+        };
         char err[512];
-        if (wq_store_open(&h->store, opts->db_path, opts->sync_full ? WQ_SYNC_FULL : WQ_SYNC_NORMAL,
-                          &tb, err, sizeof err) < 0) {
+        if (wq_backend_open(&h->backend, &bo, err, sizeof err) < 0) {
             fprintf(stderr, "wqrun: %s\n", err);
             wq_host_free(h);
             return NULL;
@@ -786,15 +793,15 @@ int wq_host_run(wq_host *h)
 {
     event_base_dispatch(h->base);
     int status = h->exit_code;
-    if (h->store && !h->store_failed) {
+    if (h->backend && !h->store_failed) {
         /* The last changes: wait longer for a lock someone else holds. */
         int r, tries = 0;
-        while ((r = flush_store(h, WQ_STORE_BUSY_MS)) == 1 && ++tries < 6)
+        while ((r = flush_store(h, WQ_BACKEND_BUSY_MS)) == 1 && ++tries < 6)
             ;
         if (r == 1) {
             wq_progress_clear(h);
             fprintf(stderr, "wqrun: %s; the last changes were not written\n",
-                    wq_store_errmsg(h->store));
+                    wq_backend_errmsg(h->backend));
         }
         if (r != 0 && status == 0)
             status = 1;
@@ -804,7 +811,7 @@ int wq_host_run(wq_host *h)
     /* No commit comes after this one: whoever still waits gets 503. */
     h->loop_over = 1;
     if (!h->store_failed)
-        set_ack_error(h, "not stored: %s", h->store ? wq_store_errmsg(h->store) : "stopping");
+        set_ack_error(h, "not stored: %s", h->backend ? wq_backend_errmsg(h->backend) : "stopping");
     release_waiters(h, 0);
     drain_replies(h);
     wq_commands_abandon(h);
@@ -823,7 +830,7 @@ void wq_host_free(wq_host *h)
     if (!h)
         return;
     wq_host_shutdown(h);
-    wq_store_close(h->store);
+    wq_backend_close(h->backend);
     wq_timer_destroy(h);
     if (h->timer_ev)
         event_free(h->timer_ev);

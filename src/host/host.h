@@ -12,12 +12,12 @@
 #include "engine/delay.h"
 #include "engine/metrics.h"
 #include "host/opts.h"
+#include "store/backend.h"
 
 #include <event2/event.h>
 #include <stddef.h>
 
 typedef struct wq_host wq_host;
-struct wq_store;
 
 /* One queue's numbers: /metrics, /queues, the progress line and q:stats() all read this. */
 typedef struct wq_qstats {
@@ -69,6 +69,12 @@ typedef struct wq_ext_item {
     size_t grouplen;
     char *why; /* when add answers WQ_EINVAL: the reason (whysize bytes), if given */
     size_t whysize;
+    /* Set by a caller that can wait: a queue whose backend decides adds itself (PostgreSQL)
+     * answers WQ_EAGAIN and later calls done(done_ud, result, what) once the add committed
+     * (result as add's, or a WQ_E* code with what saying why). NULL: such a queue answers
+     * WQ_EAGAIN all the same and never tells the outcome. */
+    void (*done)(void *ud, int result, const char *what);
+    void *done_ud;
 } wq_ext_item;
 
 /* What a queue's add answers when it skipped a key that finished within keep_done. */
@@ -225,9 +231,9 @@ struct wq_host {
     int exit_code;
     uint64_t grace_timer;
 
-    struct wq_store *store;
-    void *http;     /* the HTTP server, when listening */
-    void *progress; /* the progress line, when shown */
+    wq_backend *backend; /* NULL: no --db (in memory) */
+    void *http;          /* the HTTP server, when listening */
+    void *progress;      /* the progress line, when shown */
     uint64_t handler_timeouts;
 };
 

@@ -9,7 +9,7 @@
 
 #include "engine/group.h"
 #include "engine/queue.h"
-#include "store/sqlite/store.h"
+#include "store/backend.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -84,10 +84,10 @@ static int take(void *ud, const wq_inbox_row *row)
 
 void wq_inbox_poll(wq_host *h)
 {
-    if (!h->store || h->exiting)
+    if (!h->backend || h->exiting)
         return;
     struct poll_ctx c = {h};
-    int r = wq_store_poll_inbox(h->store, take, &c);
+    int r = wq_backend_poll_inbox(h->backend, take, &c);
     if (r < 0 && r != WQ_EBUSY)
-        wq_host_log(h, "wqrun: cannot read the inbox: %s", wq_store_errmsg(h->store));
+        wq_host_log(h, "wqrun: cannot read the inbox: %s", wq_backend_errmsg(h->backend));
 }

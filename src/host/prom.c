@@ -6,7 +6,7 @@
 #include "host/prom.h"
 
 #include "engine/metrics.h"
-#include "store/sqlite/store.h"
+#include "store/backend.h"
 
 #include <event2/buffer.h>
 #include <stdio.h>
@@ -139,9 +139,9 @@ void wq_prom_render(wq_host *h, struct evbuffer *out)
                         "wqrun_loop_lag_seconds");
     histogram_samples(out, "wqrun_loop_lag_seconds", "", &h->loop_lag);
 
-    if (h->store) {
-        wq_store_stats st;
-        wq_store_get_stats(h->store, &st);
+    if (h->backend) {
+        wq_backend_stats st;
+        wq_backend_get_stats(h->backend, &st);
         family(out, "wqrun_store_commits_total", COUNTER, "State file transactions committed.");
         evbuffer_add_printf(out, "wqrun_store_commits_total %llu\n",
                             (unsigned long long)st.commits);

@@ -15,7 +15,7 @@
 #include "host/timer.h"
 #include "lua/lqueue.h"
 #include "lua/lwq.h"
-#include "store/sqlite/store.h"
+#include "store/backend.h"
 
 #include <lauxlib.h>
 #include <math.h>
@@ -67,7 +67,7 @@ static void arm(lcron *c)
 static void persist(const lcron *c)
 {
     lqueue *lq = c->lq;
-    if (!lq->sq)
+    if (!lq->bq)
         return;
     wq_schedule_row row = {.name = c->name,
                            .spec = c->spec,
@@ -79,7 +79,7 @@ static void persist(const lcron *c)
                            .catch_up = c->skip ? WQ_SCHED_CATCH_UP_SKIP : WQ_SCHED_CATCH_UP_ONCE,
                            .next_at = c->next > 0 ? c->next : 0,
                            .last_at = c->last};
-    wq_store_schedule_put(lq->sq, &row);
+    wq_bq_schedule_put(lq->bq, &row);
 }
 
 /* The schedule's time came: one add, then the next time after now. */
@@ -249,8 +249,8 @@ static int unschedule(lua_State *L)
     }
     lcron *c = *p;
     *p = c->nextc;
-    if (lq->sq)
-        wq_store_schedule_del(lq->sq, c->name);
+    if (lq->bq)
+        wq_bq_schedule_del(lq->bq, c->name);
     free_one(c);
     lua_pushboolean(L, 1);
     return 1;

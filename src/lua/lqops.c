@@ -13,7 +13,7 @@
 #include "lua/lqueue.h"
 #include "lua/lworker.h"
 #include "lua/lwq.h"
-#include "store/sqlite/store.h"
+#include "store/backend.h"
 
 #include <lauxlib.h>
 #include <stdlib.h>
@@ -26,8 +26,8 @@ int lqops_pause(void *q, int paused)
     lqueue *lq = q;
     if (!wq_queue_set_paused(lq->q, paused))
         return 0;
-    if (lq->sq)
-        wq_store_set_paused(lq->sq, paused);
+    if (lq->bq)
+        wq_bq_set_paused(lq->bq, paused);
     if (!paused) { /* its getters and workers look again */
         wq_task *t;
         while ((t = wq_waitlist_pop(&lq->getters)))
@@ -44,9 +44,9 @@ int lqops_paused(void *q)
 
 int lqops_restore(lqueue *lq)
 {
-    if (!lq->sq)
+    if (!lq->bq)
         return 0;
-    int p = wq_store_paused(lq->sq);
+    int p = wq_bq_paused(lq->bq);
     if (p < 0)
         return -1;
     wq_queue_set_paused(lq->q, p);
@@ -142,8 +142,8 @@ int lqops_retry_dead(lua_State *L, lqueue *lq, const char *key, size_t len)
     lua_pushnil(L);
     lua_rawset(L, dead);
     lq->ndead--;
-    if (lq->sq)
-        wq_store_undead(lq->sq, key, len);
+    if (lq->bq)
+        wq_bq_undead(lq->bq, key, len);
     lua_settop(L, dead - 1);
     return 1;
 }
@@ -207,8 +207,8 @@ static int purge_p(lua_State *L)
         lua_pop(L, 1);
         size_t len;
         const char *key = lua_tolstring(L, -1, &len);
-        if (lq->sq)
-            wq_store_undead(lq->sq, key, len);
+        if (lq->bq)
+            wq_bq_undead(lq->bq, key, len);
         ++*n;
     }
     lua_rawseti(L, LUA_REGISTRYINDEX, lq->dead_ref);

@@ -13,7 +13,7 @@
 #include "lua/lqops.h"
 #include "lua/lworker.h"
 #include "lua/lwq.h"
-#include "store/sqlite/store.h"
+#include "store/backend.h"
 
 #include <lauxlib.h>
 #include <math.h>
@@ -106,8 +106,8 @@ static void observe(void *ud, wq_queue *q, wq_event ev, const char *key, size_t 
         break;
     default: break;
     }
-    if (lq->sq && key)
-        wq_store_touch(lq->sq, ev, key, len);
+    if (lq->bq && key)
+        wq_bq_touch(lq->bq, ev, key, len);
 }
 
 /* ---- key strings ----
@@ -422,7 +422,7 @@ static int queue_new(lua_State *L)
     lq->failures = wq_keymap_new();
     lq->done_mem = keep_done > 0 ? wq_keymap_new() : NULL;
     if (!lq->q || !lq->failures || (keep_done > 0 && !lq->done_mem) ||
-        wq_host_add_queue(h, &lqueue_ops, lq, lq->name, h->store && persist) < 0) {
+        wq_host_add_queue(h, &lqueue_ops, lq, lq->name, h->backend && persist) < 0) {
         wq_queue_free(lq->q);
         wq_keymap_free(lq->failures);
         wq_keymap_free(lq->done_mem);
@@ -433,26 +433,30 @@ static int queue_new(lua_State *L)
     }
     wq_queue_set_observer(lq->q, observe, lq);
     lgroup_apply_options(L, lq, 2, &gopts); /* before restoring: restored items obey them */
-    if (h->store && persist) {
-        lq->sq = wq_store_attach(h->store, name, lq->q);
-        if (!lq->sq)
-            return luaL_error(L, "queue: %s", wq_store_errmsg(h->store));
-        wq_store_set_meta(lq->sq, item_meta, lq);
+    if (h->backend && persist) {
+        lq->bq = wq_bq_attach(h->backend, name, lq->q, NULL);
+        if (!lq->bq)
+            return luaL_error(L, "queue: %s", wq_backend_errmsg(h->backend));
+        wq_bq_set_meta(lq->bq, item_meta, lq);
         lworker_restore ctx = {L, lq, 0};
-        int r = wq_store_restore(lq->sq, restore_item, lworker_restore_failure,
-                                 lworker_restore_dead, &ctx);
+        int r = wq_bq_restore(lq->bq, restore_item, lworker_restore_failure, lworker_restore_dead,
+                              &ctx);
         if (r < 0)
-            return luaL_error(L, "queue: cannot restore '%s': %s", name, wq_store_errmsg(h->store));
+            return luaL_error(L, "queue: cannot restore '%s': %s", name,
+                              wq_backend_errmsg(h->backend));
         /* Going on without what could not be restored would lose it for
          * this run (the file still holds it). */
         if (ctx.nomem)
             return luaL_error(L, "queue: cannot restore '%s': out of memory", name);
-        if (lq->done_mem && wq_store_restore_done(lq->sq, restore_done, &ctx) < 0)
-            return luaL_error(L, "queue: cannot restore '%s': %s", name, wq_store_errmsg(h->store));
-        if (wq_store_restore_schedules(lq->sq, restore_schedule, &ctx) < 0)
-            return luaL_error(L, "queue: cannot restore '%s': %s", name, wq_store_errmsg(h->store));
+        if (lq->done_mem && wq_bq_restore_done(lq->bq, restore_done, &ctx) < 0)
+            return luaL_error(L, "queue: cannot restore '%s': %s", name,
+                              wq_backend_errmsg(h->backend));
+        if (wq_bq_restore_schedules(lq->bq, restore_schedule, &ctx) < 0)
+            return luaL_error(L, "queue: cannot restore '%s': %s", name,
+                              wq_backend_errmsg(h->backend));
         if (lqops_restore(lq) < 0)
-            return luaL_error(L, "queue: cannot restore '%s': %s", name, wq_store_errmsg(h->store));
+            return luaL_error(L, "queue: cannot restore '%s': %s", name,
+                              wq_backend_errmsg(h->backend));
     }
     if (h->stopping)
         lqueue_stop(lq);
@@ -537,8 +541,8 @@ static void done_forget(lqueue *lq, const char *key, size_t len)
     if (!v)
         return;
     uint64_t old = *v;
-    if (lq->sq)
-        wq_store_done_del(lq->sq, key, len);
+    if (lq->bq)
+        wq_bq_done_del(lq->bq, key, len);
     wq_keymap_del(lq->done_mem, key, len);
     done_free(old);
 }
@@ -554,8 +558,8 @@ void lqueue_remember_done_at(lqueue *lq, const char *key, size_t len, double at,
 {
     if (!lq->done_mem)
         return;
-    if (persist && lq->sq)
-        wq_store_done_put(lq->sq, key, len, at, result, rlen);
+    if (persist && lq->bq)
+        wq_bq_done_put(lq->bq, key, len, at, result, rlen);
     uint64_t nv;
     if (!result && isnormal(at) && at > 0) {
         memcpy(&nv, &at, sizeof nv);
@@ -639,7 +643,7 @@ static void arm_prune(lqueue *lq, double seconds)
  * then writes (with --db, pauses of 30-130 ms). Once a pass has dropped
  * anything, the store sweeps the table in key order instead, deleting the
  * expired rows among a slice of neighbours per commit
- * (wq_store_done_prune). Until the sweep reaches it, an expired row stays
+ * (wq_bq_done_prune). Until the sweep reaches it, an expired row stays
  * in the file without a memory, which is harmless: it is expired (read back
  * at a restart, it is dropped again).
  */
@@ -692,9 +696,9 @@ static void prune_done(wq_host *h, void *data, uint64_t id)
     free(keys);
     if (found)
         lq->done_lost = 1; /* their rows are now in the file without a memory */
-    if (!more && lq->done_lost && lq->sq) {
+    if (!more && lq->done_lost && lq->bq) {
         lq->done_lost = 0;
-        wq_store_done_prune(lq->sq, cutoff);
+        wq_bq_done_prune(lq->bq, cutoff);
     }
     /* The next batch goes on from here (a walk from the start each time
      * would read the emptied front of the table again and again). */
@@ -744,6 +748,35 @@ static void read_add_args(lua_State *L, int idx, const char *fn, wq_add_opts *o,
 
 enum { ADD_NOW, ADD_AFTER, ADD_LIMITED };
 
+/* put's answer when the backend decides the add itself (not supported yet). */
+#define ADD_NOT_LOCAL (-1000)
+
+/*
+ * The one way an add (Lua, HTTP, inbox, schedules) reaches the queue: its
+ * backend first, which on SQLite (or without one) says WQ_BACKEND_LOCAL,
+ * then the engine's add (after: add_after by delay ns), as before.
+ */
+static int put(lqueue *lq, const char *key, size_t len, const wq_add_opts *o, int after,
+               int64_t delay, int force)
+{
+    if (lq->bq) {
+        wq_badd a = {.key = key,
+                     .keylen = len,
+                     .payload = o->set_payload ? o->payload : NULL,
+                     .paylen = o->set_payload ? o->paylen : 0,
+                     .after = after ? (double)delay / 1e9 : 0,
+                     .has_priority = o->set_priority,
+                     .priority = o->priority,
+                     .grp = o->group,
+                     .grplen = o->grouplen,
+                     .force = force};
+        int r = wq_bq_add(lq->bq, &a, NULL, NULL);
+        if (r != WQ_BACKEND_LOCAL)
+            return r < 0 ? r : ADD_NOT_LOCAL;
+    }
+    return after ? wq_queue_add_after(lq->q, key, len, delay, o) : wq_queue_add(lq->q, key, len, o);
+}
+
 /* q:add(key [, payload [, opts]]), q:add_after(key, s, ...), q:add_rate_limited(key, ...). */
 static int add_common(lua_State *L, int how, const char *fn)
 {
@@ -771,8 +804,9 @@ static int add_common(lua_State *L, int how, const char *fn)
     }
     if (how == ADD_LIMITED && wq_limiter_when(lq->limiter, key, len, &delay) < 0)
         return luaL_error(L, "%s: out of memory", fn);
-    int r = how == ADD_NOW ? wq_queue_add(lq->q, key, len, &o)
-                           : wq_queue_add_after(lq->q, key, len, delay, &o);
+    int r = put(lq, key, len, &o, how != ADD_NOW, delay, force);
+    if (r == ADD_NOT_LOCAL)
+        return luaL_error(L, "%s: not supported by this backend", fn);
     if (r < 0 && r != WQ_ESHUTDOWN)
         return lqueue_raise(L, fn, r);
     if (r >= 0)
@@ -1053,8 +1087,8 @@ static int queue_forget_done(lua_State *L)
     const char *key = wq_checkkey(L, 2, "forget_done", &len);
     int had = done_get(lq, key, len) != NULL;
     done_forget(lq, key, len);
-    if (!had && lq->sq)
-        wq_store_done_del(lq->sq, key, len); /* a row whose memory expired may not be swept yet */
+    if (!had && lq->bq)
+        wq_bq_done_del(lq->bq, key, len); /* a row whose memory expired may not be swept yet */
     lua_pushboolean(L, had);
     return 1;
 }
@@ -1146,9 +1180,13 @@ static int op_add(void *q, const wq_ext_item *it)
             snprintf(it->why, it->whysize, "%s", buf);
         return WQ_EINVAL;
     }
-    int r = it->after > 0
-                ? wq_queue_add_after(lq->q, it->key, it->keylen, wq_seconds_to_ns(it->after), &o)
-                : wq_queue_add(lq->q, it->key, it->keylen, &o);
+    int r = put(lq, it->key, it->keylen, &o, it->after > 0,
+                it->after > 0 ? wq_seconds_to_ns(it->after) : 0, it->force);
+    if (r == ADD_NOT_LOCAL) {
+        if (it->why)
+            snprintf(it->why, it->whysize, "add: not supported by this backend");
+        return WQ_EINVAL;
+    }
     if (r >= 0)
         lqueue_note_add(lq);
     return r;
@@ -1181,9 +1219,9 @@ const char *wq_lqueue_name(const lqueue *lq)
 
 void lqueue_close(lqueue *lq)
 {
-    if (lq->sq)
-        wq_store_detach(lq->sq);
-    lq->sq = NULL;
+    if (lq->bq)
+        wq_bq_detach(lq->bq);
+    lq->bq = NULL;
     wq_queue_free(lq->q);
     lq->q = NULL;
     wq_keymap_free(lq->failures);

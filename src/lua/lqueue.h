@@ -10,8 +10,7 @@
 #include "engine/queue.h"
 #include "engine/ratelimit.h"
 #include "lua/sched.h"
-
-struct wq_store_queue;
+#include "store/backend.h"
 
 typedef struct lqueue {
     wq_host *host;
@@ -33,9 +32,9 @@ typedef struct lqueue {
     int stopping;         /* graceful stop: workers take no new items */
     wq_waitlist getters;  /* tasks waiting in get */
     wq_waitlist drainers; /* tasks waiting in shutdown_with_drain */
-    struct wq_store_queue *sq;
-    int keys_ref;        /* registry: record id + 1 -> the key's Lua string */
-    struct lslot *slots; /* per engine record id, see lqueue.c */
+    wq_bqueue *bq;        /* its persistence, NULL without one (no --db, persist = false) */
+    int keys_ref;         /* registry: record id + 1 -> the key's Lua string */
+    struct lslot *slots;  /* per engine record id, see lqueue.c */
     uint32_t nslots;
     uint32_t nkept;         /* slots with a kept key string */
     uint32_t dropped[1024]; /* ids whose kept string the key table still holds (KEEP_MAX) */

@@ -15,7 +15,7 @@
 #include "host/timer.h"
 #include "lua/ljson.h"
 #include "lua/lwq.h"
-#include "store/sqlite/store.h"
+#include "store/backend.h"
 
 #include <lauxlib.h>
 #include <stdlib.h>
@@ -34,8 +34,8 @@ int64_t lworker_failures(lqueue *lq, const char *key, size_t len)
 void lworker_forget(lqueue *lq, const char *key, size_t len)
 {
     wq_limiter_forget(lq->limiter, key, len);
-    if (wq_keymap_del(lq->failures, key, len) && lq->sq)
-        wq_store_failures(lq->sq, key, len, 0, NULL);
+    if (wq_keymap_del(lq->failures, key, len) && lq->bq)
+        wq_bq_failures(lq->bq, key, len, 0, NULL);
 }
 
 /* Pushes the queue's dead-letter table. */
@@ -104,8 +104,8 @@ static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len
         if (!v)
             luaL_error(L, "out of memory");
         *v = (uint64_t)count + 1;
-        if (lq->sq)
-            wq_store_failures(lq->sq, key, len, count + 1, err);
+        if (lq->bq)
+            wq_bq_failures(lq->bq, key, len, count + 1, err);
         int64_t delay;
         if (wq_limiter_when(lq->limiter, key, len, &delay) < 0)
             luaL_error(L, "out of memory");
@@ -117,8 +117,8 @@ static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len
     lworker_forget(lq, key, len);
     double at = wq_host_unix(lq->host, wq_host_now(lq->host));
     add_dead(L, lq, key, len, json, jlen, err, tb, count + 1, at);
-    if (lq->sq)
-        wq_store_dead(lq->sq, key, len, json, jlen, err, count + 1, at);
+    if (lq->bq)
+        wq_bq_dead(lq->bq, key, len, json, jlen, err, count + 1, at);
     char shown[WQ_SHOWN_KEY];
     wq_show_key(shown, key, len);
     if (permanent)
@@ -143,8 +143,8 @@ static void clear_dead(lua_State *L, lqueue *lq, const char *key, size_t len)
         lua_pushnil(L);
         lua_rawset(L, -3);
         lq->ndead--;
-        if (lq->sq)
-            wq_store_undead(lq->sq, key, len);
+        if (lq->bq)
+            wq_bq_undead(lq->bq, key, len);
     } else {
         lua_pop(L, 1);
     }

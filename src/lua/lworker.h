@@ -29,7 +29,7 @@ void lworker_forget(lqueue *lq, const char *key, size_t len);
 int lworker_cancel(lqueue *lq, const char *key, size_t len);
 /* Pushes the queue's dead-letter table (key -> entry). */
 void lworker_push_dead(lua_State *L, lqueue *lq);
-/* wq_store_restore callbacks (ud: an lworker_restore); they never raise. */
+/* wq_bq_restore callbacks (ud: an lworker_restore); they never raise. */
 void lworker_restore_failure(void *ud, const char *key, size_t len, int64_t requeues,
                              const char *last_error);
 void lworker_restore_dead(void *ud, const char *key, size_t len, const char *payload,
