@@ -17,6 +17,7 @@ packages=(
   tzdata # real time zones for the cron DST tests (tests/engine/test_cron.c)
   chromium chromium-driver python3-selenium # the dashboard in a real browser (tests/e2e/test_dashboard.sh)
   clang libclang-rt-dev # libFuzzer for the fuzz targets (tests/fuzz, scripts/fuzz.sh)
+  postgresql postgresql-client libpq-dev # PostgreSQL 15: throwaway clusters (scripts/pg.sh; initdb, pg_ctl, pgbench in /usr/lib/postgresql/15/bin), psql, libpq
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
