@@ -2,6 +2,9 @@
 # The test command: installs what is missing, checks formatting, builds, runs
 # every test with ctest, then builds again with ASan+UBSan and runs the same
 # tests there (with Lua GC stress). Benchmarks (label "bench") are skipped.
+# Both passes share one throwaway PostgreSQL cluster (scripts/pg.sh), started
+# first and stopped at the end (also on failure or interrupt); the tests see
+# it through the exported WQ_TEST_PG_URL, WQ_PG_DIR, PGHOST... variables.
 # Ends with one line "N passed, N failed" summing both ctest passes; exits
 # non-zero if anything failed.
 set -euo pipefail
@@ -39,6 +42,28 @@ run_ctest() {
 
 bash scripts/deps.sh
 
+step "PostgreSQL for the tests (scripts/pg.sh)"
+# This run's own cluster, never one the caller had exported: pg_dir is set
+# only once it started. The EXIT trap is only a safety net (failure,
+# interrupt): the normal path stops it before the summary, the last line.
+pg_dir=""
+# shellcheck disable=SC2317 # called by the trap
+pg_cleanup() {
+  if [[ -n $pg_dir && -e $pg_dir ]]; then
+    bash scripts/pg.sh stop "$pg_dir" >/dev/null 2>&1 || true
+  fi
+}
+trap pg_cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+unset WQ_TEST_PG_URL WQ_PG_DIR PGHOST PGPORT PGUSER PGDATABASE
+if pg_env=$(bash scripts/pg.sh start); then
+  eval "$pg_env"
+  pg_dir=$WQ_PG_DIR
+else
+  problems+=("PostgreSQL for the tests did not start (scripts/pg.sh start)")
+fi
+
 step "format check"
 if command -v clang-format >/dev/null 2>&1; then
   mapfile -d '' files < <(find src tests bench -type f \( -name '*.c' -o -name '*.h' \) -print0 2>/dev/null | sort -z)
@@ -71,6 +96,11 @@ if bash scripts/build.sh --sanitize; then
   run_ctest build-asan
 else
   problems+=("build in build-asan/ failed")
+fi
+
+if [[ -n $pg_dir ]]; then
+  step "stop PostgreSQL"
+  bash scripts/pg.sh stop "$pg_dir" || problems+=("scripts/pg.sh stop $pg_dir failed")
 fi
 
 echo

@@ -227,3 +227,51 @@ finish() {
     echo "$NAME: $CHECKS checks passed"
     exit 0
 }
+
+# ---- PostgreSQL --------------------------------------------------------------------
+# scripts/test.sh starts one throwaway cluster per run (scripts/pg.sh) and
+# exports WQ_TEST_PG_URL, WQ_PG_DIR, PGHOST... to every test; by hand:
+# eval "$(scripts/pg.sh start)". Tests share it, so each makes a database of
+# its own and never restarts it (start a private one with scripts/pg.sh).
+
+# pg_abort MESSAGE: fails the test's whole script at once, also when called
+# from within $(...) (the subshell ends the test's shell too; its EXIT trap
+# still runs). PostgreSQL tests never skip.
+pg_abort() {
+    echo "FAIL [$NAME:${BASH_LINENO[1]:-?}] $*" >&2
+    if [ "$BASHPID" != "$$" ]; then
+        kill -TERM "$$"
+    fi
+    exit 1
+}
+
+# pg_fresh_db: creates a new, uniquely named database (t_<test>_<pid>_<hex>)
+# in the run's cluster and prints its URL: postgresql://postgres@127.0.0.1:PORT/NAME
+# (TCP, the host and port of WQ_TEST_PG_URL). Use: DB=$(pg_fresh_db)
+pg_fresh_db() {
+    local base db url
+    if [ -z "${WQ_TEST_PG_URL:-}" ] || [ -z "${WQ_PG_DIR:-}" ]; then
+        pg_abort "pg_fresh_db: no PostgreSQL: WQ_TEST_PG_URL and WQ_PG_DIR are not set (run scripts/test.sh, or first: eval \"\$(scripts/pg.sh start)\")"
+    fi
+    base=$(printf '%s' "$NAME" | tr '[:upper:]' '[:lower:]' | tr -c 'a-z0-9_' '_' | cut -c1-32)
+    db="t_${base}_$$_$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')"
+    url=$(bash "$WQ_SOURCE_DIR/scripts/pg.sh" createdb "$db") ||
+        pg_abort "pg_fresh_db: could not create database $db in the cluster in $WQ_PG_DIR"
+    echo "$url"
+}
+
+# pg_psql URL SQL: runs SQL through psql (no psqlrc, unaligned, tuples only,
+# stops at the first error); prints the rows and returns psql's status. A URL
+# that is not postgresql:// is refused (psql would fall back to PGHOST...).
+pg_psql() {
+    case ${1:-} in
+    postgresql://* | postgres://*) ;;
+    *)
+        echo "pg_psql: not a postgresql:// URL: '${1:-}'" >&2
+        return 2
+        ;;
+    esac
+    local psql=psql
+    [ -x "${WQ_PG_BIN:-}/psql" ] && psql=$WQ_PG_BIN/psql
+    "$psql" -X -A -t -v ON_ERROR_STOP=1 "$1" -c "$2"
+}
