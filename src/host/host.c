@@ -525,6 +525,8 @@ void wq_host_stop(wq_host *h, const char *why)
                 h->opts.grace);
     for (int i = 0; i < h->nqueues; i++)
         h->queues[i].ops->stop(h->queues[i].q);
+    if (h->backend) /* stop claiming; claimed items no handler started go back at once */
+        wq_backend_stop(h->backend);
     int64_t grace = (int64_t)(h->opts.grace * 1e9);
     h->grace_timer = wq_timer_start(h, wq_add_sat(wq_host_now(h), grace), on_grace, NULL);
     /* A backstop on the real clock: SIGALRM preempts a handler that keeps
@@ -805,6 +807,8 @@ int wq_host_run(wq_host *h)
         }
         if (r != 0 && status == 0)
             status = 1;
+        /* An asynchronous backend writes its last outcomes and answers its adds. */
+        wq_backend_drain(h->backend, 10000);
     }
     if ((h->store_failed || h->failed) && status == 0)
         status = 1;

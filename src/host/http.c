@@ -368,7 +368,8 @@ static json_object *read_body(struct evhttp_request *req, size_t max)
  * changed). *status is the HTTP status a single add answers with.
  */
 static const char *add_one(const wq_host *h, const wq_hqueue *hq, json_object *item, int *queued,
-                           int *status)
+                           int *status, void (*done)(void *ud, int result, const char *what),
+                           void *done_ud)
 {
     wq_ext_item it;
     json_object *payload;
@@ -376,6 +377,8 @@ static const char *add_one(const wq_host *h, const wq_hqueue *hq, json_object *i
     const char *err = read_item(item, &it, &payload);
     if (err)
         return err;
+    it.done = done;
+    it.done_ud = done_ud;
     if (payload) {
         it.payload = json_object_to_json_string_ext(payload, TO_STRING_FLAGS);
         if (!it.payload)
@@ -386,6 +389,14 @@ static const char *add_one(const wq_host *h, const wq_hqueue *hq, json_object *i
     it.why = why;
     it.whysize = sizeof why;
     int r = hq->ops->add(hq->q, &it);
+    if (r == WQ_EAGAIN) { /* the backend answers through done once committed */
+        *queued = WQ_EAGAIN;
+        return NULL;
+    }
+    if (r == WQ_EIO) { /* the backend cannot take it now (database unavailable) */
+        *status = 503;
+        return it.why && it.why[0] ? it.why : "not stored: database unavailable";
+    }
     if (r == WQ_ESHUTDOWN) {
         *status = 503;
         /* Stopping because the state file failed (or is gone): say so. */
@@ -414,14 +425,110 @@ static json_object *queued_body(int queued)
     return o;
 }
 
+/*
+ * Adds a backend decides after its commit (PostgreSQL): the answer waits for
+ * every one of them. results is the batch's array (NULL for a single add).
+ */
+typedef struct async_reply {
+    wq_host *h;
+    struct evhttp_request *req;
+    json_object *body; /* the batch's body; a single add's is made at the end */
+    json_object *results;
+    size_t outstanding;
+    int started; /* every add was handed out: answer once outstanding is 0 */
+    int single_result;
+    char single_error[512];
+    struct async_slot {
+        struct async_reply *ar;
+        size_t idx;
+    } * slots;
+} async_reply;
+
+static void async_finish(async_reply *ar)
+{
+    if (!ar->started || ar->outstanding)
+        return;
+    if (!ar->results) { /* a single add */
+        if (ar->single_error[0])
+            reply_error(ar->req, 503, "Service Unavailable", ar->single_error);
+        else
+            reply_when_durable(ar->h, ar->req, queued_body(ar->single_result));
+    } else {
+        reply_when_durable(ar->h, ar->req, ar->body);
+    }
+    free(ar->slots);
+    free(ar);
+}
+
+static void async_done(void *ud, int result, const char *what)
+{
+    struct async_slot *slot = ud;
+    async_reply *ar = slot->ar;
+    if (!ar->results) {
+        if (result < 0)
+            snprintf(ar->single_error, sizeof ar->single_error, "not stored: %s",
+                     what ? what : wq_strerror(result));
+        else
+            ar->single_result = result;
+    } else {
+        json_object *r;
+        if (result < 0) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "not stored: %s", what ? what : wq_strerror(result));
+            r = json_object_new_object();
+            if (r)
+                json_object_object_add(r, "error", json_object_new_string(msg));
+        } else {
+            r = queued_body(result);
+        }
+        json_object_array_put_idx(ar->results, slot->idx, r);
+    }
+    ar->outstanding--;
+    async_finish(ar);
+}
+
+static async_reply *async_new(wq_host *h, struct evhttp_request *req, size_t n)
+{
+    async_reply *ar = calloc(1, sizeof *ar);
+    if (ar && !(ar->slots = calloc(n ? n : 1, sizeof *ar->slots))) {
+        free(ar);
+        return NULL;
+    }
+    if (ar) {
+        ar->h = h;
+        ar->req = req;
+        for (size_t i = 0; i < (n ? n : 1); i++)
+            ar->slots[i] = (struct async_slot){ar, i};
+    }
+    return ar;
+}
+
 /* POST /queues/NAME/items with {"key": "...", "payload": ..., "after": s, "priority": n}. */
 static void post_item(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq)
 {
     json_object *root = read_body(req, MAX_BODY);
     if (!root)
         return;
+    async_reply *ar = async_new(h, req, 1);
+    if (!ar) {
+        json_object_put(root);
+        reply_error(req, 500, "Internal Server Error", "out of memory");
+        return;
+    }
     int queued = 0, status;
-    const char *err = add_one(h, hq, root, &queued, &status);
+    ar->outstanding = 1; /* done may be called at once */
+    const char *err = add_one(h, hq, root, &queued, &status, async_done, &ar->slots[0]);
+    if (err || queued != WQ_EAGAIN) {
+        free(ar->slots);
+        free(ar);
+        ar = NULL;
+    }
+    if (ar) {
+        json_object_put(root);
+        ar->started = 1;
+        async_finish(ar);
+        return;
+    }
     if (err) {
         /* err may point into root: answer first */
         reply_error(req, status,
@@ -463,16 +570,33 @@ static void post_batch(wq_host *h, struct evhttp_request *req, const wq_hqueue *
         return;
     }
     json_object_object_add(body, "results", results);
+    async_reply *ar = async_new(h, req, n);
+    if (!ar) {
+        json_object_put(body);
+        json_object_put(root);
+        reply_error(req, 500, "Internal Server Error", "out of memory");
+        return;
+    }
+    ar->body = body;
+    ar->results = results;
     for (size_t i = 0; i < n; i++) {
         int queued = 0, status;
-        const char *err = add_one(h, hq, json_object_array_get_idx(root, i), &queued, &status);
+        ar->outstanding++;
+        const char *err = add_one(h, hq, json_object_array_get_idx(root, i), &queued, &status,
+                                  async_done, &ar->slots[i]);
+        if (!err && queued == WQ_EAGAIN) {
+            json_object_array_add(results, NULL); /* filled in by async_done */
+            continue;
+        }
+        ar->outstanding--;
         json_object *r = err ? json_object_new_object() : queued_body(queued);
         if (r && err)
             json_object_object_add(r, "error", json_object_new_string(err));
-        json_object_array_add(results, r);
+        json_object_array_put_idx(results, i, r);
     }
     json_object_put(root);
-    reply_when_durable(h, req, body);
+    ar->started = 1;
+    async_finish(ar);
 }
 
 static void handle(struct evhttp_request *req, void *arg)

@@ -169,6 +169,9 @@ typedef struct wq_bqueue_hooks {
     /* This runner lost its claims (lease lost, declared dead): cancel every running handler
      * with the error why; their outcomes will be discarded. */
     void (*lost)(void *ud, const char *why);
+    /* What the backend holds for the queue changed (see pending): re-check whether the
+     * process has work left. */
+    void (*changed)(void *ud);
     void *ud;
 } wq_bqueue_hooks;
 
@@ -239,6 +242,9 @@ struct wq_backend_ops {
     void (*get_stats)(const wq_backend *b, wq_backend_stats *st);
     /* A graceful stop began: stop claiming, hand back claimed items no handler started. */
     void (*stop)(wq_backend *b);
+    /* The loop has ended: write what is under way, blocking up to timeout_ms (an
+     * asynchronous backend answers its adds' callbacks now). */
+    void (*drain)(wq_backend *b, int timeout_ms);
     /*
      * Options the backend cannot honour yet, checked when a queue is defined: NULL, or the
      * message naming the option ("keep_done is not supported on PostgreSQL yet").
@@ -294,6 +300,11 @@ struct wq_backend_ops {
     /* Paused flag (SPEC 7.5): 1, 0 or a WQ_E* code; set with the next commit. */
     int (*paused)(wq_bqueue *bq);
     void (*set_paused)(wq_bqueue *bq, int paused);
+    /* Whether the backend holds items of the queue the engine does not (PostgreSQL: rows
+     * in the database, adds not yet committed); 0 when the engine holds them all. */
+    int (*pending)(wq_bqueue *bq);
+    /* A task began waiting for an item of the queue: a backend that claims claims now. */
+    void (*want)(wq_bqueue *bq);
 };
 
 /* ---- calls through the table ---- */
@@ -364,6 +375,10 @@ static inline void wq_backend_get_stats(const wq_backend *b, wq_backend_stats *s
 static inline void wq_backend_stop(wq_backend *b)
 {
     b->ops->stop(b);
+}
+static inline void wq_backend_drain(wq_backend *b, int timeout_ms)
+{
+    b->ops->drain(b, timeout_ms);
 }
 static inline const char *wq_backend_refuse(wq_backend *b, const char *option)
 {
@@ -458,6 +473,14 @@ static inline int wq_bq_paused(wq_bqueue *bq)
 static inline void wq_bq_set_paused(wq_bqueue *bq, int paused)
 {
     bq->b->ops->set_paused(bq, paused);
+}
+static inline int wq_bq_pending(wq_bqueue *bq)
+{
+    return bq->b->ops->pending(bq);
+}
+static inline void wq_bq_want(wq_bqueue *bq)
+{
+    bq->b->ops->want(bq);
 }
 
 /*

@@ -177,6 +177,25 @@ static void q_set_paused(wq_bqueue *bq, int paused)
     wq_store_set_paused(Q(bq), paused);
 }
 
+/* Every item is in the engine: the file only mirrors it. */
+/* Flushes are synchronous: nothing is ever under way. */
+static void b_drain(wq_backend *b, int timeout_ms)
+{
+    (void)b;
+    (void)timeout_ms;
+}
+
+static int q_pending(wq_bqueue *bq)
+{
+    (void)bq;
+    return 0;
+}
+
+static void q_want(wq_bqueue *bq)
+{
+    (void)bq;
+}
+
 const wq_backend_ops wq_sqlite_ops = {
     .version = WQ_BACKEND_VERSION,
     .name = "sqlite",
@@ -195,6 +214,7 @@ const wq_backend_ops wq_sqlite_ops = {
     .known_queue = b_known_queue,
     .get_stats = b_get_stats,
     .stop = b_stop,
+    .drain = b_drain,
     .refuse = b_refuse,
     .attach = q_attach,
     .detach = q_detach,
@@ -214,4 +234,6 @@ const wq_backend_ops wq_sqlite_ops = {
     .restore_schedules = q_restore_schedules,
     .paused = q_paused,
     .set_paused = q_set_paused,
+    .pending = q_pending,
+    .want = q_want,
 };
