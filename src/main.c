@@ -1,9 +1,12 @@
 /*
  * wqrun's command line: parses options and hands over to the host (run a
- * script) or to the store (add, status). Nothing else lives here.
+ * script) or to the command line of the backend --db names (add, status,
+ * ...). Nothing else lives here.
  */
 #include "host/http.h"
 #include "lua/runtime.h"
+#include "store/backend.h"
+#include "store/pg/pg_cli.h"
 #include "store/sqlite/cli.h"
 
 #include <math.h>
@@ -21,13 +24,20 @@ static void usage(FILE *f)
           "       wqrun retry --db PATH QUEUE (KEY | --all)\n"
           "       wqrun purge-dead --db PATH QUEUE\n"
           "       wqrun items --db PATH QUEUE [--state S] [--limit N] [--json]\n"
+          "       wqrun migrate --db URL [--pg-schema NAME]\n"
+          "       wqrun runners --db URL [--pg-schema NAME]\n"
           "       wqrun --help | --version\n"
           "\n"
           "pause ... items operate a queue: through the runner that holds the state file\n"
           "(applied within 100 ms; the command waits up to 5 s), or directly when none does.\n"
           "\n"
           "options:\n"
-          "  --db PATH             persist queues to this SQLite file (created if missing)\n"
+          "  --db PATH|URL         persist queues to this SQLite file (created if missing), or\n"
+          "                        share them with other runners through the PostgreSQL\n"
+          "                        database of a postgres:// URL (default: WQRUN_DB)\n"
+          "  --pg-schema NAME      PostgreSQL schema (default wqrun)\n"
+          "  --runner-name NAME    how this runner appears in `wqrun runners` (default HOST:PID)\n"
+          "  --lease SECONDS       a silent runner's items are taken over after this (default 15)\n"
           "  --listen ADDR:PORT    serve the HTTP API (metrics, queues, enqueue, operator routes)\n"
           "                        and the dashboard, a web page at http://ADDR:PORT/\n"
           "                        (127.0.0.1:8080, 0.0.0.0:8080 for every interface, [::1]:8080)\n"
@@ -73,14 +83,63 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name)
     return argv[++*i];
 }
 
+/* The --db a subcommand's arguments give, else WQRUN_DB, else NULL. */
+static const char *db_of(int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0)
+            break;
+        if (strcmp(argv[i], "--db") == 0)
+            return i + 1 < argc ? argv[i + 1] : NULL;
+        if (strncmp(argv[i], "--db=", 5) == 0)
+            return argv[i] + 5;
+    }
+    return getenv("WQRUN_DB");
+}
+
+/* Runs subcommand cmd (add, status, an operator command) on the backend its --db names. */
+static int subcommand(const char *cmd, int argc, char **argv)
+{
+    const char *db = db_of(argc, argv);
+    if (db && wq_backend_is_pg(db)) {
+        if (strcmp(cmd, "add") == 0)
+            return wq_pg_cli_add(argc, argv, stdout, stderr);
+        if (strcmp(cmd, "status") == 0)
+            return wq_pg_cli_status(argc, argv, stdout, stderr);
+        fprintf(stderr,
+                "wqrun: %s: not supported with a PostgreSQL --db yet (it comes with the "
+                "next release)\n",
+                cmd);
+        return 1;
+    }
+    /* WQRUN_DB stands for a --db the arguments do not give. */
+    char **args = argv;
+    char *with_db[argc + 3];
+    if (db && db == getenv("WQRUN_DB")) {
+        with_db[0] = "--db";
+        with_db[1] = (char *)db;
+        for (int i = 0; i < argc; i++)
+            with_db[i + 2] = argv[i];
+        with_db[argc + 2] = NULL;
+        args = with_db;
+        argc += 2;
+    }
+    if (strcmp(cmd, "add") == 0)
+        return wq_store_cli_add(argc, args);
+    if (strcmp(cmd, "status") == 0)
+        return wq_store_cli_status(argc, args);
+    return wq_store_cli_op(cmd, argc, args);
+}
+
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "add") == 0)
-        return wq_store_cli_add(argc - 2, argv + 2);
-    if (argc > 1 && strcmp(argv[1], "status") == 0)
-        return wq_store_cli_status(argc - 2, argv + 2);
-    if (argc > 1 && wq_store_cli_is_op(argv[1]))
-        return wq_store_cli_op(argv[1], argc - 2, argv + 2);
+    if (argc > 1 && (strcmp(argv[1], "add") == 0 || strcmp(argv[1], "status") == 0 ||
+                     wq_store_cli_is_op(argv[1])))
+        return subcommand(argv[1], argc - 2, argv + 2);
+    if (argc > 1 && strcmp(argv[1], "migrate") == 0)
+        return wq_pg_cli_migrate(argc - 2, argv + 2, stdout, stderr);
+    if (argc > 1 && strcmp(argv[1], "runners") == 0)
+        return wq_pg_cli_runners(argc - 2, argv + 2, stdout, stderr);
 
     wq_host_opts o = {0};
     o.grace = 30;
@@ -112,6 +171,20 @@ int main(int argc, char **argv)
             if (!*v)
                 return bad_usage("%s needs a path", "--db");
             o.db_path = v;
+        } else if ((v = opt_value(argc, argv, &i, "--pg-schema"))) {
+            if (!*v || strlen(v) > 63)
+                return bad_usage("--pg-schema needs a name of 1-63 characters");
+            o.pg_schema = v;
+        } else if ((v = opt_value(argc, argv, &i, "--runner-name"))) {
+            if (!*v)
+                return bad_usage("%s needs a value", "--runner-name");
+            o.runner_name = v;
+        } else if ((v = opt_value(argc, argv, &i, "--lease"))) {
+            char *end;
+            double l = strtod(v, &end);
+            if (!*v || *end || !isfinite(l) || l < 1 || l > 86400)
+                return bad_usage("--lease needs seconds from 1 to 86400, got '%s'", v);
+            o.lease = l;
         } else if ((v = opt_value(argc, argv, &i, "--listen"))) {
             char host[256];
             int port;
@@ -148,6 +221,11 @@ int main(int argc, char **argv)
     }
     if (i >= argc)
         return bad_usage("%s", "missing SCRIPT.lua");
+    if (!o.db_path && getenv("WQRUN_DB") && *getenv("WQRUN_DB"))
+        o.db_path = getenv("WQRUN_DB");
+    if (o.virtual_time && o.db_path && wq_backend_is_pg(o.db_path))
+        return bad_usage("%s", "--virtual-time cannot be used with a PostgreSQL --db (the database "
+                               "keeps real time)");
     if (o.token && !*o.token)
         o.token = NULL;
     return wq_runtime_main(&o, argv[i], argc - i - 1, argv + i + 1);

@@ -110,6 +110,133 @@ static void observe(void *ud, wq_queue *q, wq_event ev, const char *key, size_t 
         wq_bq_touch(lq->bq, ev, key, len);
 }
 
+/* ---- a backend that claims (PostgreSQL): the engine holds what this runner claimed ---- */
+
+static int grow_slots(lqueue *lq, uint32_t id);
+
+/* Items wanted now: tasks waiting in get (handler workers or the script's own) less what
+ * the engine already holds for them. */
+static size_t bq_demand(void *ud)
+{
+    lqueue *lq = ud;
+    if (lq->stopping || !lq->q || wq_queue_shutting_down(lq->q) || wq_queue_paused(lq->q))
+        return 0;
+    size_t waiting = 0;
+    for (wq_task *t = lq->getters.head; t; t = t->wnext)
+        waiting++;
+    size_t have = wq_queue_len(lq->q);
+    return waiting > have ? waiting - have : 0;
+}
+
+static int bq_claimed(void *ud, const wq_claimed *c)
+{
+    lqueue *lq = ud;
+    if (!lq->q)
+        return WQ_ESHUTDOWN;
+    wq_add_opts o = {.payload = c->payload,
+                     .paylen = c->paylen,
+                     .set_payload = c->payload != NULL,
+                     .set_priority = 1,
+                     .priority = c->priority,
+                     .group = c->grp,
+                     .grouplen = c->grplen};
+    int r = wq_queue_add(lq->q, c->key, c->keylen, &o);
+    if (r < 0)
+        return r;
+    uint32_t id = wq_queue_last_id(lq->q);
+    if (grow_slots(lq, id) == 0)
+        lq->slots[id].enqueued = c->enqueued_at;
+    /* The failure count travels with the item: job.attempt, retries and max_retries count
+     * across runners. Kept at 0 too, so that a success is told from a plain done. */
+    uint64_t *v = wq_keymap_put(lq->failures, c->key, c->keylen, NULL);
+    if (!v || wq_limiter_set_requeues(lq->limiter, c->key, c->keylen, c->requeues) < 0) {
+        wq_queue_remove(lq->q, c->key, c->keylen);
+        return WQ_ENOMEM;
+    }
+    *v = (uint64_t)c->requeues;
+    return 0;
+}
+
+static void bq_released(void *ud, const char *key, size_t len)
+{
+    lqueue *lq = ud;
+    if (!lq->failures)
+        return;
+    wq_keymap_del(lq->failures, key, len);
+    wq_limiter_forget(lq->limiter, key, len);
+}
+
+/* Lease lost: every handler of the queue stops at its next yield (its item runs elsewhere). */
+static void bq_lost(void *ud, const char *why)
+{
+    lqueue *lq = ud;
+    for (wq_task *t = wq_sched_of(lq->L)->all; t; t = t->anext)
+        if (t->kind == TASK_WORKER && t->queue == lq && t->job_key && !t->cancelled) {
+            t->cancelled = 1;
+            wq_task_interrupt(t, why);
+        }
+}
+
+static void bq_changed(void *ud)
+{
+    wq_host_settle(((lqueue *)ud)->host);
+}
+
+/* An add the backend answers later: the task waiting for it, or NULL once abandoned. */
+typedef struct add_wait {
+    wq_task *t;
+    lqueue *lq;
+    struct add_wait *next, *prev; /* the queue's adds under way */
+} add_wait;
+
+static void add_wait_unlink(add_wait *w)
+{
+    if (w->prev)
+        w->prev->next = w->next;
+    else if (w->lq)
+        w->lq->add_waits = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    w->next = w->prev = NULL;
+}
+
+static void add_answered(void *ud, int result, const char *what)
+{
+    add_wait *w = ud;
+    wq_task *t = w->t;
+    add_wait_unlink(w);
+    free(w);
+    if (!t)
+        return; /* the task went away meanwhile */
+    t->wait = NULL;
+    t->cancel = NULL;
+    lua_pushinteger(t->co, result);
+    lua_pushstring(t->co, what ? what : "");
+    wq_task_wake(t, 2);
+}
+
+static void add_wait_cancel(wq_task *t)
+{
+    add_wait *w = t->wait;
+    if (w)
+        w->t = NULL;
+}
+
+/* After an add the backend decided: true (queued, follow-up, delayed or deduplicated),
+ * false (skipped), or the error. */
+static int add_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    wq_task_check_interrupt(L, wq_task_of(L));
+    int result = (int)lua_tointeger(L, -2);
+    const char *what = lua_tostring(L, -1);
+    if (result < 0)
+        return luaL_error(L, "%s: %s", (const char *)ctx,
+                          what && *what ? what : wq_strerror(result));
+    lua_pushboolean(L, result == 1 || result == 0);
+    return 1;
+}
+
 /* ---- key strings ----
  *
  * A key handed out by get is, when it can be, the Lua string an add
@@ -377,6 +504,16 @@ static int queue_new(lua_State *L)
                     lua_pushfstring(L, "function expected, got %s", luaL_typename(L, 9)));
     lgroup_opts gopts;
     lgroup_read_options(L, 2, &gopts);
+    if (h->backend && persist) { /* options a backend cannot keep yet are refused, not ignored */
+        const char *opt = keep_done > 0        ? "keep_done"
+                          : gopts.has_limit    ? "group_limit"
+                          : gopts.has_group_of ? "group_of"
+                          : gopts.has_rate     ? "rate"
+                                               : NULL;
+        const char *why = opt ? wq_backend_refuse(h->backend, opt) : NULL;
+        if (why)
+            return luaL_error(L, "queue: %s", why);
+    }
     /* A handler declaring a third parameter (or ...) gets the job table. */
     int job_arg = 0;
     if (handler == LUA_TFUNCTION) {
@@ -434,7 +571,8 @@ static int queue_new(lua_State *L)
     wq_queue_set_observer(lq->q, observe, lq);
     lgroup_apply_options(L, lq, 2, &gopts); /* before restoring: restored items obey them */
     if (h->backend && persist) {
-        lq->bq = wq_bq_attach(h->backend, name, lq->q, NULL);
+        wq_bqueue_hooks hooks = {bq_demand, bq_claimed, bq_released, bq_lost, bq_changed, lq};
+        lq->bq = wq_bq_attach(h->backend, name, lq->q, &hooks);
         if (!lq->bq)
             return luaL_error(L, "queue: %s", wq_backend_errmsg(h->backend));
         wq_bq_set_meta(lq->bq, item_meta, lq);
@@ -757,7 +895,7 @@ enum { ADD_NOW, ADD_AFTER, ADD_LIMITED };
  * then the engine's add (after: add_after by delay ns), as before.
  */
 static int put(lqueue *lq, const char *key, size_t len, const wq_add_opts *o, int after,
-               int64_t delay, int force)
+               int64_t delay, int force, wq_badd_fn fn, void *ud)
 {
     if (lq->bq) {
         wq_badd a = {.key = key,
@@ -770,9 +908,9 @@ static int put(lqueue *lq, const char *key, size_t len, const wq_add_opts *o, in
                      .grp = o->group,
                      .grplen = o->grouplen,
                      .force = force};
-        int r = wq_bq_add(lq->bq, &a, NULL, NULL);
+        int r = wq_bq_add(lq->bq, &a, fn, ud);
         if (r != WQ_BACKEND_LOCAL)
-            return r < 0 ? r : ADD_NOT_LOCAL;
+            return r < 0 ? r : ADD_NOT_LOCAL; /* the backend answers through fn */
     }
     return after ? wq_queue_add_after(lq->q, key, len, delay, o) : wq_queue_add(lq->q, key, len, o);
 }
@@ -804,9 +942,39 @@ static int add_common(lua_State *L, int how, const char *fn)
     }
     if (how == ADD_LIMITED && wq_limiter_when(lq->limiter, key, len, &delay) < 0)
         return luaL_error(L, "%s: out of memory", fn);
-    int r = put(lq, key, len, &o, how != ADD_NOW, delay, force);
-    if (r == ADD_NOT_LOCAL)
-        return luaL_error(L, "%s: not supported by this backend", fn);
+    if (lq->bq && wq_queue_shutting_down(lq->q)) { /* ignored after shutdown, as the engine does */
+        lua_pushboolean(L, 0);
+        return 1;
+    }
+    /* A backend that decides adds (PostgreSQL) answers once they committed: a task waits for
+     * that; code that cannot yield gets true at once (the add is sent with the next cycle). */
+    add_wait *w = NULL;
+    wq_task *t = lq->bq ? wq_task_of(L) : NULL;
+    if (t && lua_isyieldable(L)) {
+        w = calloc(1, sizeof *w);
+        if (!w)
+            return luaL_error(L, "%s: out of memory", fn);
+    }
+    int r = put(lq, key, len, &o, how != ADD_NOW, delay, force, w ? add_answered : NULL, w);
+    if (r == ADD_NOT_LOCAL) {
+        if (!w) {
+            lua_pushboolean(L, 1);
+            return 1;
+        }
+        w->t = t;
+        w->lq = lq;
+        w->next = lq->add_waits;
+        if (w->next)
+            w->next->prev = w;
+        lq->add_waits = w;
+        t->wait = w;
+        return wq_task_wait(L, t, add_wait_cancel, (lua_KContext)fn, add_k);
+    }
+    free(w);
+    if (r == WQ_EIO)
+        return luaL_error(L, "%s: database unavailable", fn);
+    if (r == WQ_EINVAL && lq->bq)
+        return wq_argerror(L, fn, "key", "not valid UTF-8 text, or holds a NUL byte");
     if (r < 0 && r != WQ_ESHUTDOWN)
         return lqueue_raise(L, fn, r);
     if (r >= 0)
@@ -868,6 +1036,8 @@ static int get_k(lua_State *L, int status, lua_KContext ctx)
     }
     t->wait = lq;
     wq_waitlist_push(&lq->getters, t);
+    if (lq->bq)
+        wq_bq_want(lq->bq);
     return wq_task_wait(L, t, lqueue_get_cancel, ctx, get_k);
 }
 
@@ -895,6 +1065,8 @@ static int queue_get(lua_State *L)
     wq_task *t = wq_task_require(L, "get");
     t->wait = lq;
     wq_waitlist_push(&lq->getters, t);
+    if (lq->bq)
+        wq_bq_want(lq->bq);
     return wq_task_wait(L, t, lqueue_get_cancel, (lua_KContext)lq, get_k);
 }
 
@@ -1134,8 +1306,14 @@ static int op_busy(void *q)
 {
     const lqueue *lq = q;
     /* A paused queue's items wait for a resume: they keep nothing alive. */
-    return lq->handler_ref != LUA_NOREF && !lq->stopping &&
-           ((wq_queue_len(lq->q) > 0 && !wq_queue_paused(lq->q)) || wq_queue_processing(lq->q) > 0);
+    if (lq->stopping)
+        return 0;
+    /* Items a backend holds (PostgreSQL rows) keep a runner that has a handler or a waiting get. */
+    int held =
+        lq->bq && (lq->handler_ref != LUA_NOREF || lq->getters.head) && wq_bq_pending(lq->bq);
+    return held ||
+           (lq->handler_ref != LUA_NOREF && ((wq_queue_len(lq->q) > 0 && !wq_queue_paused(lq->q)) ||
+                                             wq_queue_processing(lq->q) > 0));
 }
 
 static int op_awaited(void *q)
@@ -1180,13 +1358,16 @@ static int op_add(void *q, const wq_ext_item *it)
             snprintf(it->why, it->whysize, "%s", buf);
         return WQ_EINVAL;
     }
+    if (lq->bq && wq_queue_shutting_down(lq->q))
+        return WQ_ESHUTDOWN;
     int r = put(lq, it->key, it->keylen, &o, it->after > 0,
-                it->after > 0 ? wq_seconds_to_ns(it->after) : 0, it->force);
-    if (r == ADD_NOT_LOCAL) {
-        if (it->why)
-            snprintf(it->why, it->whysize, "add: not supported by this backend");
-        return WQ_EINVAL;
-    }
+                it->after > 0 ? wq_seconds_to_ns(it->after) : 0, it->force, it->done, it->done_ud);
+    if (r == ADD_NOT_LOCAL)
+        return WQ_EAGAIN; /* it->done tells the outcome once committed */
+    if (r == WQ_EINVAL && lq->bq && it->why)
+        snprintf(it->why, it->whysize, "key or group is not valid UTF-8 text, or holds a NUL byte");
+    if (r == WQ_EIO && it->why)
+        snprintf(it->why, it->whysize, "not stored: database unavailable");
     if (r >= 0)
         lqueue_note_add(lq);
     return r;
@@ -1219,6 +1400,11 @@ const char *wq_lqueue_name(const lqueue *lq)
 
 void lqueue_close(lqueue *lq)
 {
+    for (add_wait *w = lq->add_waits; w; w = w->next) {
+        w->t = NULL; /* answered after the Lua state is gone: nobody to tell */
+        w->lq = NULL;
+    }
+    lq->add_waits = NULL;
     if (lq->bq)
         wq_bq_detach(lq->bq);
     lq->bq = NULL;

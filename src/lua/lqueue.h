@@ -44,10 +44,11 @@ typedef struct lqueue {
     double keep_done;    /* seconds a finished key is remembered, 0: not at all */
     wq_keymap *done_mem; /* finished keys -> their memory (see done_entry in lqueue.c) */
     uint64_t prune_timer;
-    size_t prune_pos;    /* where the next prune batch starts in done_mem */
-    int done_lost;       /* the file may hold done rows no memory knows of: sweep it */
-    struct lcron *crons; /* its schedules (lcron.c) */
-    int group_of_ref;    /* registry: the group_of option, LUA_NOREF without one */
+    size_t prune_pos;           /* where the next prune batch starts in done_mem */
+    int done_lost;              /* the file may hold done rows no memory knows of: sweep it */
+    struct lcron *crons;        /* its schedules (lcron.c) */
+    int group_of_ref;           /* registry: the group_of option, LUA_NOREF without one */
+    struct add_wait *add_waits; /* adds a backend has not answered yet (lqueue.c) */
 } lqueue;
 
 /* What the binding keeps per engine record id. */

@@ -398,6 +398,8 @@ static int worker_k(lua_State *L, int status, lua_KContext ctx)
         if (r == WQ_EEMPTY) {
             t->wait = lq;
             wq_waitlist_push(&lq->getters, t);
+            if (lq->bq)
+                wq_bq_want(lq->bq);
             return wq_task_wait(L, t, lqueue_get_cancel, PH_GET, worker_k);
         }
         if (lq->done_mem) /* remembered once it succeeds: load its slot meanwhile */

@@ -1,16 +1,1616 @@
 /*
- * Placeholder until the PostgreSQL backend lands: refuses to open.
+ * The PostgreSQL backend (SPEC section 8): the database is the authority,
+ * the local engine queue holds only what this runner claimed.
+ *
+ * - Adds go to the database (wqrun.add, the same function SQL producers
+ *   call) and are answered once their transaction committed.
+ * - Claims hand the runtime at most as many items as it asks for (free
+ *   workers and waiting gets): no claim-ahead, so no reordering.
+ * - Outcomes are read from the local engine at flush time, as the SQLite
+ *   store reads it: a claimed key that is gone was finished, one with a
+ *   delayed add pending is retried or requeued after that delay. They are
+ *   written with their fencing token; a stale token matches nothing.
+ * - One cycle is in flight at a time: the adds in one transaction, then
+ *   outcomes and claims in one more, both in one round trip (pipeline).
+ *   What arrives meanwhile waits for the next cycle (group commit).
+ * - Liveness: a session advisory lock per runner (gone the moment its
+ *   connection dies), a heartbeat row, and every runner reaping the dead.
  */
 #include "store/pg/pg.h"
 
 #include "engine/common.h"
+#include "engine/keymap.h"
+#include "store/pg/pg_schema.h"
+#include "store/pg/pgconn.h"
 
+#include <event2/event.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CLAIM_MAX 1000       /* items one claim asks for at most */
+#define ADD_BUFFER_MAX 10000 /* adds held while the database is unreachable */
+#define POLL_MS 250          /* claim even without a notification this often */
+#define REAP_MS 500          /* look for dead runners this often */
+
+/* ---- a growable byte buffer ---- */
+
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->n + n + 1 > b->cap) {
+        size_t ncap = b->cap ? b->cap * 2 : 256;
+        while (ncap < b->n + n + 1)
+            ncap *= 2;
+        char *np = realloc(b->p, ncap);
+        if (!np) {
+            b->oom = 1;
+            return;
+        }
+        b->p = np;
+        b->cap = ncap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+}
+
+static void sb_str(sbuf *b, const char *s)
+{
+    sb_put(b, s, strlen(s));
+}
+
+/* An element of a PostgreSQL array literal: quoted, " and \ escaped; s NULL: NULL. */
+static void sb_elem(sbuf *b, const char *s, size_t n)
+{
+    if (b->n && b->p[b->n - 1] != '{')
+        sb_put(b, ",", 1);
+    if (!s) {
+        sb_put(b, "NULL", 4);
+        return;
+    }
+    sb_put(b, "\"", 1);
+    size_t from = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '"' || s[i] == '\\') {
+            sb_put(b, s + from, i - from);
+            sb_put(b, "\\", 1);
+            from = i;
+        }
+    }
+    sb_put(b, s + from, n - from);
+    sb_put(b, "\"", 1);
+}
+
+/* ---- types ---- */
+
+typedef struct pgb pgb;
+
+/* What this runner holds for one claimed key. */
+typedef struct claim {
+    char *key;
+    size_t keylen;
+    int64_t token;
+    int64_t requeues;     /* the failure count at claim */
+    int64_t new_requeues; /* set by failures(); -1: unchanged */
+    char *err;            /* the error given with failures() or dead() */
+    int dead;             /* dead() was called */
+    int64_t attempts;
+    uint64_t payhash; /* of the payload as claimed */
+    int touched;
+    int sent; /* its outcome is in flight */
+    int used; /* slot in use */
+} claim;
+
+/* An outcome built at flush, kept until its cycle commits. */
+typedef struct outcome {
+    uint32_t slot;
+    int kind;
+    double delay;
+    int64_t requeues;
+    char *err;
+    char *payload; /* a new payload (wq.requeue with one), else NULL */
+} outcome;
+
+typedef struct pgq {
+    wq_bqueue base;
+    pgb *b;
+    char name[65];
+    wq_queue *q;
+    wq_bqueue_hooks hooks;
+    wq_keymap *keys; /* key -> claim slot */
+    claim *claims;
+    uint32_t nclaims, cap, free_head;
+    uint32_t *free;
+    uint32_t nfree;
+    uint32_t *touched;
+    size_t ntouched, tcap;
+    outcome *sent; /* outcomes of the cycle in flight */
+    size_t nsent, scap;
+    int claiming;   /* a claim of this queue is in the cycle in flight */
+    int more;       /* claim again without waiting for the poll (notified, or came back full) */
+    int waiting_db; /* the waiting row says we want work: 1, 0, -1 unknown */
+    int want_waiting;
+    int64_t last_poll; /* real ns of the last claim */
+    int stopped;
+    int db_rows;     /* the database may hold rows of the queue */
+    size_t adds_out; /* adds to it not yet committed */
+    int max_retries_set;
+    int64_t max_retries;
+    struct pgq *next;
+} pgq;
+
+/* A pending add, until its transaction commits. */
+typedef struct padd {
+    pgq *q;
+    int answered; /* 1: params[0] holds the outcome; -1: it holds the error */
+    char *params[6];
+    wq_badd_fn fn;
+    void *ud;
+} padd;
+
+struct pgb {
+    wq_backend base;
+    struct event_base *evb;
+    wq_pgconn *c;
+    char *url;
+    char schema[64];
+    char where[300];
+    char errmsg[512];
+    char runner_name[300];
+    char host[200];
+    double lease;
+    int64_t runner_id;
+    char runner_id_s[24];
+    int registered; /* the runners row and lock are ours */
+    pgq *queues;
+    padd *adds; /* waiting to be sent */
+    size_t nadds, acap;
+    padd *adds_sent; /* in the cycle in flight */
+    size_t nadds_sent;
+    int in_flight; /* transactions of the cycle under way (adds, outcomes and claims) */
+    int prepared;  /* statements prepared on this connection */
+    int stopping;
+    int lost_claims;    /* told the runtime its claims are gone (lease lost) */
+    int64_t down_since; /* real ns the connection was lost, 0 while up */
+    struct event *cycle_ev, *tick_ev;
+    int64_t last_reap, last_heartbeat;
+    wq_backend_stats st;
+    double cycle_started;
+    wq_timebase tb;
+    int reregistering;
+};
+
+static const wq_backend_ops pg_ops;
+
+static int64_t real_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * WQ_NS_PER_S + ts.tv_nsec;
+}
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static uint64_t hash_bytes(const char *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)p[i]) * 1099511628211ULL;
+    return h ^ n;
+}
+
+static void set_err(pgb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_err(pgb *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->errmsg, sizeof b->errmsg, fmt, ap);
+    va_end(ap);
+}
+
+static void logf_(pgb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(pgb *b, const char *fmt, ...)
+{
+    (void)b;
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    time_t t = time(NULL);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    char ts[32];
+    strftime(ts, sizeof ts, "%H:%M:%S", &tm);
+    fprintf(stderr, "[%s] wqrun: %s\n", ts, msg);
+}
+
+static void kick(pgb *b)
+{
+    if (b->cycle_ev && !b->in_flight)
+        event_active(b->cycle_ev, EV_TIMEOUT, 0);
+}
+
+/* ---- claims of one queue ---- */
+
+static claim *slot_of(pgq *q, const char *key, size_t len, uint32_t *slot)
+{
+    uint64_t *v = wq_keymap_get(q->keys, key, len);
+    if (!v)
+        return NULL;
+    *slot = (uint32_t)*v;
+    return &q->claims[*slot];
+}
+
+static int new_slot(pgq *q, uint32_t *slot)
+{
+    if (q->nfree) {
+        *slot = q->free[--q->nfree];
+        return 0;
+    }
+    if (q->nclaims == q->cap) {
+        uint32_t ncap = q->cap ? q->cap * 2 : 64;
+        claim *n = realloc(q->claims, ncap * sizeof *n);
+        uint32_t *f = realloc(q->free, ncap * sizeof *f);
+        if (n)
+            q->claims = n;
+        if (f)
+            q->free = f;
+        if (!n || !f)
+            return WQ_ENOMEM;
+        q->cap = ncap;
+    }
+    *slot = q->nclaims++;
+    return 0;
+}
+
+static void drop_claim(pgq *q, uint32_t slot, int tell)
+{
+    claim *c = &q->claims[slot];
+    if (!c->used)
+        return;
+    wq_keymap_del(q->keys, c->key, c->keylen);
+    if (tell && q->hooks.released)
+        q->hooks.released(q->hooks.ud, c->key, c->keylen);
+    free(c->key);
+    free(c->err);
+    memset(c, 0, sizeof *c);
+    q->free[q->nfree++] = slot;
+}
+
+static void touch_slot(pgq *q, uint32_t slot)
+{
+    claim *c = &q->claims[slot];
+    if (c->touched || c->sent)
+        return;
+    if (q->ntouched == q->tcap) {
+        size_t ncap = q->tcap ? q->tcap * 2 : 64;
+        uint32_t *n = realloc(q->touched, ncap * sizeof *n);
+        if (!n)
+            return; /* read again at the next touch */
+        q->touched = n;
+        q->tcap = ncap;
+    }
+    c->touched = 1;
+    q->touched[q->ntouched++] = slot;
+}
+
+/* Forgets every claim of q (lease lost: they run elsewhere now), telling the runtime. */
+static void lose_claims(pgq *q, const char *why)
+{
+    if (q->hooks.lost)
+        q->hooks.lost(q->hooks.ud, why);
+    for (uint32_t i = 0; i < q->nclaims; i++) {
+        if (!q->claims[i].used)
+            continue;
+        /* A claimed item no handler started leaves the engine at once. */
+        wq_queue_remove(q->q, q->claims[i].key, q->claims[i].keylen);
+        drop_claim(q, i, 1);
+    }
+    q->ntouched = 0;
+    for (size_t i = 0; i < q->nsent; i++) {
+        free(q->sent[i].err);
+        free(q->sent[i].payload);
+    }
+    q->nsent = 0;
+}
+
+/* ---- the cycle: adds, then outcomes and claims, one round trip ---- */
+
+static void add_result(void *ud, PGresult *res);
+static void adds_synced(void *ud, int ok);
+static void finish_result(void *ud, PGresult *res);
+static void claim_result(void *ud, PGresult *res);
+static void cycle_synced(void *ud, int ok);
+static void next_at_result(void *ud, PGresult *res);
+
+static void free_add(padd *a)
+{
+    for (int i = 0; i < 6; i++)
+        free(a->params[i]);
+}
+
+/* Builds q's outcomes from the engine's state of each touched key. */
+static void build_outcomes(pgq *q)
+{
+    const wq_timebase *tb = &q->b->tb;
+    double now = wall_s();
+    size_t n = q->ntouched;
+    q->ntouched = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t slot = q->touched[i];
+        claim *c = &q->claims[slot];
+        if (!c->used)
+            continue;
+        c->touched = 0;
+        wq_item_info info;
+        int have = wq_queue_lookup(q->q, c->key, c->keylen, &info) == 1;
+        if (have && (info.state & (WQ_ST_PROCESSING | WQ_ST_QUEUED)))
+            continue; /* running, or claimed and not started yet */
+        outcome o = {slot, WQ_PGF_DONE, 0, c->requeues, NULL, NULL};
+        if (c->dead) {
+            o.kind = WQ_PGF_DEAD;
+            o.requeues = c->attempts;
+            o.err = c->err ? strdup(c->err) : NULL;
+        } else if (have && (info.state & WQ_ST_WAITING)) {
+            o.kind = WQ_PGF_RETRY;
+            o.delay = tb->to_unix(tb->ud, info.ready_at) - now;
+            if (o.delay < 0)
+                o.delay = 0;
+            o.requeues = c->new_requeues >= 0 ? c->new_requeues : c->requeues;
+            o.err = c->err && o.requeues > 0 ? strdup(c->err) : NULL;
+            if (info.payload && hash_bytes(info.payload, info.paylen) != c->payhash) {
+                o.payload = malloc(info.paylen + 1);
+                if (o.payload) {
+                    memcpy(o.payload, info.payload, info.paylen);
+                    o.payload[info.paylen] = '\0';
+                }
+            }
+            wq_queue_remove(q->q, c->key, c->keylen); /* the database holds the retry now */
+        } else if (c->new_requeues == 0) {
+            o.kind = WQ_PGF_SUCCESS;
+        }
+        if (q->nsent == q->scap) {
+            size_t ncap = q->scap ? q->scap * 2 : 64;
+            outcome *ns = realloc(q->sent, ncap * sizeof *ns);
+            if (!ns) {
+                free(o.err);
+                free(o.payload);
+                touch_slot(q, slot); /* try again at the next cycle */
+                continue;
+            }
+            q->sent = ns;
+            q->scap = ncap;
+        }
+        c->sent = 1;
+        q->sent[q->nsent++] = o;
+    }
+}
+
+/* Hands back every claimed item no handler started (graceful stop). */
+static void release_unstarted(pgq *q)
+{
+    for (uint32_t i = 0; i < q->nclaims; i++) {
+        claim *c = &q->claims[i];
+        if (!c->used || c->sent)
+            continue;
+        wq_item_info info;
+        if (wq_queue_lookup(q->q, c->key, c->keylen, &info) != 1 ||
+            (info.state & WQ_ST_PROCESSING) || !(info.state & WQ_ST_QUEUED))
+            continue;
+        wq_queue_remove(q->q, c->key, c->keylen);
+        if (q->nsent == q->scap) {
+            size_t ncap = q->scap ? q->scap * 2 : 64;
+            outcome *ns = realloc(q->sent, ncap * sizeof *ns);
+            if (!ns)
+                return;
+            q->sent = ns;
+            q->scap = ncap;
+        }
+        c->sent = 1;
+        q->sent[q->nsent++] = (outcome){i, WQ_PGF_RELEASE, 0, c->requeues, NULL, NULL};
+    }
+}
+
+static int send_finish(pgb *b, pgq *q)
+{
+    if (!q->nsent)
+        return 0;
+    sbuf keys = {0}, toks = {0}, kinds = {0}, delays = {0}, reqs = {0}, errs = {0}, pays = {0};
+    sb_str(&keys, "{");
+    sb_str(&toks, "{");
+    sb_str(&kinds, "{");
+    sb_str(&delays, "{");
+    sb_str(&reqs, "{");
+    sb_str(&errs, "{");
+    sb_str(&pays, "{");
+    for (size_t i = 0; i < q->nsent; i++) {
+        outcome *o = &q->sent[i];
+        claim *c = &q->claims[o->slot];
+        char num[40];
+        sb_elem(&keys, c->key, c->keylen);
+        snprintf(num, sizeof num, "%lld", (long long)c->token);
+        sb_elem(&toks, num, strlen(num));
+        snprintf(num, sizeof num, "%d", o->kind);
+        sb_elem(&kinds, num, strlen(num));
+        snprintf(num, sizeof num, "%.9f", o->delay);
+        sb_elem(&delays, num, strlen(num));
+        snprintf(num, sizeof num, "%lld", (long long)o->requeues);
+        sb_elem(&reqs, num, strlen(num));
+        sb_elem(&errs, o->err, o->err ? strlen(o->err) : 0);
+        sb_elem(&pays, o->payload, o->payload ? strlen(o->payload) : 0);
+    }
+    sb_str(&keys, "}");
+    sb_str(&toks, "}");
+    sb_str(&kinds, "}");
+    sb_str(&delays, "}");
+    sb_str(&reqs, "}");
+    sb_str(&errs, "}");
+    sb_str(&pays, "}");
+    int r = -1;
+    if (!keys.oom && !toks.oom && !kinds.oom && !delays.oom && !reqs.oom && !errs.oom &&
+        !pays.oom) {
+        const char *v[9] = {q->name,  b->runner_id_s, keys.p, toks.p, kinds.p,
+                            delays.p, reqs.p,         errs.p, pays.p};
+        r = wq_pgconn_send(b->c, wq_pg_stmts[PGS_FINISH].name, NULL, 9, v, finish_result, q);
+    }
+    free(keys.p);
+    free(toks.p);
+    free(kinds.p);
+    free(delays.p);
+    free(reqs.p);
+    free(errs.p);
+    free(pays.p);
+    return r;
+}
+
+static void send_claim(pgb *b, pgq *q, size_t want)
+{
+    char lim[24];
+    snprintf(lim, sizeof lim, "%zu", want > CLAIM_MAX ? (size_t)CLAIM_MAX : want);
+    const char *v[3] = {q->name, lim, b->runner_id_s};
+    if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_CLAIM].name, NULL, 3, v, claim_result, q) == 0) {
+        q->claiming = 1;
+        q->more = 0;
+        q->last_poll = real_ns();
+    }
+}
+
+static void send_waiting(pgb *b, pgq *q)
+{
+    if (q->want_waiting == q->waiting_db)
+        return;
+    const char *v[3] = {q->name, b->runner_id_s, q->want_waiting ? "true" : "false"};
+    if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_WAITING].name, NULL, 3, v, NULL, NULL) == 0)
+        q->waiting_db = q->want_waiting;
+}
+
+static void on_cycle(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    pgb *b = arg;
+    if (b->in_flight || !b->registered || !wq_pgconn_up(b->c))
+        return;
+    int64_t now_real = real_ns();
+    /* The adds: one transaction of their own, so that an outcome never waits on them. */
+    if (b->nadds) {
+        size_t n = b->nadds;
+        for (size_t i = 0; i < n; i++) {
+            padd *a = &b->adds[i];
+            if (wq_pgconn_send(b->c, "wq_add", NULL, 6, (const char *const *)a->params, add_result,
+                               a) < 0)
+                return; /* down: the loss handler keeps them */
+        }
+        b->adds_sent = b->adds;
+        b->nadds_sent = n;
+        b->adds = NULL;
+        b->nadds = b->acap = 0;
+        if (wq_pgconn_sync(b->c, adds_synced, b) < 0)
+            return;
+        b->in_flight++;
+    }
+    /* Outcomes and claims: one more transaction. */
+    int any = 0;
+    for (pgq *q = b->queues; q; q = q->next) {
+        if (q->ntouched)
+            build_outcomes(q);
+        if (b->stopping)
+            release_unstarted(q);
+        if (q->nsent) {
+            if (send_finish(b, q) < 0)
+                return;
+            any = 1;
+        }
+        if (b->stopping || q->stopped || !q->hooks.demand)
+            continue;
+        size_t want = q->hooks.demand(q->hooks.ud);
+        q->want_waiting = want > 0;
+        if (want > 0 && (q->more || now_real - q->last_poll >= (int64_t)POLL_MS * 1000000)) {
+            send_claim(b, q, want);
+            any = 1;
+        }
+        if (want == 0 && q->waiting_db == 1) {
+            send_waiting(b, q);
+            any = 1;
+        }
+    }
+    if (any) {
+        if (wq_pgconn_sync(b->c, cycle_synced, b) < 0)
+            return;
+        b->in_flight++;
+    }
+    if (b->in_flight)
+        b->cycle_started = wall_s();
+}
+
+static void add_result(void *ud, PGresult *res)
+{
+    padd *a = ud;
+    /* The answer is told at the sync, once committed: keep the text in params[0]. */
+    if (res && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+        free(a->params[0]);
+        a->params[0] = strdup(PQgetvalue(res, 0, 0));
+        a->answered = 1;
+    } else if (res && PQresultStatus(res) == PGRES_FATAL_ERROR) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "%s", PQresultErrorMessage(res));
+        size_t l = strlen(msg);
+        while (l && (msg[l - 1] == '\n' || msg[l - 1] == ' '))
+            msg[--l] = '\0';
+        free(a->params[0]);
+        a->params[0] = strdup(msg);
+        a->answered = -1;
+    }
+}
+
+static int outcome_code(const char *what)
+{
+    if (!what)
+        return WQ_EIO;
+    if (strcmp(what, "deduplicated") == 0)
+        return 0;
+    if (strncmp(what, "skipped", 7) == 0)
+        return 2;
+    return 1;
+}
+
+static void adds_synced(void *ud, int ok)
+{
+    pgb *b = ud;
+    padd *sent = b->adds_sent;
+    size_t n = b->nadds_sent;
+    b->adds_sent = NULL;
+    b->nadds_sent = 0;
+    if (b->in_flight)
+        b->in_flight--;
+    kick(b);
+    if (!ok) {
+        /* Lost at commit: unknown whether it committed; send again (dedup makes it safe).
+         * Failed: the add that failed is told why, the others go again. */
+        for (size_t i = 0; i < n; i++) {
+            if (sent[i].answered < 0 && wq_pgconn_up(b->c)) {
+                sent[i].q->adds_out--;
+                if (sent[i].fn)
+                    sent[i].fn(sent[i].ud, WQ_EINVAL, sent[i].params[0]);
+                free_add(&sent[i]);
+                continue;
+            }
+            if (sent[i].answered) { /* params[0] holds an answer, not the queue: restore it */
+                free(sent[i].params[0]);
+                sent[i].params[0] = strdup(sent[i].q->name);
+                sent[i].answered = 0;
+            }
+            if (b->nadds == b->acap) {
+                size_t ncap = b->acap ? b->acap * 2 : 64;
+                padd *na = realloc(b->adds, ncap * sizeof *na);
+                if (!na) {
+                    if (sent[i].fn)
+                        sent[i].fn(sent[i].ud, WQ_EIO, "database unavailable");
+                    free_add(&sent[i]);
+                    continue;
+                }
+                b->adds = na;
+                b->acap = ncap;
+            }
+            b->adds[b->nadds++] = sent[i];
+        }
+        free(sent);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *what = sent[i].answered > 0 ? sent[i].params[0] : NULL;
+        pgq *q = sent[i].q;
+        q->adds_out--;
+        if (ok) {
+            q->db_rows = 1;
+            q->more = 1;
+        }
+        if (sent[i].fn)
+            sent[i].fn(sent[i].ud, ok ? outcome_code(what) : WQ_EIO,
+                       ok ? (what ? what : "queued") : b->errmsg);
+        free_add(&sent[i]);
+    }
+    free(sent);
+    if (ok)
+        b->st.commits++;
+}
+
+static void finish_result(void *ud, PGresult *res)
+{
+    pgq *q = ud;
+    if (res && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+        long stale = atol(PQgetvalue(res, 0, 0));
+        if (stale > 0) {
+            q->b->st.stale_outcomes += (uint64_t)stale;
+            logf_(q->b, "%s: %ld outcome(s) discarded: their items had been taken over", q->name,
+                  stale);
+        }
+    } else if (res) {
+        set_err(q->b, "cannot write outcomes: %s", PQresultErrorMessage(res));
+    }
+}
+
+typedef struct row {
+    int i;
+    int32_t prio;
+    double run_at;
+    int64_t seq;
+} claim_row;
+
+static int cmp_rows(const void *a, const void *b)
+{
+    const claim_row *x = a, *y = b;
+    if (x->prio != y->prio)
+        return x->prio > y->prio ? -1 : 1;
+    if (x->run_at != y->run_at)
+        return x->run_at < y->run_at ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static void claim_result(void *ud, PGresult *res)
+{
+    pgq *q = ud;
+    q->claiming = 0;
+    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK) {
+        if (res && PQresultStatus(res) == PGRES_FATAL_ERROR)
+            logf_(q->b, "%s: claim failed: %s", q->name, PQresultErrorMessage(res));
+        return;
+    }
+    int n = PQntuples(res);
+    q->b->st.claims += (uint64_t)n;
+    claim_row *rows = n ? malloc((size_t)n * sizeof *rows) : NULL;
+    for (int i = 0; rows && i < n; i++)
+        rows[i] = (claim_row){i, (int32_t)atol(PQgetvalue(res, i, 2)), atof(PQgetvalue(res, i, 7)),
+                              atoll(PQgetvalue(res, i, 8))};
+    if (rows)
+        qsort(rows, (size_t)n, sizeof *rows, cmp_rows);
+    for (int k = 0; k < n; k++) {
+        int i = rows ? rows[k].i : k;
+        wq_claimed c = {0};
+        c.key = PQgetvalue(res, i, 0);
+        c.keylen = (size_t)PQgetlength(res, i, 0);
+        if (!PQgetisnull(res, i, 1)) {
+            c.payload = PQgetvalue(res, i, 1);
+            c.paylen = (size_t)PQgetlength(res, i, 1);
+        }
+        c.priority = (int32_t)atol(PQgetvalue(res, i, 2));
+        c.requeues = atoll(PQgetvalue(res, i, 4));
+        c.enqueued_at = atof(PQgetvalue(res, i, 5));
+        if (!PQgetisnull(res, i, 6)) {
+            c.grp = PQgetvalue(res, i, 6);
+            c.grplen = (size_t)PQgetlength(res, i, 6);
+        }
+        uint32_t slot;
+        int ok = new_slot(q, &slot) == 0;
+        uint64_t *v = ok ? wq_keymap_put(q->keys, c.key, c.keylen, NULL) : NULL;
+        char *key = v ? malloc(c.keylen + 1) : NULL;
+        if (!key) {
+            if (v)
+                wq_keymap_del(q->keys, c.key, c.keylen);
+            if (ok)
+                q->free[q->nfree++] = slot;
+            continue; /* stays claimed: taken back when this runner ends */
+        }
+        memcpy(key, c.key, c.keylen);
+        key[c.keylen] = '\0';
+        *v = slot;
+        q->claims[slot] =
+            (claim){key,        c.keylen, atoll(PQgetvalue(res, i, 3)),
+                    c.requeues, -1,       NULL,
+                    0,          0,        c.payload ? hash_bytes(c.payload, c.paylen) : 0,
+                    0,          0,        1};
+        if (q->hooks.claimed(q->hooks.ud, &c) < 0) {
+            drop_claim(q, slot, 1);
+            continue;
+        }
+    }
+    free(rows);
+    /* Some: there may be more; none: wait for a notification (say so to producers) or the
+     * next delayed item. */
+    q->more = n > 0;
+    int sent = 0;
+    if (n == 0) {
+        q->want_waiting = 1;
+        const char *v[1] = {q->name};
+        sent = wq_pgconn_send(q->b->c, wq_pg_stmts[PGS_NEXT_AT].name, NULL, 1, v, next_at_result,
+                              q) == 0;
+    }
+    if (q->want_waiting != q->waiting_db) {
+        send_waiting(q->b, q);
+        sent = 1;
+    }
+    if (sent)
+        wq_pgconn_sync(q->b->c, NULL, NULL);
+}
+
+static void next_at_result(void *ud, PGresult *res)
+{
+    pgq *q = ud;
+    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+        return;
+    int rows = PQgetvalue(res, 0, 0)[0] == 't';
+    if (rows != q->db_rows) {
+        q->db_rows = rows;
+        if (q->hooks.changed)
+            q->hooks.changed(q->hooks.ud);
+    }
+    if (PQgetisnull(res, 0, 1))
+        return;
+    double s = atof(PQgetvalue(res, 0, 1));
+    /* Poll again when the next delayed item is due (the poll covers the rest). */
+    if (s < (double)POLL_MS / 1000)
+        q->last_poll = real_ns() - (int64_t)POLL_MS * 1000000 + (int64_t)(s * 1e9);
+}
+
+static void cycle_synced(void *ud, int ok)
+{
+    pgb *b = ud;
+    if (b->in_flight)
+        b->in_flight--;
+    double dt = wall_s() - b->cycle_started;
+    wq_histogram_observe(&b->st.commit_latency, dt);
+    b->st.commit_seconds_sum += dt;
+    for (pgq *q = b->queues; q; q = q->next) {
+        q->claiming = 0;
+        if (ok) {
+            for (size_t i = 0; i < q->nsent; i++) {
+                outcome *o = &q->sent[i];
+                free(o->err);
+                free(o->payload);
+                drop_claim(q, o->slot, 1);
+            }
+            b->st.rows_written += q->nsent;
+        } else {
+            /* Not written: send them again with the next cycle. */
+            for (size_t i = 0; i < q->nsent; i++) {
+                outcome *o = &q->sent[i];
+                claim *c = &q->claims[o->slot];
+                free(o->err);
+                free(o->payload);
+                c->sent = 0;
+                if (o->kind != WQ_PGF_RELEASE)
+                    touch_slot(q, o->slot);
+                else if (c->used)
+                    drop_claim(q, o->slot, 1); /* the release is retried by the reaper */
+            }
+            b->st.flush_errors++;
+        }
+        q->nsent = 0;
+    }
+    if (ok) {
+        b->st.commits++;
+        b->st.last_commit_unix = wall_s();
+    }
+    kick(b);
+}
+
+/* ---- liveness: heartbeat, reaping, reconnects ---- */
+
+static void reap_result(void *ud, PGresult *res)
+{
+    pgb *b = ud;
+    if (res && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+        long n = atol(PQgetvalue(res, 0, 0));
+        if (n > 0) {
+            b->st.takeovers += (uint64_t)n;
+            logf_(b, "took over %ld item(s) of dead runners", n);
+            for (pgq *q = b->queues; q; q = q->next)
+                q->more = 1;
+            kick(b);
+        }
+    }
+}
+
+static void lose_all(pgb *b, const char *why)
+{
+    if (b->lost_claims)
+        return;
+    b->lost_claims = 1;
+    logf_(b, "%s: running handlers are cancelled (their items run elsewhere now)", why);
+    for (pgq *q = b->queues; q; q = q->next)
+        lose_claims(q, "lease lost");
+}
+
+static void heartbeat_result(void *ud, PGresult *res)
+{
+    pgb *b = ud;
+    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK)
+        return;
+    if (PQntuples(res) == 1) {
+        b->last_heartbeat = real_ns();
+        return;
+    }
+    /* Our row is gone: declared dead (silent past the lease). Our claims run elsewhere. */
+    lose_all(b, "this runner was declared dead by the others (no heartbeat within --lease)");
+    b->registered = 0;
+}
+
+static void relock_result(void *ud, PGresult *res)
+{
+    pgb *b = ud;
+    if (res && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+        PQgetvalue(res, 0, 0)[0] == 't')
+        return;
+    logf_(b, "could not take this runner's lock again after reconnecting");
+}
+
+static void reregister_result(void *ud, PGresult *res)
+{
+    pgb *b = ud;
+    b->reregistering = 0;
+    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+        return; /* the next tick tries again */
+    b->runner_id = atoll(PQgetvalue(res, 0, 0));
+    snprintf(b->runner_id_s, sizeof b->runner_id_s, "%lld", (long long)b->runner_id);
+    b->registered = 1;
+    b->lost_claims = 0;
+    b->last_heartbeat = real_ns();
+    logf_(b, "registered again as runner %lld", (long long)b->runner_id);
+    for (pgq *q = b->queues; q; q = q->next) {
+        q->waiting_db = -1;
+        q->more = 1;
+    }
+    kick(b);
+}
+
+/* Declared dead earlier: come back as a new runner. */
+static void reregister(pgb *b)
+{
+    char *sql = wq_pg_sql(wq_pgconn_pg(b->c), b->schema,
+                          "WITH r AS (INSERT INTO @S.runners (name, host, pid, lease, version) "
+                          "VALUES ($1, $2, $3, $4, $5) RETURNING id) "
+                          "SELECT id, pg_try_advisory_lock($6, id::integer) FROM r");
+    char pid[24], lease[32], cls[24];
+    snprintf(pid, sizeof pid, "%d", (int)getpid());
+    snprintf(lease, sizeof lease, "%.3f", b->lease);
+    snprintf(cls, sizeof cls, "%d", WQ_PG_LOCK_CLASS);
+    const char *v[6] = {b->runner_name, b->host, pid, lease, WQ_VERSION, cls};
+    if (sql && wq_pgconn_send(b->c, NULL, sql, 6, v, reregister_result, b) == 0 &&
+        wq_pgconn_sync(b->c, NULL, NULL) == 0)
+        b->reregistering = 1;
+    free(sql);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    pgb *b = arg;
+    int64_t now = real_ns();
+    if (!wq_pgconn_up(b->c)) {
+        if (b->down_since && now - b->down_since > (int64_t)(b->lease * 1e9))
+            lose_all(b, "the database was unreachable for longer than --lease");
+        return;
+    }
+    if (!b->registered) {
+        if (!b->reregistering)
+            reregister(b);
+        return;
+    }
+    if (now - b->last_heartbeat > (int64_t)(b->lease * 1e9 / 5) ||
+        now - b->last_heartbeat > WQ_NS_PER_S) {
+        const char *v[1] = {b->runner_id_s};
+        wq_pgconn_send(b->c, wq_pg_stmts[PGS_HEARTBEAT].name, NULL, 1, v, heartbeat_result, b);
+        wq_pgconn_sync(b->c, NULL, NULL);
+    }
+    if (now - b->last_reap > (int64_t)REAP_MS * 1000000) {
+        b->last_reap = now;
+        char cls[24];
+        snprintf(cls, sizeof cls, "%d", WQ_PG_LOCK_CLASS);
+        const char *v[1] = {cls};
+        wq_pgconn_send(b->c, wq_pg_stmts[PGS_REAP].name, NULL, 1, v, reap_result, b);
+        wq_pgconn_sync(b->c, NULL, NULL);
+    }
+    kick(b); /* the poll fallback */
+}
+
+static void prepare_all(pgb *b)
+{
+    PGconn *pg = wq_pgconn_pg(b->c);
+    for (int i = 0; i < PGS_COUNT; i++) {
+        char *sql = wq_pg_sql(pg, b->schema, wq_pg_stmts[i].sql);
+        if (sql)
+            wq_pgconn_prepare(b->c, wq_pg_stmts[i].name, sql, NULL, NULL);
+        free(sql);
+    }
+    char *add = wq_pg_sql(pg, b->schema, "SELECT @S.add($1, $2, $3::jsonb, $4, $5, $6)");
+    if (add)
+        wq_pgconn_prepare(b->c, "wq_add", add, NULL, NULL);
+    free(add);
+    char *listen = wq_pg_sql(pg, b->schema, "LISTEN @S");
+    if (listen)
+        wq_pgconn_send(b->c, NULL, listen, 0, NULL, NULL, NULL);
+    free(listen);
+    wq_pgconn_sync(b->c, NULL, NULL);
+    b->prepared = 1;
+}
+
+static void on_up(void *ud)
+{
+    pgb *b = ud;
+    logf_(b, "reconnected to PostgreSQL at %s after %.1f s", b->where,
+          (double)(real_ns() - b->down_since) / 1e9);
+    b->down_since = 0;
+    b->in_flight = 0;
+    b->st.reconnects++;
+    b->st.connected = 1;
+    prepare_all(b);
+    char cls[24];
+    snprintf(cls, sizeof cls, "%d", WQ_PG_LOCK_CLASS);
+    const char *v[2] = {cls, b->runner_id_s};
+    wq_pgconn_send(b->c, wq_pg_stmts[PGS_RELOCK].name, NULL, 2, v, relock_result, b);
+    const char *h[1] = {b->runner_id_s};
+    wq_pgconn_send(b->c, wq_pg_stmts[PGS_HEARTBEAT].name, NULL, 1, h, heartbeat_result, b);
+    wq_pgconn_sync(b->c, NULL, NULL);
+    for (pgq *q = b->queues; q; q = q->next) {
+        q->waiting_db = -1;
+        q->more = 1;
+        /* Outcomes that were in flight go again. */
+        for (uint32_t i = 0; i < q->nclaims; i++)
+            if (q->claims[i].used && !q->claims[i].sent)
+                touch_slot(q, i);
+    }
+    kick(b);
+}
+
+static void on_down(void *ud, const char *why)
+{
+    pgb *b = ud;
+    if (!b->down_since) {
+        b->down_since = real_ns();
+        logf_(b, "lost the connection to PostgreSQL at %s (%s); reconnecting", b->where, why);
+    }
+    b->st.connected = 0;
+    b->in_flight = 0;
+    set_err(b, "database unavailable: %s", why);
+}
+
+static void on_notify(void *ud, const char *channel, const char *payload)
+{
+    pgb *b = ud;
+    (void)channel;
+    for (pgq *q = b->queues; q; q = q->next)
+        if (strcmp(q->name, payload) == 0)
+            q->more = 1;
+    kick(b);
+}
+
+/* ---- the ops ---- */
+
+static int busy(const pgb *b)
+{
+    if (b->in_flight || b->nadds || b->nadds_sent)
+        return 1;
+    for (const pgq *q = b->queues; q; q = q->next)
+        if (q->ntouched || q->nsent)
+            return 1;
+    return 0;
+}
+
+static void pg_drain(wq_backend *base, int timeout_ms)
+{
+    pgb *b = (pgb *)base;
+    b->stopping = 1;
+    int64_t end = real_ns() + (int64_t)timeout_ms * 1000000;
+    while (wq_pgconn_up(b->c) && b->registered && real_ns() < end) {
+        if (!b->in_flight)
+            on_cycle(-1, 0, b);
+        if (!busy(b))
+            break;
+        wq_pgconn_wait(b->c, 100);
+    }
+}
+
+static void pg_close(wq_backend *base)
+{
+    pgb *b = (pgb *)base;
+    if (b->c && wq_pgconn_up(b->c) && b->registered) {
+        /* Last outcomes, then leave: what still runs goes back to the queue. */
+        pg_drain(base, 5000);
+        char *sql = wq_pg_sql(wq_pgconn_pg(b->c), b->schema,
+                              "WITH r AS (UPDATE @S.jobs SET running = false, runner = NULL, "
+                              "token = NULL, claimed_at = NULL WHERE running AND runner = $1 "
+                              "RETURNING queue), w AS (DELETE FROM @S.waiting WHERE runner = $1) "
+                              "DELETE FROM @S.runners WHERE id = $1");
+        const char *v[1] = {b->runner_id_s};
+        if (sql && wq_pgconn_send(b->c, NULL, sql, 1, v, NULL, NULL) == 0 &&
+            wq_pgconn_sync(b->c, NULL, NULL) == 0)
+            wq_pgconn_wait(b->c, 5000);
+        free(sql);
+    }
+    wq_pgconn_free(b->c); /* adds still under way come back to b->adds */
+    b->c = NULL;
+    for (size_t i = 0; i < b->nadds; i++) {
+        if (b->adds[i].fn)
+            b->adds[i].fn(b->adds[i].ud, WQ_EIO, "the runner is stopping");
+        free_add(&b->adds[i]);
+    }
+    free(b->adds);
+    if (b->cycle_ev)
+        event_free(b->cycle_ev);
+    if (b->tick_ev)
+        event_free(b->tick_ev);
+    pgq *q = b->queues;
+    while (q) {
+        pgq *next = q->next;
+        for (uint32_t i = 0; i < q->nclaims; i++)
+            if (q->claims[i].used) {
+                free(q->claims[i].key);
+                free(q->claims[i].err);
+            }
+        for (size_t i = 0; i < q->nsent; i++) {
+            free(q->sent[i].err);
+            free(q->sent[i].payload);
+        }
+        wq_keymap_free(q->keys);
+        free(q->claims);
+        free(q->free);
+        free(q->touched);
+        free(q->sent);
+        free(q);
+        q = next;
+    }
+    free(b->url);
+    free(b);
+}
+
+static const char *pg_errmsg(const wq_backend *base)
+{
+    return ((const pgb *)base)->errmsg;
+}
+
+static int pg_check(wq_backend *base)
+{
+    (void)base;
+    return 0; /* a lost connection is waited for, never fatal */
+}
+
+static int pg_gone(const wq_backend *base)
+{
+    (void)base;
+    return 0;
+}
+
+static void pg_set_busy_timeout(wq_backend *base, int ms)
+{
+    (void)base;
+    (void)ms;
+}
+
+static const char *pg_where(const wq_backend *base)
+{
+    return ((const pgb *)base)->where;
+}
+
+static int pg_dirty(const wq_backend *base)
+{
+    (void)base;
+    return 0; /* adds carry their own acknowledgement; outcomes are written by the cycle */
+}
+
+static int pg_flush(wq_backend *base)
+{
+    kick((pgb *)base);
+    return 0;
+}
+
+static void pg_set_commit_fn(wq_backend *base, void (*fn)(void *ud, int ok), void *ud)
+{
+    (void)base;
+    (void)fn;
+    (void)ud;
+}
+
+static int pg_poll_inbox(wq_backend *base, int (*fn)(void *ud, const wq_inbox_row *row), void *ud)
+{
+    (void)base;
+    (void)fn;
+    (void)ud;
+    return 0; /* producers call wqrun.add() instead */
+}
+
+static int pg_poll_commands(wq_backend *base, void (*fn)(void *ud, const wq_command *c), void *ud)
+{
+    (void)base;
+    (void)fn;
+    (void)ud;
+    return 0;
+}
+
+static void pg_command_result(wq_backend *base, int64_t id, int ok, const char *text)
+{
+    (void)base;
+    (void)id;
+    (void)ok;
+    (void)text;
+}
+
+static void pg_known_queue(wq_backend *base, const char *name)
+{
+    (void)base;
+    (void)name;
+}
+
+static void pg_get_stats(const wq_backend *base, wq_backend_stats *st)
+{
+    const pgb *b = (const pgb *)base;
+    *st = b->st;
+    st->connected = wq_pgconn_up(b->c);
+}
+
+static void pg_stop(wq_backend *base)
+{
+    pgb *b = (pgb *)base;
+    b->stopping = 1;
+    kick(b);
+}
+
+static const char *pg_refuse(wq_backend *base, const char *option)
+{
+    (void)base;
+    static char msg[200];
+    static const char *const unsupported[] = {
+        "keep_done", "group_limit", "group_of", "rate", "group",      "schedule",   "pause",
+        "remove",    "cancel",      "items",    "dead", "retry_dead", "purge_dead", NULL};
+    for (int i = 0; unsupported[i]; i++)
+        if (strcmp(option, unsupported[i]) == 0) {
+            snprintf(msg, sizeof msg,
+                     "%s is not supported with a PostgreSQL --db yet (coming with the next "
+                     "release; use a SQLite --db for it)",
+                     option);
+            return msg;
+        }
+    return NULL;
+}
+
+static wq_bqueue *pg_attach(wq_backend *base, const char *name, wq_queue *eq,
+                            const wq_bqueue_hooks *hooks)
+{
+    pgb *b = (pgb *)base;
+    for (pgq *q = b->queues; q; q = q->next)
+        if (strcmp(q->name, name) == 0) {
+            q->q = eq;
+            if (hooks)
+                q->hooks = *hooks;
+            return &q->base;
+        }
+    pgq *q = calloc(1, sizeof *q);
+    if (!q || !(q->keys = wq_keymap_new())) {
+        free(q);
+        set_err(b, "out of memory");
+        return NULL;
+    }
+    q->base.b = base;
+    q->b = b;
+    snprintf(q->name, sizeof q->name, "%s", name);
+    q->q = eq;
+    if (hooks)
+        q->hooks = *hooks;
+    q->waiting_db = -1;
+    q->more = 1;
+    q->db_rows = 1; /* until a claim finds none */
+    q->next = b->queues;
+    b->queues = q;
+    kick(b);
+    return &q->base;
+}
+
+static void pg_detach(wq_bqueue *bq)
+{
+    pgq *q = (pgq *)bq;
+    q->stopped = 1;
+    memset(&q->hooks, 0, sizeof q->hooks);
+}
+
+static int pg_restore(wq_bqueue *bq, void (*item_fn)(void *ud, const wq_restored *r),
+                      void (*fail_fn)(void *ud, const char *key, size_t len, int64_t requeues,
+                                      const char *last_error),
+                      void (*dead_fn)(void *ud, const char *key, size_t len, const char *payload,
+                                      const char *error, int64_t attempts, double failed_at),
+                      void *ud)
+{
+    (void)bq;
+    (void)item_fn;
+    (void)fail_fn;
+    (void)dead_fn;
+    (void)ud;
+    return 0; /* nothing is local: items come by claims */
+}
+
+static void pg_set_meta(wq_bqueue *bq,
+                        void (*fn)(void *ud, const wq_item_info *info, wq_item_meta *out), void *ud)
+{
+    (void)bq;
+    (void)fn;
+    (void)ud;
+}
+
+/* Whether s is valid UTF-8 without NUL bytes (PostgreSQL text holds nothing else). */
+static int pg_text_ok(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == 0)
+            return 0;
+        size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (!k || i + k > n)
+            return 0;
+        for (size_t j = 1; j < k; j++)
+            if (((unsigned char)s[i + j] >> 6) != 2)
+                return 0;
+        i += k;
+    }
+    return 1;
+}
+
+static char *dupn(const char *s, size_t n)
+{
+    char *p = malloc(n + 1);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = '\0';
+    }
+    return p;
+}
+
+static int pg_add(wq_bqueue *bq, const wq_badd *a, wq_badd_fn fn, void *ud)
+{
+    pgq *q = (pgq *)bq;
+    pgb *b = q->b;
+    if (!pg_text_ok(a->key, a->keylen))
+        return WQ_EINVAL;
+    if (a->grp && !pg_text_ok(a->grp, a->grplen))
+        return WQ_EINVAL;
+    if (a->keylen > 65536)
+        return WQ_E2BIG;
+    if (!wq_pgconn_up(b->c) && b->nadds >= ADD_BUFFER_MAX) {
+        set_err(b, "database unavailable");
+        return WQ_EIO;
+    }
+    if (b->nadds == b->acap) {
+        size_t ncap = b->acap ? b->acap * 2 : 64;
+        padd *na = realloc(b->adds, ncap * sizeof *na);
+        if (!na)
+            return WQ_ENOMEM;
+        b->adds = na;
+        b->acap = ncap;
+    }
+    padd *p = &b->adds[b->nadds];
+    memset(p, 0, sizeof *p);
+    p->q = q;
+    p->fn = fn;
+    p->ud = ud;
+    char num[40];
+    p->params[0] = strdup(q->name);
+    p->params[1] = dupn(a->key, a->keylen);
+    int oom = !p->params[0] || !p->params[1];
+    if (a->payload && !(p->params[2] = dupn(a->payload, a->paylen)))
+        oom = 1;
+    if (a->after > 0) {
+        snprintf(num, sizeof num, "%.9f", a->after);
+        if (!(p->params[3] = strdup(num)))
+            oom = 1;
+    }
+    if (a->has_priority) {
+        snprintf(num, sizeof num, "%d", (int)a->priority);
+        if (!(p->params[4] = strdup(num)))
+            oom = 1;
+    }
+    if (a->grp && !(p->params[5] = dupn(a->grp, a->grplen)))
+        oom = 1;
+    if (oom) {
+        free_add(p);
+        return WQ_ENOMEM;
+    }
+    b->nadds++;
+    q->adds_out++;
+    kick(b);
+    return 0;
+}
+
+static void pg_touch(wq_bqueue *bq, wq_event ev, const char *key, size_t len)
+{
+    pgq *q = (pgq *)bq;
+    if (ev == WQ_EV_QUEUED || ev == WQ_EV_PROCESSING)
+        return; /* a claim arriving, or a handler taking it: nothing to write */
+    uint32_t slot;
+    if (!slot_of(q, key, len, &slot))
+        return;
+    touch_slot(q, slot);
+    kick(q->b);
+}
+
+static void pg_failures(wq_bqueue *bq, const char *key, size_t len, int64_t requeues,
+                        const char *last_error)
+{
+    pgq *q = (pgq *)bq;
+    uint32_t slot;
+    claim *c = slot_of(q, key, len, &slot);
+    if (!c)
+        return;
+    c->new_requeues = requeues;
+    if (last_error) {
+        free(c->err);
+        c->err = strdup(last_error);
+    }
+}
+
+static void pg_dead(wq_bqueue *bq, const char *key, size_t len, const char *payload, size_t paylen,
+                    const char *error, int64_t attempts, double failed_at)
+{
+    (void)payload;
+    (void)paylen;
+    (void)failed_at;
+    pgq *q = (pgq *)bq;
+    uint32_t slot;
+    claim *c = slot_of(q, key, len, &slot);
+    if (!c)
+        return;
+    c->dead = 1;
+    c->attempts = attempts;
+    free(c->err);
+    c->err = error ? strdup(error) : NULL;
+}
+
+static void pg_undead(wq_bqueue *bq, const char *key, size_t len)
+{
+    (void)bq;
+    (void)key;
+    (void)len; /* a success clears the dead letter in the database (finish) */
+}
+
+static void pg_done_put(wq_bqueue *bq, const char *key, size_t len, double finished_at,
+                        const char *result, size_t rlen)
+{
+    (void)bq;
+    (void)key;
+    (void)len;
+    (void)finished_at;
+    (void)result;
+    (void)rlen;
+}
+
+static void pg_done_del(wq_bqueue *bq, const char *key, size_t len)
+{
+    (void)bq;
+    (void)key;
+    (void)len;
+}
+
+static int pg_done_prune(wq_bqueue *bq, double older_than)
+{
+    (void)bq;
+    (void)older_than;
+    return 0;
+}
+
+static int pg_restore_done(wq_bqueue *bq,
+                           void (*fn)(void *ud, const char *key, size_t len, double finished_at,
+                                      const char *result, size_t rlen),
+                           void *ud)
+{
+    (void)bq;
+    (void)fn;
+    (void)ud;
+    return 0;
+}
+
+static void pg_schedule_put(wq_bqueue *bq, const wq_schedule_row *row)
+{
+    (void)bq;
+    (void)row;
+}
+
+static void pg_schedule_del(wq_bqueue *bq, const char *name)
+{
+    (void)bq;
+    (void)name;
+}
+
+static int pg_restore_schedules(wq_bqueue *bq, void (*fn)(void *ud, const wq_schedule_row *row),
+                                void *ud)
+{
+    (void)bq;
+    (void)fn;
+    (void)ud;
+    return 0;
+}
+
+static int pg_paused(wq_bqueue *bq)
+{
+    (void)bq;
+    return 0;
+}
+
+static void pg_set_paused(wq_bqueue *bq, int paused)
+{
+    (void)bq;
+    (void)paused;
+}
+
+static int pg_pending(wq_bqueue *bq)
+{
+    const pgq *q = (const pgq *)bq;
+    return q->db_rows || q->adds_out || q->nsent || q->ntouched;
+}
+
+static void pg_want(wq_bqueue *bq)
+{
+    kick(((pgq *)bq)->b);
+}
+
+static const wq_backend_ops pg_ops = {
+    .version = WQ_BACKEND_VERSION,
+    .name = "postgres",
+    .close = pg_close,
+    .errmsg = pg_errmsg,
+    .check = pg_check,
+    .gone = pg_gone,
+    .set_busy_timeout = pg_set_busy_timeout,
+    .where = pg_where,
+    .dirty = pg_dirty,
+    .flush = pg_flush,
+    .set_commit_fn = pg_set_commit_fn,
+    .poll_inbox = pg_poll_inbox,
+    .poll_commands = pg_poll_commands,
+    .command_result = pg_command_result,
+    .known_queue = pg_known_queue,
+    .get_stats = pg_get_stats,
+    .stop = pg_stop,
+    .drain = pg_drain,
+    .refuse = pg_refuse,
+    .attach = pg_attach,
+    .detach = pg_detach,
+    .restore = pg_restore,
+    .set_meta = pg_set_meta,
+    .add = pg_add,
+    .touch = pg_touch,
+    .failures = pg_failures,
+    .dead = pg_dead,
+    .undead = pg_undead,
+    .done_put = pg_done_put,
+    .done_del = pg_done_del,
+    .done_prune = pg_done_prune,
+    .restore_done = pg_restore_done,
+    .schedule_put = pg_schedule_put,
+    .schedule_del = pg_schedule_del,
+    .restore_schedules = pg_restore_schedules,
+    .paused = pg_paused,
+    .set_paused = pg_set_paused,
+    .pending = pg_pending,
+    .want = pg_want,
+};
+
+/* Inserts the runners row and takes its session lock, in one transaction (blocking). */
+static int register_runner(pgb *b, PGconn *pg, char *err, size_t errlen)
+{
+    char *sql = wq_pg_sql(pg, b->schema,
+                          "WITH r AS (INSERT INTO @S.runners (name, host, pid, lease, version) "
+                          "VALUES ($1, $2, $3, $4, $5) RETURNING id) "
+                          "SELECT id, pg_advisory_lock($6, id::integer) FROM r");
+    char pid[24], lease[32], cls[24];
+    snprintf(pid, sizeof pid, "%d", (int)getpid());
+    snprintf(lease, sizeof lease, "%.3f", b->lease);
+    snprintf(cls, sizeof cls, "%d", WQ_PG_LOCK_CLASS);
+    const char *v[6] = {b->runner_name, b->host, pid, lease, WQ_VERSION, cls};
+    PGresult *r = sql ? PQexecParams(pg, sql, 6, NULL, v, NULL, NULL, 0) : NULL;
+    free(sql);
+    if (!r || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+        snprintf(err, errlen, "cannot register this runner in %s: %s", b->where,
+                 r ? PQresultErrorMessage(r) : "out of memory");
+        PQclear(r);
+        return -1;
+    }
+    b->runner_id = atoll(PQgetvalue(r, 0, 0));
+    snprintf(b->runner_id_s, sizeof b->runner_id_s, "%lld", (long long)b->runner_id);
+    PQclear(r);
+    b->registered = 1;
+    b->last_heartbeat = real_ns();
+    return 0;
+}
 
 int wq_pg_open(wq_backend **out, const wq_backend_opts *opts, char *err, size_t errlen)
 {
-    (void)opts;
     *out = NULL;
-    snprintf(err, errlen, "PostgreSQL is not supported by this build yet");
-    return WQ_EINVAL;
+    pgb *b = calloc(1, sizeof *b);
+    if (!b || !(b->url = strdup(opts->where))) {
+        free(b);
+        snprintf(err, errlen, "out of memory");
+        return WQ_ENOMEM;
+    }
+    b->base.ops = &pg_ops;
+    b->evb = opts->event_base;
+    b->tb = opts->tb;
+    b->lease = opts->lease > 0 ? opts->lease : 15;
+    snprintf(b->schema, sizeof b->schema, "%s", opts->pg_schema ? opts->pg_schema : "wqrun");
+    gethostname(b->host, sizeof b->host - 1);
+    if (opts->runner_name)
+        snprintf(b->runner_name, sizeof b->runner_name, "%s", opts->runner_name);
+    else
+        snprintf(b->runner_name, sizeof b->runner_name, "%s:%d", b->host, (int)getpid());
+    wq_pgconn_hooks hooks = {on_up, on_down, on_notify, b};
+    b->c = wq_pgconn_open(b->evb, b->url, 10, &hooks, err, errlen);
+    if (!b->c) {
+        free(b->url);
+        free(b);
+        return WQ_EIO;
+    }
+    PGconn *pg = wq_pgconn_pg(b->c);
+    snprintf(b->where, sizeof b->where, "%s", wq_pg_describe(pg, NULL));
+    /* Start-up is blocking: leave pipeline mode for it. */
+    PQexitPipelineMode(pg);
+    PQsetnonblocking(pg, 0);
+    char done[200], e[512];
+    int rc = WQ_EIO;
+    if (wq_pg_migrate(pg, b->schema, done, sizeof done, e, sizeof e) < 0) {
+        snprintf(err, errlen, "PostgreSQL at %s: %s", b->where, e);
+        rc = WQ_EFORMAT;
+        goto fail;
+    }
+    if (register_runner(b, pg, err, errlen) < 0)
+        goto fail;
+    if (PQsetnonblocking(pg, 1) != 0 || PQenterPipelineMode(pg) != 1) {
+        snprintf(err, errlen, "cannot enter pipeline mode on %s", b->where);
+        goto fail;
+    }
+    b->cycle_ev = event_new(b->evb, -1, 0, on_cycle, b);
+    b->tick_ev = event_new(b->evb, -1, EV_PERSIST, on_tick, b);
+    if (!b->cycle_ev || !b->tick_ev) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    struct timeval tv = {0, 100000};
+    event_add(b->tick_ev, &tv);
+    prepare_all(b);
+    b->st.connected = 1;
+    *out = &b->base;
+    return 0;
+fail:
+    wq_pgconn_free(b->c);
+    b->c = NULL;
+    if (b->cycle_ev)
+        event_free(b->cycle_ev);
+    if (b->tick_ev)
+        event_free(b->tick_ev);
+    free(b->url);
+    free(b);
+    return rc;
 }

@@ -1,0 +1,334 @@
+/*
+ * The command line on a PostgreSQL database (SPEC 8.1, 8.4): `wqrun
+ * migrate`, and `add`, `status` and `runners` with a postgres:// URL.
+ * They need no runner: each opens its own connection (blocking: a command
+ * line has no loop), creates the schema when it finds none, and refuses a
+ * foreign or newer one exactly as a runner does.
+ */
+#include "store/pg/pg_cli.h"
+
+#include "store/pg/pg_schema.h"
+#include "store/pg/pgconn.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int usage(FILE *err, const char *line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int usage(FILE *err, const char *line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("wqrun: ", err);
+    vfprintf(err, fmt, ap);
+    fputc('\n', err);
+    fputs(line, err);
+    va_end(ap);
+    return 2;
+}
+
+/* "--name VALUE" or "--name=VALUE": 1 (value set), 0 not this option, -1 value missing. */
+static int option(int argc, char **argv, int *i, const char *name, const char **value)
+{
+    size_t n = strlen(name);
+    const char *a = argv[*i];
+    if (strncmp(a, name, n) != 0)
+        return 0;
+    if (a[n] == '=') {
+        *value = a + n + 1;
+        return 1;
+    }
+    if (a[n])
+        return 0;
+    if (*i + 1 >= argc)
+        return -1;
+    *value = argv[++*i];
+    return 1;
+}
+
+static void trim(char *s)
+{
+    size_t l = strlen(s);
+    while (l && (s[l - 1] == '\n' || s[l - 1] == ' '))
+        s[--l] = '\0';
+}
+
+/* Connects (10 s at most) and makes sure the schema is there; NULL after printing why. */
+static PGconn *connect_db(const char *cmd, const char *url, const char *schema, FILE *err)
+{
+    const char *keys[] = {"dbname", "connect_timeout", "application_name", NULL};
+    const char *vals[] = {url, "10", "wqrun", NULL};
+    PGconn *pg = PQconnectdbParams(keys, vals, 1);
+    if (!pg || PQstatus(pg) != CONNECTION_OK) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "%s", pg ? PQerrorMessage(pg) : "out of memory");
+        trim(msg);
+        fprintf(err, "wqrun: %s: cannot connect to PostgreSQL at %s: %s\n", cmd,
+                wq_pg_describe(pg, "(unparsable URL)"), msg);
+        PQfinish(pg);
+        return NULL;
+    }
+    char e[512], done[200];
+    int ready = wq_pg_schema_ready(pg, schema, e, sizeof e);
+    if (ready == 0 && wq_pg_migrate(pg, schema, done, sizeof done, e, sizeof e) == 0)
+        ready = 1;
+    if (ready != 1) {
+        fprintf(err, "wqrun: %s: PostgreSQL at %s: %s\n", cmd, wq_pg_describe(pg, NULL), e);
+        PQfinish(pg);
+        return NULL;
+    }
+    return pg;
+}
+
+static const char migrate_usage[] = "usage: wqrun migrate --db URL [--pg-schema NAME]\n";
+
+int wq_pg_cli_migrate(int argc, char **argv, FILE *out, FILE *err)
+{
+    const char *db = getenv("WQRUN_DB"), *schema = "wqrun";
+    for (int i = 0; i < argc; i++) {
+        int r;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(migrate_usage, out);
+            return 0;
+        }
+        if ((r = option(argc, argv, &i, "--db", &db)) ||
+            (r = option(argc, argv, &i, "--pg-schema", &schema))) {
+            if (r < 0)
+                return usage(err, migrate_usage, "migrate: option %s needs a value", argv[i]);
+            continue;
+        }
+        return usage(err, migrate_usage, "migrate: unexpected argument '%s'", argv[i]);
+    }
+    if (!db || !*db)
+        return usage(err, migrate_usage, "migrate: %s", "--db URL is required");
+    if (strncmp(db, "postgres://", 11) != 0 && strncmp(db, "postgresql://", 13) != 0)
+        return usage(err, migrate_usage,
+                     "migrate: --db needs a postgres:// URL (a SQLite file is migrated by the "
+                     "runner when it opens it)");
+    const char *keys[] = {"dbname", "connect_timeout", "application_name", NULL};
+    const char *vals[] = {db, "10", "wqrun", NULL};
+    PGconn *pg = PQconnectdbParams(keys, vals, 1);
+    if (!pg || PQstatus(pg) != CONNECTION_OK) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "%s", pg ? PQerrorMessage(pg) : "out of memory");
+        trim(msg);
+        fprintf(err, "wqrun: migrate: cannot connect to PostgreSQL at %s: %s\n",
+                wq_pg_describe(pg, "(unparsable URL)"), msg);
+        PQfinish(pg);
+        return 1;
+    }
+    char e[512], done[200];
+    int r = wq_pg_migrate(pg, schema, done, sizeof done, e, sizeof e);
+    if (r < 0)
+        fprintf(err, "wqrun: migrate: PostgreSQL at %s: %s\n", wq_pg_describe(pg, NULL), e);
+    else
+        fprintf(out, "%s\n", done);
+    PQfinish(pg);
+    return r < 0 ? 1 : 0;
+}
+
+static const char add_usage[] = "usage: wqrun add --db URL QUEUE KEY [PAYLOAD] [--after SECONDS] "
+                                "[--priority N] [--group GROUP] [--pg-schema NAME]\n";
+
+int wq_pg_cli_add(int argc, char **argv, FILE *out, FILE *err)
+{
+    const char *db = getenv("WQRUN_DB"), *schema = "wqrun", *after = NULL, *prio = NULL,
+               *group = NULL, *pos[3];
+    int npos = 0, opts_done = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!opts_done && a[0] == '-' && a[1] && !(a[1] >= '0' && a[1] <= '9')) {
+            int r;
+            if (strcmp(a, "--") == 0) {
+                opts_done = 1;
+                continue;
+            }
+            if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+                fputs(add_usage, out);
+                return 0;
+            }
+            if ((r = option(argc, argv, &i, "--db", &db)) ||
+                (r = option(argc, argv, &i, "--pg-schema", &schema)) ||
+                (r = option(argc, argv, &i, "--after", &after)) ||
+                (r = option(argc, argv, &i, "--priority", &prio)) ||
+                (r = option(argc, argv, &i, "--group", &group))) {
+                if (r < 0)
+                    return usage(err, add_usage, "add: option %s needs a value", a);
+                continue;
+            }
+            return usage(err, add_usage, "add: unknown option %s", a);
+        }
+        if (npos == 3)
+            return usage(err, add_usage, "add: unexpected argument '%s'", a);
+        pos[npos++] = a;
+    }
+    if (npos < 2)
+        return usage(err, add_usage, "add: %s", "QUEUE and KEY are required");
+    if (after) {
+        char *end;
+        double s = strtod(after, &end);
+        if (!*after || *end || !isfinite(s))
+            return usage(err, add_usage, "add: --after needs a number of seconds, not '%s'", after);
+    }
+    if (prio) {
+        char *end;
+        long p = strtol(prio, &end, 10);
+        if (!*prio || *end || p < INT32_MIN || p > INT32_MAX)
+            return usage(err, add_usage, "add: --priority needs an integer, not '%s'", prio);
+    }
+    PGconn *pg = connect_db("add", db, schema, err);
+    if (!pg)
+        return 1;
+    /* PAYLOAD is JSON text, or a plain string when it is not valid JSON (SPEC 4). */
+    const char *sql[2] = {"SELECT @S.add($1, $2, $3::jsonb, $4::float8, $5::integer, $6)",
+                          "SELECT @S.add($1, $2, to_jsonb($3::text), $4::float8, $5::integer, "
+                          "$6)"};
+    const char *v[6] = {pos[0], pos[1], npos > 2 ? pos[2] : NULL, after, prio, group};
+    int rc = 1;
+    for (int k = 0; k < 2; k++) {
+        char *q = wq_pg_sql(pg, schema, sql[k]);
+        PGresult *r = q ? PQexecParams(pg, q, 6, NULL, v, NULL, NULL, 0) : NULL;
+        free(q);
+        if (r && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) {
+            fprintf(out, "%s\n", PQgetvalue(r, 0, 0));
+            rc = 0;
+            PQclear(r);
+            break;
+        }
+        const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+        if (k == 0 && state && strcmp(state, "22P02") == 0 && npos > 2) {
+            PQclear(r); /* not JSON: a plain string */
+            continue;
+        }
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s", r ? PQresultErrorMessage(r) : PQerrorMessage(pg));
+        trim(msg);
+        fprintf(err, "wqrun: add: %s\n", msg);
+        PQclear(r);
+        break;
+    }
+    PQfinish(pg);
+    return rc;
+}
+
+/* Prints a query's rows as aligned text; 0, or -1 after printing the error. */
+static int print_rows(PGconn *pg, const char *schema, const char *sql, const char *cmd, FILE *out,
+                      FILE *err)
+{
+    char *q = wq_pg_sql(pg, schema, sql);
+    PGresult *r = q ? PQexec(pg, q) : NULL;
+    free(q);
+    if (!r || PQresultStatus(r) != PGRES_TUPLES_OK) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s", r ? PQresultErrorMessage(r) : PQerrorMessage(pg));
+        trim(msg);
+        fprintf(err, "wqrun: %s: %s\n", cmd, msg);
+        PQclear(r);
+        return -1;
+    }
+    int nf = PQnfields(r), nt = PQntuples(r);
+    int w[32] = {0};
+    for (int f = 0; f < nf && f < 32; f++) {
+        w[f] = (int)strlen(PQfname(r, f));
+        for (int t = 0; t < nt; t++)
+            if (PQgetlength(r, t, f) > w[f])
+                w[f] = PQgetlength(r, t, f);
+    }
+    for (int f = 0; f < nf && f < 32; f++)
+        fprintf(out, "%-*s%s", w[f], PQfname(r, f), f + 1 < nf ? "  " : "\n");
+    for (int t = 0; t < nt; t++)
+        for (int f = 0; f < nf && f < 32; f++)
+            fprintf(out, "%-*s%s", w[f], PQgetisnull(r, t, f) ? "-" : PQgetvalue(r, t, f),
+                    f + 1 < nf ? "  " : "\n");
+    PQclear(r);
+    return 0;
+}
+
+static int simple_cmd(const char *cmd, const char *line, int argc, char **argv, FILE *out,
+                      FILE *err, const char **db, const char **schema)
+{
+    for (int i = 0; i < argc; i++) {
+        int r;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(line, out);
+            return 0;
+        }
+        if ((r = option(argc, argv, &i, "--db", db)) ||
+            (r = option(argc, argv, &i, "--pg-schema", schema))) {
+            if (r < 0)
+                return usage(err, line, "%s: option %s needs a value", cmd, argv[i]);
+            continue;
+        }
+        return usage(err, line, "%s: unexpected argument '%s'", cmd, argv[i]);
+    }
+    if (!*db || !**db)
+        return usage(err, line, "%s: %s", cmd, "--db URL is required");
+    return -1;
+}
+
+static const char runners_usage[] = "usage: wqrun runners --db URL [--pg-schema NAME]\n";
+
+int wq_pg_cli_runners(int argc, char **argv, FILE *out, FILE *err)
+{
+    const char *db = getenv("WQRUN_DB"), *schema = "wqrun";
+    int rc = simple_cmd("runners", runners_usage, argc, argv, out, err, &db, &schema);
+    if (rc >= 0)
+        return rc;
+    if (strncmp(db, "postgres://", 11) != 0 && strncmp(db, "postgresql://", 13) != 0)
+        return usage(err, runners_usage,
+                     "runners: --db needs a postgres:// URL (a SQLite file has one runner)");
+    PGconn *pg = connect_db("runners", db, schema, err);
+    if (!pg)
+        return 1;
+    rc = print_rows(pg, schema,
+                    "SELECT r.id, r.name, r.host, r.pid, "
+                    "to_char(r.started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') "
+                    "AS started, round(extract(epoch FROM now() - r.heartbeat_at)::numeric, 1) "
+                    "AS heartbeat_age_s, (SELECT count(*) FROM @S.jobs j WHERE j.running AND "
+                    "j.runner = r.id) AS running FROM @S.runners r ORDER BY r.id",
+                    "runners", out, err) < 0;
+    PQfinish(pg);
+    return rc;
+}
+
+static const char status_usage[] = "usage: wqrun status --db URL [--pg-schema NAME]\n";
+
+int wq_pg_cli_status(int argc, char **argv, FILE *out, FILE *err)
+{
+    const char *db = getenv("WQRUN_DB"), *schema = "wqrun";
+    int rc = simple_cmd("status", status_usage, argc, argv, out, err, &db, &schema);
+    if (rc >= 0)
+        return rc;
+    PGconn *pg = connect_db("status", db, schema, err);
+    if (!pg)
+        return 1;
+    fprintf(out, "database %s, schema %s\n\n", wq_pg_describe(pg, NULL), schema);
+    rc = print_rows(pg, schema,
+                    "WITH names AS (SELECT name FROM @S.queues UNION SELECT DISTINCT queue FROM "
+                    "@S.jobs UNION SELECT DISTINCT queue FROM @S.dead) "
+                    "SELECT n.name AS queue, "
+                    "count(j.key) FILTER (WHERE NOT j.running AND j.run_at <= now()) AS queued, "
+                    "count(j.key) FILTER (WHERE j.running) AS processing, "
+                    "count(j.key) FILTER (WHERE NOT j.running AND j.run_at > now()) AS waiting, "
+                    "count(j.key) FILTER (WHERE j.requeues > 0) AS retrying, "
+                    "(SELECT count(*) FROM @S.dead d WHERE d.queue = n.name) AS dead, "
+                    "round(extract(epoch FROM now() - min(j.enqueued_at) FILTER (WHERE NOT "
+                    "j.running AND j.run_at <= now()))::numeric, 1) AS oldest_queued_s "
+                    "FROM names n LEFT JOIN @S.jobs j ON j.queue = n.name GROUP BY n.name "
+                    "ORDER BY n.name",
+                    "status", out, err) < 0;
+    if (!rc) {
+        fprintf(out, "\nrunners:\n");
+        rc = print_rows(pg, schema,
+                        "SELECT r.id, r.name, round(extract(epoch FROM now() - "
+                        "r.heartbeat_at)::numeric, 1) AS heartbeat_age_s FROM @S.runners r "
+                        "ORDER BY r.id",
+                        "status", out, err) < 0;
+    }
+    PQfinish(pg);
+    return rc;
+}

@@ -1,0 +1,19 @@
+/*
+ * The command line on a PostgreSQL database (SPEC 8.4): each returns the exit status (0, 1,
+ * 2 bad usage) and prints to out and err. argv is what follows the subcommand.
+ */
+#ifndef WQ_PG_CLI_H
+#define WQ_PG_CLI_H
+
+#include <stdio.h>
+
+/* `wqrun migrate --db URL [--pg-schema NAME]`: creates or upgrades the schema. */
+int wq_pg_cli_migrate(int argc, char **argv, FILE *out, FILE *err);
+/* `wqrun add --db URL QUEUE KEY [PAYLOAD] [--after S] [--priority N] [--group G]`. */
+int wq_pg_cli_add(int argc, char **argv, FILE *out, FILE *err);
+/* `wqrun status --db URL`: per-queue counts and the runners. */
+int wq_pg_cli_status(int argc, char **argv, FILE *out, FILE *err);
+/* `wqrun runners --db URL`: the runners sharing the database. */
+int wq_pg_cli_runners(int argc, char **argv, FILE *out, FILE *err);
+
+#endif

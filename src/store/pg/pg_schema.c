@@ -1,0 +1,462 @@
+/*
+ * The PostgreSQL schema of wqrun (SPEC 8.1) and its migrations.
+ *
+ * One row per (queue, key) holds the whole pending state (POSTGRES.md 5),
+ * so dedup, exclusivity, the follow-up rule and earliest-wins delays all
+ * serialize on that row's lock:
+ *   running   handed to a handler on runner `runner` with fencing `token`;
+ *   run_at    when a pending (not running) row may be claimed: the add's
+ *             time for a queued item, the ready time for a delayed one;
+ *   delay_at  a delayed add pending beside a queued or running item;
+ *   dirty     re-added while running: runs once more after it finishes;
+ *   crashes   runs in a row that ended with their runner's death.
+ * The views `items` and `failures` show it with SPEC section 4's columns.
+ * Claims use a partial index that holds exactly the pending rows.
+ */
+#include "store/pg/pg_schema.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Version 1, created in one transaction. */
+static const char *const schema_v1 =
+    "CREATE SCHEMA @S;\n"
+    "CREATE TABLE @S.meta (key text PRIMARY KEY, value text);\n"
+    "CREATE TABLE @S.queues (name text PRIMARY KEY, max_retries integer, defined_by text,\n"
+    "  updated_at timestamptz NOT NULL DEFAULT now(), paused boolean NOT NULL DEFAULT false);\n"
+    "CREATE SEQUENCE @S.seq;\n"
+    "CREATE SEQUENCE @S.token;\n"
+    "CREATE TABLE @S.jobs (\n"
+    "  queue text NOT NULL, key text NOT NULL, payload jsonb,\n"
+    "  priority integer NOT NULL DEFAULT 0, grp text,\n"
+    "  running boolean NOT NULL DEFAULT false,\n"
+    "  run_at timestamptz NOT NULL, seq bigint NOT NULL,\n"
+    "  delay_at timestamptz, dirty boolean NOT NULL DEFAULT false,\n"
+    "  enqueued_at timestamptz NOT NULL DEFAULT now(),\n"
+    "  requeues integer NOT NULL DEFAULT 0, last_error text,\n"
+    "  runner bigint, token bigint, claimed_at timestamptz,\n"
+    "  crashes integer NOT NULL DEFAULT 0,\n"
+    "  PRIMARY KEY (queue, key)\n"
+    ") WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01,\n"
+    "        autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_analyze_scale_factor = "
+    "0.02);\n"
+    "CREATE INDEX jobs_claim ON @S.jobs (queue, priority DESC, run_at, seq) WHERE NOT running;\n"
+    "CREATE INDEX jobs_runner ON @S.jobs (runner) WHERE running;\n"
+    "CREATE TABLE @S.dead (queue text NOT NULL, key text NOT NULL, payload jsonb, error text,\n"
+    "  attempts integer NOT NULL, failed_at timestamptz NOT NULL DEFAULT now(),\n"
+    "  PRIMARY KEY (queue, key));\n"
+    "CREATE TABLE @S.done (queue text NOT NULL, key text NOT NULL,\n"
+    "  finished_at timestamptz NOT NULL, result jsonb, PRIMARY KEY (queue, key));\n"
+    "CREATE TABLE @S.schedules (queue text NOT NULL, name text NOT NULL, spec text NOT NULL,\n"
+    "  key text, payload jsonb, tz text NOT NULL DEFAULT 'utc', catch_up text NOT NULL DEFAULT "
+    "'once',\n"
+    "  next_at timestamptz, last_at timestamptz, PRIMARY KEY (queue, name));\n"
+    "CREATE TABLE @S.runners (id bigserial PRIMARY KEY, name text NOT NULL, host text NOT NULL,\n"
+    "  pid integer NOT NULL, started_at timestamptz NOT NULL DEFAULT now(),\n"
+    "  heartbeat_at timestamptz NOT NULL DEFAULT now(), lease double precision NOT NULL,\n"
+    "  version text);\n"
+    "CREATE UNLOGGED TABLE @S.waiting (queue text NOT NULL, runner bigint NOT NULL,\n"
+    "  PRIMARY KEY (queue, runner));\n"
+    "CREATE TABLE @S.counters (name text PRIMARY KEY, value bigint NOT NULL DEFAULT 0);\n"
+    "INSERT INTO @S.counters VALUES ('takeovers', 0), ('crash_dead', 0);\n"
+    "CREATE VIEW @S.items AS SELECT queue, key, payload,\n"
+    "  CASE WHEN running THEN 'processing' WHEN run_at <= now() THEN 'queued' ELSE 'waiting' END "
+    "AS "
+    "state,\n"
+    "  CASE WHEN NOT running AND run_at > now() THEN run_at ELSE delay_at END AS ready_at,\n"
+    "  priority, grp, enqueued_at, requeues, last_error, requeues + 1 AS attempt, dirty,\n"
+    "  runner, token, claimed_at FROM @S.jobs;\n"
+    "CREATE VIEW @S.failures AS SELECT queue, key, requeues, last_error FROM @S.jobs\n"
+    "  WHERE requeues > 0;\n"
+    /* wqrun.add: the rules of q:add / q:add_after (WORKQUEUE.md) on the row. */
+    "CREATE FUNCTION @S.add(queue text, key text, payload jsonb DEFAULT NULL,\n"
+    "    after_seconds double precision DEFAULT NULL, priority integer DEFAULT NULL,\n"
+    "    grp text DEFAULT NULL) RETURNS text LANGUAGE plpgsql AS $fn$\n"
+    "DECLARE\n"
+    "  v_now timestamptz := now();\n"
+    "  v_ready timestamptz;\n"
+    "  r @S.jobs%ROWTYPE;\n"
+    "  v_out text;\n"
+    "BEGIN\n"
+    "  IF queue IS NULL OR queue !~ '^[A-Za-z0-9_.-]{1,64}$' THEN\n"
+    "    RAISE EXCEPTION 'wqrun.add: bad argument ''queue'' (1-64 characters of "
+    "[A-Za-z0-9_.-], got %)',\n"
+    "      coalesce(quote_literal(queue), 'NULL') USING ERRCODE = '22023';\n"
+    "  END IF;\n"
+    "  IF key IS NULL OR octet_length(key) > 65536 THEN\n"
+    "    RAISE EXCEPTION 'wqrun.add: bad argument ''key'' (%)',\n"
+    "      CASE WHEN key IS NULL THEN 'NULL' ELSE 'longer than 65536 bytes' END USING ERRCODE = "
+    "'22023';\n"
+    "  END IF;\n"
+    "  IF after_seconds = 'NaN'::float8 OR after_seconds = 'Infinity'::float8 THEN\n"
+    "    RAISE EXCEPTION 'wqrun.add: bad argument ''after_seconds'' (%)', after_seconds\n"
+    "      USING ERRCODE = '22023';\n"
+    "  END IF;\n"
+    "  IF after_seconds > 0 THEN v_ready := v_now + make_interval(secs => after_seconds); END IF;\n"
+    "  LOOP\n"
+    "    INSERT INTO @S.jobs AS j (queue, key, payload, priority, grp, run_at, seq, enqueued_at)\n"
+    "      VALUES (add.queue, add.key, add.payload, coalesce(add.priority, 0), add.grp,\n"
+    "              coalesce(v_ready, v_now), nextval('@S.seq'), v_now)\n"
+    "      ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING;\n"
+    "    IF FOUND THEN\n"
+    "      v_out := CASE WHEN v_ready IS NULL THEN 'queued' ELSE 'delayed' END;\n"
+    "      EXIT;\n"
+    "    END IF;\n"
+    "    SELECT * INTO r FROM @S.jobs j WHERE j.queue = add.queue AND j.key = add.key FOR UPDATE;\n"
+    "    IF NOT FOUND THEN CONTINUE; END IF; -- finished meanwhile: insert again\n"
+    "    IF r.running THEN\n"
+    "      IF v_ready IS NULL THEN\n"
+    "        IF r.dirty OR r.delay_at <= v_now THEN v_out := 'deduplicated';\n"
+    "        ELSE r.dirty := true; v_out := 'follow-up'; END IF;\n"
+    "      ELSIF r.delay_at IS NULL OR v_ready < r.delay_at THEN\n"
+    "        r.delay_at := v_ready; v_out := 'delayed';\n"
+    "      ELSE v_out := 'deduplicated'; END IF;\n"
+    "      r.priority := coalesce(add.priority, r.priority);\n"
+    "    ELSIF r.run_at <= v_now THEN -- queued\n"
+    "      IF v_ready IS NULL THEN\n"
+    "        v_out := 'deduplicated';\n"
+    "        IF add.priority > r.priority THEN -- rises to the back of its new level\n"
+    "          r.priority := add.priority; r.run_at := v_now; r.seq := nextval('@S.seq');\n"
+    "        END IF;\n"
+    "      ELSIF r.delay_at IS NULL OR v_ready < r.delay_at THEN\n"
+    "        r.delay_at := v_ready; v_out := 'delayed';\n"
+    "      ELSE v_out := 'deduplicated'; END IF;\n"
+    "    ELSE -- waiting: only a delayed add is pending\n"
+    "      IF v_ready IS NULL THEN\n"
+    "        r.delay_at := r.run_at; r.run_at := v_now; r.seq := nextval('@S.seq');\n"
+    "        v_out := 'queued';\n"
+    "      ELSIF v_ready < r.run_at THEN\n"
+    "        r.run_at := v_ready; r.seq := nextval('@S.seq'); v_out := 'delayed';\n"
+    "      ELSE v_out := 'deduplicated'; END IF;\n"
+    "      r.priority := coalesce(add.priority, r.priority);\n"
+    "    END IF;\n"
+    "    UPDATE @S.jobs j SET payload = coalesce(add.payload, r.payload), priority = r.priority,\n"
+    "        grp = coalesce(add.grp, r.grp), run_at = r.run_at, seq = r.seq, delay_at = "
+    "r.delay_at,\n"
+    "        dirty = r.dirty\n"
+    "      WHERE j.queue = add.queue AND j.key = add.key;\n"
+    "    EXIT;\n"
+    "  END LOOP;\n"
+    "  IF v_out <> 'deduplicated' AND EXISTS (SELECT 1 FROM @S.waiting w WHERE w.queue = "
+    "add.queue) THEN\n"
+    "    PERFORM pg_notify(@L, add.queue);\n"
+    "  END IF;\n"
+    "  RETURN v_out;\n"
+    "END $fn$;\n"
+    "CREATE FUNCTION @S.add_many(items jsonb) RETURNS jsonb LANGUAGE plpgsql AS $fn$\n"
+    "DECLARE\n"
+    "  it jsonb; i integer := 0; v_out text[] := '{}';\n"
+    "BEGIN\n"
+    "  IF jsonb_typeof(items) IS DISTINCT FROM 'array' THEN\n"
+    "    RAISE EXCEPTION 'wqrun.add_many: bad argument ''items'' (a JSON array expected, got %)',\n"
+    "      coalesce(jsonb_typeof(items), 'NULL') USING ERRCODE = '22023';\n"
+    "  END IF;\n"
+    "  FOR it IN SELECT value FROM jsonb_array_elements(items) LOOP\n"
+    "    i := i + 1;\n"
+    "    IF jsonb_typeof(it) <> 'object' OR jsonb_typeof(it->'queue') IS DISTINCT FROM 'string'\n"
+    "       OR jsonb_typeof(it->'key') IS DISTINCT FROM 'string' THEN\n"
+    "      RAISE EXCEPTION 'wqrun.add_many: bad argument ''items'' (item % needs string "
+    "\"queue\" and \"key\")', i\n"
+    "        USING ERRCODE = '22023';\n"
+    "    END IF;\n"
+    "    v_out := v_out || @S.add(it->>'queue', it->>'key',\n"
+    "      CASE WHEN it ? 'payload' AND it->'payload' <> 'null'::jsonb THEN it->'payload' END,\n"
+    "      (it->>'after')::double precision, (it->>'priority')::integer, it->>'group');\n"
+    "  END LOOP;\n"
+    "  RETURN to_jsonb(v_out);\n"
+    "END $fn$;\n"
+    /* finish: outcomes of claimed items, fenced by token; returns how many were stale. */
+    "CREATE FUNCTION @S.finish(p_queue text, p_runner bigint, p_keys text[], p_tokens bigint[],\n"
+    "    p_kinds smallint[], p_delays double precision[], p_requeues integer[], p_errors text[],\n"
+    "    p_payloads jsonb[]) RETURNS integer LANGUAGE plpgsql AS $fn$\n"
+    "DECLARE\n"
+    "  v_now timestamptz := now();\n"
+    "  n integer;\n"
+    "BEGIN\n"
+    "  WITH o AS (SELECT * FROM unnest(p_keys, p_tokens, p_kinds, p_delays, p_requeues, "
+    "p_errors, p_payloads)\n"
+    "             AS o(key, token, kind, delay, requeues, err, payload)),\n"
+    "  cur AS (SELECT j.queue, j.key, o.kind, o.requeues, o.err, o.payload AS new_payload,\n"
+    "                 j.payload, j.requeues AS old_requeues,\n"
+    "                 (o.kind <> 4 AND (j.dirty OR coalesce(j.delay_at <= v_now, false))) AS "
+    "again,\n"
+    "                 CASE WHEN j.delay_at > v_now THEN j.delay_at END AS later,\n"
+    "                 CASE WHEN o.kind = 2 THEN v_now + make_interval(secs => greatest(o.delay, "
+    "0)) END AS retry_at\n"
+    "            FROM @S.jobs j JOIN o ON j.queue = p_queue AND j.key = o.key AND j.token = "
+    "o.token\n"
+    "           WHERE j.running FOR UPDATE OF j),\n"
+    "  gone AS (DELETE FROM @S.jobs j USING cur\n"
+    "            WHERE j.queue = cur.queue AND j.key = cur.key AND cur.kind IN (0, 1, 3)\n"
+    "              AND NOT cur.again AND cur.later IS NULL RETURNING j.key),\n"
+    "  upd AS (UPDATE @S.jobs j SET running = false, runner = NULL, token = NULL, claimed_at = "
+    "NULL,\n"
+    "            crashes = CASE WHEN cur.kind = 4 THEN j.crashes ELSE 0 END,\n"
+    "            dirty = CASE WHEN cur.kind = 4 THEN j.dirty ELSE false END,\n"
+    "            requeues = CASE WHEN cur.kind IN (0, 4) THEN j.requeues WHEN cur.kind = 2 THEN "
+    "cur.requeues ELSE 0 END,\n"
+    "            last_error = CASE WHEN cur.kind IN (0, 4) THEN j.last_error WHEN cur.kind = 2 "
+    "THEN "
+    "cur.err END,\n"
+    "            payload = coalesce(cur.new_payload, j.payload),\n"
+    "            run_at = CASE WHEN cur.kind = 4 THEN j.run_at WHEN cur.again THEN v_now\n"
+    "                          ELSE least(cur.retry_at, cur.later) END,\n"
+    "            delay_at = CASE WHEN cur.kind = 4 THEN j.delay_at\n"
+    "                            WHEN cur.again THEN least(cur.retry_at, cur.later) END,\n"
+    "            seq = CASE WHEN cur.kind = 4 THEN j.seq ELSE nextval('@S.seq') END\n"
+    "          FROM cur WHERE j.queue = cur.queue AND j.key = cur.key\n"
+    "            AND NOT (cur.kind IN (0, 1, 3) AND NOT cur.again AND cur.later IS NULL)\n"
+    "          RETURNING j.key),\n"
+    "  dput AS (INSERT INTO @S.dead AS d (queue, key, payload, error, attempts, failed_at)\n"
+    "            SELECT cur.queue, cur.key, cur.payload, cur.err, cur.requeues, v_now FROM cur\n"
+    "             WHERE cur.kind = 3\n"
+    "            ON CONFLICT (queue, key) DO UPDATE SET payload = EXCLUDED.payload,\n"
+    "              error = EXCLUDED.error, attempts = EXCLUDED.attempts, failed_at = "
+    "EXCLUDED.failed_at\n"
+    "            RETURNING d.key),\n"
+    "  ddel AS (DELETE FROM @S.dead d USING cur WHERE cur.kind = 1 AND d.queue = cur.queue\n"
+    "            AND d.key = cur.key RETURNING d.key)\n"
+    "  SELECT count(*) INTO n FROM cur;\n"
+    "  RETURN coalesce(cardinality(p_keys), 0) - n;\n"
+    "END $fn$;\n"
+    /* reap: runners that died (their session lock is gone: killed, connection reset) or went
+     * silent past their lease give their running items back. */
+    "CREATE FUNCTION @S.reap(p_class integer) RETURNS integer LANGUAGE plpgsql AS $fn$\n"
+    "DECLARE\n"
+    "  v_dead bigint[]; n integer := 0; m integer := 0; q text;\n"
+    "  v_up boolean;\n"
+    "BEGIN\n"
+    "  SELECT array_agg(r.id) INTO v_dead FROM (\n"
+    "    SELECT r.id FROM @S.runners r\n"
+    "     WHERE r.heartbeat_at < now() - make_interval(secs => r.lease)\n"
+    "        OR (pg_postmaster_start_time() < now() - make_interval(secs => r.lease)\n"
+    "            AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory'\n"
+    "                 AND l.database = (SELECT oid FROM pg_database WHERE datname = "
+    "current_database())\n"
+    "                 AND l.classid = p_class::oid AND l.objid = r.id::oid AND l.objsubid = 2\n"
+    "                 AND l.granted))\n"
+    "     FOR UPDATE SKIP LOCKED) r;\n"
+    "  IF v_dead IS NULL THEN RETURN 0; END IF;\n"
+    "  WITH x AS (DELETE FROM @S.jobs j WHERE j.running AND j.runner = ANY (v_dead)\n"
+    "               AND j.crashes + 1 >= 5 RETURNING j.*)\n"
+    "  INSERT INTO @S.dead AS d (queue, key, payload, error, attempts, failed_at)\n"
+    "    SELECT x.queue, x.key, x.payload,\n"
+    "           format('its runner died while running it %s times in a row', x.crashes + 1),\n"
+    "           x.requeues + 1, now() FROM x\n"
+    "    ON CONFLICT (queue, key) DO UPDATE SET payload = EXCLUDED.payload, error = "
+    "EXCLUDED.error,\n"
+    "      attempts = EXCLUDED.attempts, failed_at = EXCLUDED.failed_at;\n"
+    "  GET DIAGNOSTICS m = ROW_COUNT;\n"
+    "  FOR q IN UPDATE @S.jobs j SET running = false, runner = NULL, token = NULL, claimed_at = "
+    "NULL,\n"
+    "             crashes = j.crashes + 1\n"
+    "           WHERE j.running AND j.runner = ANY (v_dead) RETURNING j.queue LOOP\n"
+    "    n := n + 1;\n"
+    "    PERFORM pg_notify(@L, q);\n"
+    "  END LOOP;\n"
+    "  DELETE FROM @S.runners WHERE id = ANY (v_dead);\n"
+    "  DELETE FROM @S.waiting WHERE runner = ANY (v_dead);\n"
+    "  UPDATE @S.counters SET value = value + n WHERE name = 'takeovers';\n"
+    "  UPDATE @S.counters SET value = value + m WHERE name = 'crash_dead';\n"
+    "  RETURN n + m;\n"
+    "END $fn$;\n"
+    "INSERT INTO @S.meta VALUES ('schema_version', '1');\n";
+
+const wq_pg_stmt wq_pg_stmts[PGS_COUNT] = {
+    [PGS_CLAIM] = {"wq_claim",
+                   "WITH c AS MATERIALIZED (SELECT queue, key FROM @S.jobs\n"
+                   "  WHERE queue = $1 AND NOT running AND run_at <= now()\n"
+                   "  ORDER BY priority DESC, run_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED)\n"
+                   "UPDATE @S.jobs j SET running = true, runner = $3, token = "
+                   "nextval('@S.token'),\n"
+                   "  claimed_at = now(), delay_at = CASE WHEN j.delay_at <= now() THEN NULL "
+                   "ELSE j.delay_at END\n"
+                   "FROM c WHERE j.queue = c.queue AND j.key = c.key\n"
+                   "  AND EXISTS (SELECT 1 FROM @S.runners WHERE id = $3)\n"
+                   "RETURNING j.key, j.payload, j.priority, j.token, j.requeues,\n"
+                   "  extract(epoch FROM j.enqueued_at), j.grp, extract(epoch FROM j.run_at), "
+                   "j.seq"},
+    [PGS_FINISH] = {"wq_finish", "SELECT @S.finish($1, $2, $3, $4, $5, $6, $7, $8, $9)"},
+    [PGS_ADD_MANY] = {"wq_add_many", "SELECT @S.add_many($1::jsonb)"},
+    [PGS_HEARTBEAT] = {"wq_heartbeat",
+                       "UPDATE @S.runners SET heartbeat_at = now() WHERE id = $1 RETURNING id"},
+    [PGS_REAP] = {"wq_reap", "SELECT @S.reap($1)"},
+    [PGS_WAITING] = {"wq_waiting",
+                     "WITH i AS (INSERT INTO @S.waiting SELECT $1, $2 WHERE $3::boolean\n"
+                     "  ON CONFLICT DO NOTHING RETURNING 1),\n"
+                     "d AS (DELETE FROM @S.waiting WHERE NOT $3::boolean AND queue = $1 AND "
+                     "runner = $2 RETURNING 1)\n"
+                     "SELECT (SELECT count(*) FROM i) + (SELECT count(*) FROM d)"},
+    [PGS_NEXT_AT] = {"wq_next_at",
+                     "SELECT EXISTS (SELECT 1 FROM @S.jobs WHERE queue = $1),\n"
+                     "  extract(epoch FROM (SELECT min(run_at) FROM @S.jobs WHERE queue = $1\n"
+                     "    AND NOT running AND run_at > now()) - now())"},
+    [PGS_RELOCK] = {"wq_relock", "SELECT pg_try_advisory_lock($1, $2::integer)"},
+    [PGS_DEFINE] = {"wq_define",
+                    "INSERT INTO @S.queues AS q (name, max_retries, defined_by) VALUES ($1, $2, "
+                    "$3)\n"
+                    "  ON CONFLICT (name) DO UPDATE SET max_retries = EXCLUDED.max_retries,\n"
+                    "    defined_by = EXCLUDED.defined_by, updated_at = now()\n"
+                    "  RETURNING (SELECT max_retries FROM @S.queues WHERE name = $1)"},
+};
+
+char *wq_pg_sql(PGconn *pg, const char *schema, const char *sql)
+{
+    char *ident = PQescapeIdentifier(pg, schema, strlen(schema));
+    char *lit = PQescapeLiteral(pg, schema, strlen(schema));
+    if (!ident || !lit) {
+        PQfreemem(ident);
+        PQfreemem(lit);
+        return NULL;
+    }
+    size_t il = strlen(ident), ll = strlen(lit), n = 0, cap = strlen(sql) + 1;
+    for (const char *p = sql; (p = strchr(p, '@')); p++)
+        cap += il > ll ? il : ll;
+    char *out = malloc(cap);
+    if (out) {
+        for (const char *p = sql; *p; p++) {
+            if (p[0] == '@' && p[1] == 'S') {
+                memcpy(out + n, ident, il);
+                n += il;
+                p++;
+            } else if (p[0] == '@' && p[1] == 'L') {
+                memcpy(out + n, lit, ll);
+                n += ll;
+                p++;
+            } else {
+                out[n++] = *p;
+            }
+        }
+        out[n] = '\0';
+    }
+    PQfreemem(ident);
+    PQfreemem(lit);
+    return out;
+}
+
+static void put_err(char *err, size_t errlen, const char *what, PGconn *pg, PGresult *r)
+{
+    const char *msg = r ? PQresultErrorMessage(r) : PQerrorMessage(pg);
+    char m[400];
+    snprintf(m, sizeof m, "%s", msg && *msg ? msg : "unknown error");
+    size_t l = strlen(m);
+    while (l && (m[l - 1] == '\n' || m[l - 1] == ' '))
+        m[--l] = '\0';
+    snprintf(err, errlen, "%s: %s", what, m);
+}
+
+/* Runs sql (no results wanted); 0 or -1 with err. */
+static int exec(PGconn *pg, const char *sql, const char *what, char *err, size_t errlen)
+{
+    PGresult *r = PQexec(pg, sql);
+    int ok = r && (PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK);
+    if (!ok)
+        put_err(err, errlen, what, pg, r);
+    PQclear(r);
+    return ok ? 0 : -1;
+}
+
+/* The schema's version: >= 1, 0 absent, -1 foreign (err), -2 a query failed (err). */
+static int version_of(PGconn *pg, const char *schema, char *err, size_t errlen)
+{
+    const char *p[1] = {schema};
+    PGresult *r = PQexecParams(pg, "SELECT 1 FROM pg_namespace WHERE nspname = $1", 1, NULL, p,
+                               NULL, NULL, 0);
+    if (!r || PQresultStatus(r) != PGRES_TUPLES_OK) {
+        put_err(err, errlen, "cannot read the catalog", pg, r);
+        PQclear(r);
+        return -2;
+    }
+    int exists = PQntuples(r) > 0;
+    PQclear(r);
+    if (!exists)
+        return 0;
+    r = PQexecParams(pg,
+                     "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                     "WHERE n.nspname = $1 AND c.relname = 'meta' AND c.relkind = 'r'",
+                     1, NULL, p, NULL, NULL, 0);
+    int has_meta = r && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0;
+    PQclear(r);
+    int v = -1;
+    if (has_meta) {
+        char *sql = wq_pg_sql(pg, schema, "SELECT value FROM @S.meta WHERE key = 'schema_version'");
+        r = sql ? PQexec(pg, sql) : NULL;
+        free(sql);
+        if (r && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0))
+            v = atoi(PQgetvalue(r, 0, 0));
+        if (!r || PQresultStatus(r) != PGRES_TUPLES_OK) {
+            put_err(err, errlen, "cannot read the schema's version", pg, r);
+            PQclear(r);
+            return -2;
+        }
+        PQclear(r);
+    }
+    if (v < 1) {
+        snprintf(err, errlen,
+                 "schema \"%s\" exists but is not a wqrun schema (no meta row "
+                 "'schema_version'); refusing to touch it (choose another with --pg-schema)",
+                 schema);
+        return -1;
+    }
+    return v;
+}
+
+int wq_pg_schema_ready(PGconn *pg, const char *schema, char *err, size_t errlen)
+{
+    int v = version_of(pg, schema, err, errlen);
+    if (v < 0)
+        return -1;
+    if (v > WQ_PG_SCHEMA_VERSION) {
+        snprintf(err, errlen,
+                 "schema \"%s\" is version %d, newer than this wqrun knows (%d): refusing to use "
+                 "it; upgrade wqrun",
+                 schema, v, WQ_PG_SCHEMA_VERSION);
+        return -1;
+    }
+    return v == WQ_PG_SCHEMA_VERSION;
+}
+
+int wq_pg_migrate(PGconn *pg, const char *schema, char *out, size_t outlen, char *err,
+                  size_t errlen)
+{
+    if (exec(pg, "BEGIN", "cannot begin", err, errlen) < 0)
+        return -1;
+    /* Concurrent starts wait here for the first to finish. */
+    char lock[96];
+    snprintf(lock, sizeof lock, "SELECT pg_advisory_xact_lock(%d, 0)", WQ_PG_LOCK_CLASS + 1);
+    if (exec(pg, lock, "cannot take the migration lock", err, errlen) < 0)
+        goto fail;
+    int v = version_of(pg, schema, err, errlen);
+    if (v < 0)
+        goto fail;
+    if (v > WQ_PG_SCHEMA_VERSION) {
+        snprintf(err, errlen,
+                 "schema \"%s\" is version %d, newer than this wqrun knows (%d): refusing to use "
+                 "it; upgrade wqrun",
+                 schema, v, WQ_PG_SCHEMA_VERSION);
+        goto fail;
+    }
+    if (v == WQ_PG_SCHEMA_VERSION) {
+        snprintf(out, outlen, "schema \"%s\" is up to date (version %d)", schema, v);
+        return exec(pg, "COMMIT", "cannot commit", err, errlen);
+    }
+    char *sql = wq_pg_sql(pg, schema, schema_v1);
+    if (!sql) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    char what[200];
+    snprintf(what, sizeof what, "cannot create schema \"%s\"", schema);
+    int r = exec(pg, sql, what, err, errlen);
+    free(sql);
+    if (r < 0)
+        goto fail;
+    if (exec(pg, "COMMIT", "cannot commit the new schema", err, errlen) < 0)
+        return -1;
+    snprintf(out, outlen, "schema \"%s\" created (version %d)", schema, WQ_PG_SCHEMA_VERSION);
+    return 0;
+fail:
+    PQclear(PQexec(pg, "ROLLBACK"));
+    return -1;
+}

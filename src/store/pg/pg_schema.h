@@ -1,0 +1,61 @@
+/*
+ * The PostgreSQL schema (SPEC 8.1): its objects, their versions and the
+ * migrations between them, and the statements the runner prepares. Every
+ * piece of PostgreSQL SQL lives in pg_schema.c.
+ */
+#ifndef WQ_PG_SCHEMA_H
+#define WQ_PG_SCHEMA_H
+
+#include <libpq-fe.h>
+#include <stddef.h>
+
+#define WQ_PG_SCHEMA_VERSION 1
+/* The first key of the runners' session advisory locks: pg_advisory_lock(WQ_PG_LOCK_CLASS, id). */
+#define WQ_PG_LOCK_CLASS 0x77717275 /* "wqru" */
+
+/*
+ * Creates or upgrades schema (blocking; start-up and `wqrun migrate`), under a transaction
+ * advisory lock so that concurrent starts are safe. 0 (out: "created", "upgraded from N",
+ * "up to date"), or -1 with a message in err: a schema of that name that is not ours (no
+ * meta row: refused, untouched), a newer schema, no permission.
+ */
+int wq_pg_migrate(PGconn *pg, const char *schema, char *out, size_t outlen, char *err,
+                  size_t errlen);
+/* Whether schema exists and is ours at this version: 1, 0 (absent), -1 (refused: err). */
+int wq_pg_schema_ready(PGconn *pg, const char *schema, char *err, size_t errlen);
+
+/*
+ * sql with every "@S" replaced by the quoted schema identifier and "@L" by the schema name
+ * as a string literal (malloc'd; NULL on OOM).
+ */
+char *wq_pg_sql(PGconn *pg, const char *schema, const char *sql);
+
+/* The runner's statements (prepared by name on each connection). */
+typedef struct wq_pg_stmt {
+    const char *name;
+    const char *sql; /* with @S */
+} wq_pg_stmt;
+enum {
+    PGS_CLAIM,     /* $1 queue, $2 limit, $3 runner: key, payload, priority, token, requeues, ... */
+    PGS_FINISH,    /* $1 queue, $2 runner, arrays: keys, tokens, kinds, delays, requeues, errors */
+    PGS_ADD_MANY,  /* $1 jsonb array of items: jsonb array of outcomes */
+    PGS_HEARTBEAT, /* $1 runner: the row, or none when declared dead */
+    PGS_REAP,      /* $1 lock class: items taken over */
+    PGS_WAITING,   /* $1 queue, $2 runner, $3 bool: this runner waits for work on the queue */
+    PGS_NEXT_AT,   /* $1 queue: whether it has rows; seconds until its next delayed item */
+    PGS_RELOCK,    /* $1 lock class, $2 runner: re-take the runner's lock after a reconnect */
+    PGS_DEFINE,    /* $1 queue, $2 max_retries, $3 runner name */
+    PGS_COUNT
+};
+extern const wq_pg_stmt wq_pg_stmts[PGS_COUNT];
+
+/* Finish kinds (PGS_FINISH). */
+enum {
+    WQ_PGF_DONE = 0,    /* done: failure count and dead letter unchanged */
+    WQ_PGF_SUCCESS = 1, /* success: failure count cleared, dead letter removed */
+    WQ_PGF_RETRY = 2,   /* again after a delay (retry or wq.requeue), failure count as given */
+    WQ_PGF_DEAD = 3,    /* dead-lettered with the error; attempts in requeues */
+    WQ_PGF_RELEASE = 4  /* handed back unstarted: nothing else changes */
+};
+
+#endif
