@@ -9,6 +9,7 @@
  * and changes nothing.
  */
 #include "host/http_ops.h"
+#include "store/backend.h"
 
 #include "host/commands.h"
 #include "host/http_int.h"
@@ -392,6 +393,20 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
     const wq_hqueue *hq = wq_host_find_queue(h, qname);
     if (!hq) {
         wq_http_reply_error(req, 404, "Not Found", "no such queue");
+        return 1;
+    }
+    /* Operations the backend cannot do yet answer so, instead of acting on this runner alone. */
+    const char *op = route == R_PAUSE || route == R_RESUME ? "pause"
+                     : route == R_ITEMS                    ? "items"
+                     : route == R_CANCEL                   ? "cancel"
+                     : route == R_REMOVE                   ? "remove"
+                     : route == R_DEAD                     ? "dead"
+                     : route == R_RETRY                    ? "retry_dead"
+                                                           : NULL;
+    const char *refused =
+        op && hq->persist && h->backend ? wq_backend_refuse(h->backend, op) : NULL;
+    if (refused) {
+        wq_http_reply_error(req, 501, "Not Implemented", refused);
         return 1;
     }
     char *key = NULL;

@@ -10,6 +10,7 @@
 
 #include <event2/buffer.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 typedef enum { COUNTER, GAUGE } kind;
@@ -169,5 +170,23 @@ void wq_prom_render(wq_host *h, struct evbuffer *out)
             out, "# HELP %s %s\n# TYPE %s histogram\n", "wqrun_store_commit_duration_seconds",
             "Duration of state file commits.", "wqrun_store_commit_duration_seconds");
         histogram_samples(out, "wqrun_store_commit_duration_seconds", "", &st.commit_latency);
+        if (strcmp(wq_backend_name(h->backend), "postgres") == 0) {
+            /* This runner's own view: summing them over runners counts each item once. */
+            family(out, "wqrun_pg_connected", GAUGE, "1 while the database is reachable.");
+            evbuffer_add_printf(out, "wqrun_pg_connected %d\n", st.connected);
+            family(out, "wqrun_pg_claims_total", COUNTER, "Items this runner claimed.");
+            evbuffer_add_printf(out, "wqrun_pg_claims_total %llu\n", (unsigned long long)st.claims);
+            family(out, "wqrun_pg_stale_outcomes_total", COUNTER,
+                   "Outcomes discarded: their items had been taken over (fencing).");
+            evbuffer_add_printf(out, "wqrun_pg_stale_outcomes_total %llu\n",
+                                (unsigned long long)st.stale_outcomes);
+            family(out, "wqrun_pg_takeovers_total", COUNTER,
+                   "Items this runner's reaper gave back from dead runners.");
+            evbuffer_add_printf(out, "wqrun_pg_takeovers_total %llu\n",
+                                (unsigned long long)st.takeovers);
+            family(out, "wqrun_pg_reconnects_total", COUNTER, "Connections re-established.");
+            evbuffer_add_printf(out, "wqrun_pg_reconnects_total %llu\n",
+                                (unsigned long long)st.reconnects);
+        }
     }
 }

@@ -130,7 +130,7 @@ static const char *const schedule_opts[] = {"key", "tz", "catch_up", "payload", 
 /* q:schedule(name, spec [, opts]) */
 static int schedule(lua_State *L)
 {
-    lqueue *lq = lqueue_check(L, "schedule");
+    lqueue *lq = lqueue_check_op(L, "schedule", "schedule");
     size_t nlen, slen;
     if (lua_type(L, 2) != LUA_TSTRING)
         wq_argerror(L, "schedule", "name",
@@ -237,7 +237,7 @@ static int schedule(lua_State *L)
 /* q:unschedule(name) -> whether there was one */
 static int unschedule(lua_State *L)
 {
-    lqueue *lq = lqueue_check(L, "unschedule");
+    lqueue *lq = lqueue_check_op(L, "unschedule", "schedule");
     if (lua_type(L, 2) != LUA_TSTRING)
         wq_argerror(L, "unschedule", "name",
                     lua_pushfstring(L, "string expected, got %s", luaL_typename(L, 2)));
@@ -259,7 +259,7 @@ static int unschedule(lua_State *L)
 /* q:schedules() -> {{name=, spec=, key=, next_at=, last_at=}, ...} */
 static int schedules(lua_State *L)
 {
-    lqueue *lq = lqueue_check(L, "schedules");
+    lqueue *lq = lqueue_check_op(L, "schedules", "schedule");
     lua_newtable(L);
     int n = 0;
     for (lcron *c = lq->crons; c; c = c->nextc) {

@@ -194,7 +194,7 @@ int lgroup_resolve_ext(lqueue *lq, const char *key, size_t keylen, const char *p
 /* q:set_group_limit(group, limit | nil) */
 static int set_group_limit(lua_State *L)
 {
-    lqueue *lq = lqueue_check(L, "set_group_limit");
+    lqueue *lq = lqueue_check_op(L, "set_group_limit", "group_limit");
     size_t len;
     const char *g = lgroup_checkname(L, 2, "set_group_limit", "group", &len);
     wq_limit lim;
@@ -209,7 +209,7 @@ static int set_group_limit(lua_State *L)
 /* q:group_limit(group) -> {concurrency=, rate=, burst=}, own (true when set for this group) */
 static int group_limit(lua_State *L)
 {
-    lqueue *lq = lqueue_check(L, "group_limit");
+    lqueue *lq = lqueue_check_op(L, "group_limit", "group_limit");
     size_t len;
     const char *g = lgroup_checkname(L, 2, "group_limit", "group", &len);
     wq_limit lim;

@@ -55,19 +55,19 @@ int lqops_restore(lqueue *lq)
 
 static int queue_pause(lua_State *L)
 {
-    lqops_pause(lqueue_check(L, "pause"), 1);
+    lqops_pause(lqueue_check_op(L, "pause", "pause"), 1);
     return 0;
 }
 
 static int queue_resume(lua_State *L)
 {
-    lqops_pause(lqueue_check(L, "resume"), 0);
+    lqops_pause(lqueue_check_op(L, "resume", "pause"), 0);
     return 0;
 }
 
 static int queue_paused(lua_State *L)
 {
-    lua_pushboolean(L, lqops_paused(lqueue_check(L, "paused")));
+    lua_pushboolean(L, lqops_paused(lqueue_check_op(L, "paused", "pause")));
     return 1;
 }
 
@@ -89,7 +89,7 @@ int lqops_cancel(void *q, const char *key, size_t len)
 
 static int queue_remove(lua_State *L)
 {
-    lqueue *lq = lqueue_check(L, "remove");
+    lqueue *lq = lqueue_check_op(L, "remove", "remove");
     size_t len;
     const char *key = wq_checkkey(L, 2, "remove", &len);
     lua_pushboolean(L, lqops_remove(lq, key, len) == 0);
@@ -98,7 +98,7 @@ static int queue_remove(lua_State *L)
 
 static int queue_cancel(lua_State *L)
 {
-    lqueue *lq = lqueue_check(L, "cancel");
+    lqueue *lq = lqueue_check_op(L, "cancel", "cancel");
     size_t len;
     const char *key = wq_checkkey(L, 2, "cancel", &len);
     lua_pushboolean(L, lqops_cancel(lq, key, len) == 0);
@@ -233,7 +233,7 @@ int lqops_purge_dead(void *q)
 
 static int queue_purge_dead(lua_State *L)
 {
-    lqueue *lq = lqueue_check(L, "purge_dead");
+    lqueue *lq = lqueue_check_op(L, "purge_dead", "purge_dead");
     int n = 0;
     lua_settop(L, 1);
     lua_pushcfunction(L, purge_p);
@@ -518,7 +518,7 @@ static const char *const item_opts[] = {"state", "limit", "after_key", NULL};
 /* q:items{state=, limit=, after_key=} -> array of {key=, payload=, state=, priority=, ...} */
 static int queue_items(lua_State *L)
 {
-    lqueue *lq = lqueue_check(L, "items");
+    lqueue *lq = lqueue_check_op(L, "items", "items");
     wq_items_query qry = {NULL, (size_t)-1, NULL, 0};
     if (!lua_isnoneornil(L, 2)) {
         if (!lua_istable(L, 2))

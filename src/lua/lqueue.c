@@ -55,6 +55,15 @@ lqueue *lqueue_check(lua_State *L, const char *fn)
     return lq;
 }
 
+lqueue *lqueue_check_op(lua_State *L, const char *fn, const char *op)
+{
+    lqueue *lq = lqueue_check(L, fn);
+    const char *why = lq->bq ? wq_backend_refuse(lq->host->backend, op) : NULL;
+    if (why)
+        luaL_error(L, "q:%s: %s", fn, why);
+    return lq;
+}
+
 int lqueue_raise(lua_State *L, const char *fn, int err)
 {
     if (err == WQ_E2BIG)
@@ -1000,7 +1009,7 @@ static int queue_add_rate_limited(lua_State *L)
 
 static int queue_cancel_after(lua_State *L)
 {
-    lqueue *lq = lqueue_check(L, "cancel_after");
+    lqueue *lq = lqueue_check_op(L, "cancel_after", "cancel_after");
     size_t len;
     const char *key = wq_checkkey(L, 2, "cancel_after", &len);
     lua_pushboolean(L, wq_queue_cancel_after(lq->q, key, len));
@@ -1193,7 +1202,7 @@ static int queue_stats(lua_State *L)
 /* The dead letters, unsorted (lua/wq.lua's q:dead() sorts them). */
 static int queue_dead_list(lua_State *L)
 {
-    lqueue *lq = lqueue_check(L, "dead");
+    lqueue *lq = lqueue_check_op(L, "dead", "dead");
     lworker_push_dead(L, lq);
     int dead = lua_gettop(L);
     lua_newtable(L);
@@ -1222,7 +1231,7 @@ static int queue_dead_list(lua_State *L)
 
 static int queue_retry_dead(lua_State *L)
 {
-    lqueue *lq = lqueue_check(L, "retry_dead");
+    lqueue *lq = lqueue_check_op(L, "retry_dead", "retry_dead");
     size_t len;
     const char *key = wq_checkkey(L, 2, "retry_dead", &len);
     lua_pushboolean(L, lqops_retry_dead(L, lq, key, len));
@@ -1232,7 +1241,7 @@ static int queue_retry_dead(lua_State *L)
 /* q:done_info(key) -> {finished_at=, result=} or nil */
 static int queue_done_info(lua_State *L)
 {
-    lqueue *lq = lqueue_check(L, "done_info");
+    lqueue *lq = lqueue_check_op(L, "done_info", "keep_done");
     size_t len;
     const char *key = wq_checkkey(L, 2, "done_info", &len);
     const uint64_t *v = done_get(lq, key, len);
@@ -1254,7 +1263,7 @@ static int queue_done_info(lua_State *L)
 /* q:forget_done(key) -> whether the key was remembered */
 static int queue_forget_done(lua_State *L)
 {
-    lqueue *lq = lqueue_check(L, "forget_done");
+    lqueue *lq = lqueue_check_op(L, "forget_done", "keep_done");
     size_t len;
     const char *key = wq_checkkey(L, 2, "forget_done", &len);
     int had = done_get(lq, key, len) != NULL;

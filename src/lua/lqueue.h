@@ -78,6 +78,8 @@ void lqueue_push_taken(lua_State *L, lqueue *lq, const wq_item_info *info);
 void lqueue_decode_top(lua_State *L);
 /* self of a queue method: the wq.Queue at index 1 (raises a named error otherwise). */
 lqueue *lqueue_check(lua_State *L, const char *fn);
+/* The same for a method doing operation op, which the queue's backend may refuse (raises). */
+lqueue *lqueue_check_op(lua_State *L, const char *fn, const char *op);
 /* Cancels a task's wait in get (its wait data is the queue). */
 void lqueue_get_cancel(wq_task *t);
 /* Wall-clock Unix time the pending item of record id was first added. */

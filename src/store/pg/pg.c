@@ -1188,8 +1188,8 @@ static const char *pg_refuse(wq_backend *base, const char *option)
     (void)base;
     static char msg[200];
     static const char *const unsupported[] = {
-        "keep_done", "group_limit", "group_of", "rate", "group",      "schedule",   "pause",
-        "remove",    "cancel",      "items",    "dead", "retry_dead", "purge_dead", NULL};
+        "keep_done", "group_limit", "group_of", "rate", "cancel_after", "schedule",   "pause",
+        "remove",    "cancel",      "items",    "dead", "retry_dead",   "purge_dead", NULL};
     for (int i = 0; unsupported[i]; i++)
         if (strcmp(option, unsupported[i]) == 0) {
             snprintf(msg, sizeof msg,
