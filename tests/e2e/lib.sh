@@ -275,3 +275,39 @@ pg_psql() {
     [ -x "${WQ_PG_BIN:-}/psql" ] && psql=$WQ_PG_BIN/psql
     "$psql" -X -A -t -v ON_ERROR_STOP=1 "$1" -c "$2"
 }
+
+# ---- PostgreSQL runners (tests/e2e/test_pg_*.sh) -------------------------------------
+
+# pg_bg NAME WQRUN-ARGS...: starts wqrun in the background (stdout in
+# $TMP/NAME.out, stderr in $TMP/NAME.err); its pid in BG_PID (killed at exit).
+pg_bg() {
+    local name=$1
+    shift
+    "$WQRUN" "$@" >"$TMP/$name.out" 2>"$TMP/$name.err" </dev/null &
+    BG_PID=$!
+    PIDS+=("$BG_PID")
+}
+
+# pg_wait URL SQL WANT TIMEOUT: polls until pg_psql URL SQL prints WANT;
+# returns 1 after TIMEOUT seconds. PG_GOT holds the last answer.
+pg_wait() {
+    local deadline
+    deadline=$(awk -v t="$4" -v n="$(date +%s.%N)" 'BEGIN { printf "%.3f", n + t }')
+    while :; do
+        PG_GOT=$(pg_psql "$1" "$2" 2>&1)
+        [ "$PG_GOT" = "$3" ] && return 0
+        if awk -v d="$deadline" -v n="$(date +%s.%N)" 'BEGIN { exit !(n > d) }'; then
+            return 1
+        fi
+        sleep 0.1
+    done
+}
+
+# pg_need: fails the test at once when no PostgreSQL cluster is exported.
+pg_need() {
+    if [ -z "${WQ_TEST_PG_URL:-}" ] || [ -z "${WQ_PG_DIR:-}" ]; then
+        pg_abort "no PostgreSQL: WQ_TEST_PG_URL and WQ_PG_DIR are not set (run scripts/test.sh, or first: eval \"\$(scripts/pg.sh start)\")"
+    fi
+    command -v "${WQ_PG_BIN:-/usr/lib/postgresql/15/bin}/psql" >/dev/null || command -v psql >/dev/null ||
+        pg_abort "no psql: install postgresql-client (bash scripts/deps.sh)"
+}

@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# PostgreSQL basics (SPEC 8.1, 8.2, 8.4) with one runner on a database of its
+# own: migrate (created, then up to date); `wqrun add` (queued, deduplicated);
+# wqrun.add() inside a rolled back (nothing) and a committed transaction;
+# wqrun.add_many's outcome array; adds from Lua; handler outcomes read back
+# from the tables: success (row gone), errors retried with job.attempt 1,2,3
+# then a dead letter (attempts = max_retries + 1, the error text), wq.fail
+# (dead at once), wq.requeue with a new payload (failure count cleared);
+# priorities; a delay not run early; the follow-up rule from another process;
+# dedup; `wqrun status` and `wqrun runners`. Bad input: an unreachable
+# database (exit 1 in time, host and port named, no password), --virtual-time
+# (exit 2), a bad queue name in SQL, a foreign `wqrun` schema (refused,
+# untouched), a newer schema (refused, version named), --pg-schema other.
+. "$(dirname "$0")/lib.sh"
+pg_need
+
+LUA=$E2E_DIR/lua
+DB=$(pg_fresh_db)
+LOG=$TMP/runs.log
+: >"$LOG"
+q() { pg_psql "$DB" "$1"; }
+
+# ---- migrate, CLI and SQL adds before any runner -----------------------------
+run migrate --db "$DB"
+expect_rc 0 "migrate (first)"
+expect_eq "$OUT" 'schema "wqrun" created (version 1)' "first migrate creates the schema"
+run migrate --db "$DB"
+expect_rc 0 "migrate (second)"
+expect_eq "$OUT" 'schema "wqrun" is up to date (version 1)' "second migrate: up to date"
+expect_eq "$(q "select value from wqrun.meta where key = 'schema_version'")" 1 "meta schema_version"
+
+run add --db "$DB" q k '{"a":1}'
+expect_rc 0 "wqrun add"
+expect_eq "$OUT" queued "wqrun add prints queued"
+run add --db "$DB" q k '{"a":1}'
+expect_rc 0 "wqrun add again"
+expect_eq "$OUT" deduplicated "wqrun add of a queued key prints deduplicated"
+expect_eq "$(q "select count(*), min(payload::text) from wqrun.jobs where queue = 'q' and key = 'k'")" '1|{"a": 1}' \
+    "one row for q/k with the payload"
+
+expect_eq "$(q "begin; select wqrun.add('q', 'k2'); rollback" 2>&1 | grep -c queued)" 1 "add in a transaction says queued"
+expect_eq "$(q "select count(*) from wqrun.jobs where key = 'k2'")" 0 "a rolled back wqrun.add() adds nothing"
+expect_eq "$(q "begin; select wqrun.add('q', 'k2'); commit" 2>&1 | grep -c queued)" 1 "add in a committed transaction"
+expect_eq "$(q "select count(*) from wqrun.jobs where key = 'k2'")" 1 "a committed wqrun.add() adds the row"
+expect_eq "$(q "select wqrun.add_many('[{\"queue\":\"q\",\"key\":\"a\"},{\"queue\":\"q\",\"key\":\"b\",\"after\":3600}]')")" \
+    '["queued", "delayed"]' "add_many returns one outcome per item, in order"
+expect_eq "$(q "select state from wqrun.items where key = 'b'")" waiting "add_many's delayed item is waiting"
+
+# A bad queue name raises and adds nothing.
+OUT=$(q "select wqrun.add('bad name!', 'k')" 2>&1)
+RC=$?
+LAST_CMD="select wqrun.add('bad name!','k')"
+check "wqrun.add with a bad queue name fails (status $RC)" [ "$RC" -ne 0 ]
+expect_in "$OUT" "bad argument 'queue'" "the error names 'queue'"
+expect_eq "$(q "select count(*) from wqrun.jobs where queue <> 'q'")" 0 "nothing added for the bad name"
+
+# Priorities: added before the runner starts, to a one-worker queue.
+for kp in p0a:0 p5:5 p0b:0 p2:2; do
+    run add --db "$DB" prio "${kp%%:*}" --priority "${kp##*:}"
+    expect_eq "$OUT" queued "add prio ${kp%%:*}"
+done
+# Outcomes.
+run add --db "$DB" q e1 '{"mode":"err"}'
+run add --db "$DB" q f1 '{"mode":"fail"}'
+run add --db "$DB" q r1 '{"mode":"requeue"}'
+
+# ---- the runner ---------------------------------------------------------------
+t_start=$(now)
+pg_bg r1 --quiet --serve --runner-name basic1 --db "$DB" "$LUA/pg_basic.lua" "$LOG"
+R1=$BG_PID
+check "the runner drains prio" wait_for "$LOG" "run prio" 4 15
+expect_eq "$(awk '$1 == "run" && $2 == "prio" { printf "%s ", $3 }' "$LOG")" "p5 p2 p0a p0b " \
+    "priorities: higher first, FIFO within a level"
+check "lua1 (added from Lua) ran" wait_for "$LOG" "end q lua1 " 1 10
+expect_eq "$(grep '^run q lua1 ' "$LOG" | awk '{ print $6 }')" '{"from":"lua","mode":"ok"}' "lua1's payload"
+check "k ran" wait_for "$LOG" "end q k " 1 10
+expect_eq "$(grep -c '^run q k ' "$LOG")" 1 "k, added twice while queued, ran once"
+expect_eq "$(grep '^run q k ' "$LOG" | awk '{ print $6 }')" '{"a":"1"}' "k's payload"
+check "k2 ran" wait_for "$LOG" "end q k2 " 1 10
+check "a ran" wait_for "$LOG" "end q a " 1 10
+pg_wait "$DB" "select count(*) from wqrun.dead where key = 'e1'" 1 15
+DEAD_E1=$(q "select attempts || '|' || error from wqrun.dead where key = 'e1'")
+expect_re "$DEAD_E1" '^3\|.*boom e1' "e1's dead letter: attempts = max_retries + 1 = 3, the error text"
+expect_eq "$(awk '$1 == "run" && $3 == "e1" { printf "%s ", $4 }' "$LOG")" "1 2 3 " "e1: job.attempt 1, 2, 3"
+pg_wait "$DB" "select count(*) from wqrun.dead where key = 'f1'" 1 10
+expect_re "$(q "select attempts || '|' || error from wqrun.dead where key = 'f1'")" '^1\|.*permanent f1' \
+    "wq.fail: dead at once with attempts 1 and its message"
+expect_eq "$(grep -c '^run q f1 ' "$LOG")" 1 "wq.fail: no retry"
+check "r1 ran with the new payload" wait_for "$LOG" "end q r1 " 1 10
+expect_eq "$(awk '$1 == "run" && $3 == "r1" { printf "%s:%s ", $4, $6 }' "$LOG")" \
+    '1:{"mode":"requeue"} 2:{"mode":"requeue"} 1:{"mode":"requeue","new":"yes"} ' \
+    "r1: fails once, requeues with a new payload, runs again with it and a cleared failure count"
+
+# The follow-up rule: an add from another process while the key runs.
+run add --db "$DB" q slow '{"mode":"slow","s":1.5}'
+check "slow started" wait_for "$LOG" "run q slow " 1 10
+run add --db "$DB" q slow
+expect_eq "$OUT" follow-up "wqrun add of a running key prints follow-up"
+run add --db "$DB" q slow
+expect_eq "$OUT" deduplicated "a second add while it runs is deduplicated"
+expect_eq "$(q "select state || '|' || dirty from wqrun.items where key = 'slow'")" "processing|true" "items shows it processing and dirty"
+check "slow ran again" wait_for "$LOG" "end q slow " 2 10
+sleep 0.5
+expect_eq "$(grep -c '^run q slow ' "$LOG")" 2 "the follow-up: exactly one more run"
+# KNOWN BUG: the follow-up run's outcome is never written: the row stays
+# 'processing' (dirty false, the second claim's token) until the runner exits.
+check "KNOWN BUG: slow's row is gone after its follow-up run ended" \
+    pg_wait "$DB" "select coalesce(string_agg(state || '|' || dirty || '|' || token, ','), 'gone') from wqrun.items where key = 'slow'" gone 5 ||
+    echo "     slow's row (state|dirty|token): $PG_GOT" >&2
+
+# A delay is not run before its time.
+t_add=$(now)
+run add --db "$DB" q dly --after 2
+expect_eq "$OUT" delayed "wqrun add --after prints delayed"
+check "dly ran" wait_for "$LOG" "end q dly " 1 10
+t_run=$(awk '$1 == "run" && $3 == "dly" { print $5 }' "$LOG")
+expect_between "$(awk -v a="$t_add" -v b="$t_run" 'BEGIN { printf "%.3f", b - a }')" 1.95 3.5 "dly ran 2 s after its add"
+
+# ---- status and runners while it runs ---------------------------------------
+run runners --db "$DB"
+expect_rc 0 "wqrun runners"
+expect_re "$OUT" "^[0-9]+ +basic1 +[^ ]+ +$R1 " "wqrun runners lists basic1 with its pid"
+expect_eq "$(q "select name || '|' || pid from wqrun.runners")" "basic1|$R1" "the runners table"
+# (slow is left out: the KNOWN BUG above)
+pg_wait "$DB" "select count(*) from wqrun.jobs where key <> 'slow'" 1 10
+expect_eq "$(q "select key || '|' || state from wqrun.items where key <> 'slow'")" "b|waiting" "only the hour-delayed b is left"
+expect_eq "$(q "select count(*) from wqrun.failures")" 0 "no failure counts left (r1's was cleared)"
+expect_eq "$(q "select string_agg(key, ',' order by key) from wqrun.dead")" "e1,f1" "the dead letters"
+run status --db "$DB"
+expect_rc 0 "wqrun status"
+# processing 0 or 1: slow's row of the KNOWN BUG above
+expect_re "$OUT" '^q +0 +[01] +1 +0 +2 ' "status: q has 1 waiting and 2 dead"
+expect_in "$OUT" basic1 "status lists the runner"
+# Every run appears once as run (with a matching end for the successful ones).
+expect_eq "$(grep -c '^run q ' "$LOG")" "$(($(grep -c '^end q ' "$LOG") + 3 + 1 + 2))" \
+    "runs = successful ends + e1's 3 + f1's 1 + r1's failure and requeue"
+
+kill -TERM "$R1"
+wait_exit "$R1" 15
+expect_rc 0 "the runner exits 0 on SIGTERM"
+expect_eq "$(q "select count(*) from wqrun.runners")" 0 "it removed its runners row"
+
+# ---- bad input ----------------------------------------------------------------
+t0=$(now)
+run --db "postgresql://nobody:sekret@127.0.0.1:1/x" "$LUA/pg_basic.lua" "$LOG"
+expect_rc 1 "an unreachable database"
+expect_between "$(since "$t0")" 0 15 "it gives up within 15 s"
+expect_in "$ERR" "127.0.0.1" "the message names the host"
+expect_re "$ERR" '(port|:)1([^0-9]|$)' "the message names port 1"
+expect_not_in "$ERR$OUT" sekret "never the password"
+run --virtual-time --db "$DB" "$LUA/pg_basic.lua" "$LOG"
+expect_rc 2 "--virtual-time with PostgreSQL"
+
+# A foreign schema named wqrun: refused, untouched.
+DB2=$(pg_fresh_db)
+pg_psql "$DB2" "create schema wqrun; create table wqrun.t (v text); insert into wqrun.t values ('mine')" >/dev/null
+run migrate --db "$DB2"
+expect_rc 1 "migrate on a foreign wqrun schema"
+expect_in "$ERR" "not a wqrun schema" "migrate says it is not a wqrun schema"
+run --quiet --db "$DB2" "$LUA/pg_basic.lua" "$LOG"
+expect_rc 1 "a runner on a foreign wqrun schema"
+expect_in "$ERR" "not a wqrun schema" "the runner says it is not a wqrun schema"
+expect_eq "$(pg_psql "$DB2" "select string_agg(c.relname, ',' order by c.relname) from pg_class c join pg_namespace n on n.oid = c.relnamespace where n.nspname = 'wqrun'")" \
+    t "the foreign schema still holds only its table"
+expect_eq "$(pg_psql "$DB2" "select string_agg(v, ',') from wqrun.t")" mine "and its row"
+
+# A newer schema: refused, version named.
+pg_psql "$DB" "update wqrun.meta set value = '99' where key = 'schema_version'" >/dev/null
+run migrate --db "$DB"
+expect_rc 1 "migrate on a newer schema"
+expect_in "$ERR" "version 99" "migrate names the version"
+run --quiet --db "$DB" "$LUA/pg_basic.lua" "$LOG"
+expect_rc 1 "a runner on a newer schema"
+expect_in "$ERR" "version 99" "the runner names the version"
+run add --db "$DB" q newer
+expect_rc 1 "wqrun add on a newer schema"
+expect_eq "$(q "select count(*) from wqrun.jobs where key = 'newer'")" 0 "nothing added to the newer schema"
+
+# --pg-schema other
+DB3=$(pg_fresh_db)
+run migrate --db "$DB3" --pg-schema other
+expect_eq "$OUT" 'schema "other" created (version 1)' "migrate --pg-schema other"
+run add --db "$DB3" --pg-schema other q o1
+expect_eq "$OUT" queued "wqrun add --pg-schema other"
+run --quiet --pg-schema other --db "$DB3" "$LUA/pg_basic.lua" "$LOG"
+expect_rc 0 "a runner with --pg-schema other drains and exits"
+expect_eq "$(grep -c '^end q o1 ' "$LOG")" 1 "o1 ran from schema other"
+expect_eq "$(pg_psql "$DB3" "select count(*) from pg_namespace where nspname = 'wqrun'")" 0 "no schema wqrun was made"
+expect_eq "$(pg_psql "$DB3" "select count(*) from other.jobs")|$(pg_psql "$DB3" "select value from other.meta")" "0|1" \
+    "schema other holds the tables"
+
+[ "$FAILED" -gt 0 ] && { echo "--- runs:"; cat "$LOG"; echo "--- runner stderr:"; cat "$TMP/r1.err"; } >&2
+finish
+
