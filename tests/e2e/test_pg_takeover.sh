@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Runners that die or hang (SPEC 8.3), on databases of its own:
+#   - kill -9 of a runner running 20 items: an idle runner starts all 20
+#     within 2 s of the kill (timestamps logged by the handler), job.attempt
+#     unchanged (1), wqrun.counters 'takeovers' >= 20, no failure counted;
+#   - SIGSTOP of a runner (--lease 2) running 5 items that end after 3 s:
+#     after 4 s the other runner has taken them over; SIGCONT: the stopped
+#     runner's late outcomes are discarded (its log says so, and that it was
+#     declared dead), every key ran again elsewhere, no row and no dead
+#     letter is left.
+. "$(dirname "$0")/lib.sh"
+pg_need
+
+LUA=$E2E_DIR/lua/pg_takeover.lua
+LOG=$TMP/runs.log
+: >"$LOG"
+
+# ---- kill -9: takeover within 2 s ----------------------------------------------
+DB=$(pg_fresh_db)
+run migrate --db "$DB"
+expect_rc 0 "migrate"
+pg_bg a --quiet --serve --runner-name A --db "$DB" "$LUA" "$LOG" A 20
+A=$BG_PID
+pg_psql "$DB" "select wqrun.add('t', 'k' || i, '{\"s\": 30}') from generate_series(1, 20) i" >/dev/null
+check "A starts all 20" wait_for "$LOG" "start A " 20 15
+pg_bg b --quiet --serve --runner-name B --db "$DB" "$LUA" "$LOG" B 20
+B=$BG_PID
+check "B is registered" pg_wait "$DB" "select count(*) from wqrun.runners" 2 10
+sleep 0.5
+expect_eq "$(grep -c '^start B ' "$LOG")" 0 "B idles while A runs everything"
+expect_eq "$(pg_psql "$DB" "select count(*) from wqrun.items i join wqrun.runners r on r.id = i.runner where r.name = 'A' and i.state = 'processing'")" 20 \
+    "the database shows A running 20"
+t_kill=$(now)
+kill -9 "$A"
+wait "$A" 2>/dev/null
+check "B starts all 20" wait_for "$LOG" "start B " 20 10
+delay=$(awk -v t="$t_kill" '$1 == "start" && $2 == "B" { d = $5 - t; if (d > m) m = d } END { printf "%.3f", m }' "$LOG")
+expect_between "$delay" 0 1.999 "the last of the 20 started on B within 2 s of the kill"
+expect_eq "$(awk '$1 == "start" && $2 == "B" { print $3 }' "$LOG" | sort -u | wc -l)" 20 "20 different keys on B"
+expect_eq "$(awk '$1 == "start" && $2 == "B" && $4 != 1 { n++ } END { print n + 0 }' "$LOG")" 0 "job.attempt unchanged (1) on B"
+expect_between "$(pg_psql "$DB" "select value from wqrun.counters where name = 'takeovers'")" 20 1000000 "counters: takeovers >= 20"
+expect_eq "$(pg_psql "$DB" "select count(*) || '|' || sum(requeues) from wqrun.items where state = 'processing'")" "20|0" \
+    "20 processing, no failure counted"
+expect_eq "$(pg_psql "$DB" "select string_agg(name, ',') from wqrun.runners")" B "A's runners row is gone"
+echo "takeover after kill -9: all 20 items started on B within ${delay}s"
+kill -9 "$B"
+wait "$B" 2>/dev/null
+
+# ---- SIGSTOP: declared dead after the lease, late outcomes discarded ---------------
+DB=$(pg_fresh_db)
+: >"$LOG"
+pg_bg s --serve --runner-name S --lease 2 --db "$DB" "$LUA" "$LOG" S 5
+S=$BG_PID
+check "S is registered" pg_wait "$DB" "select count(*) from wqrun.runners" 1 10
+pg_psql "$DB" "select wqrun.add('t', 'p' || i, '{\"s\": 3}') from generate_series(1, 5) i" >/dev/null
+check "S starts all 5" wait_for "$LOG" "start S " 5 10
+pg_bg o --quiet --serve --runner-name O --lease 2 --db "$DB" "$LUA" "$LOG" O 5
+O=$BG_PID
+check "O is registered" pg_wait "$DB" "select count(*) from wqrun.runners" 2 10
+kill -STOP "$S"
+t_stop=$(now)
+sleep 4
+check "O took over the 5" wait_for "$LOG" "start O " 5 1
+expect_eq "$(grep -c ' S ' "$LOG" | tr -d ' ')" 5 "S (stopped) logged nothing more"
+t_o=$(awk -v t="$t_stop" '$1 == "start" && $2 == "O" { d = $5 - t; if (d > m) m = d } END { printf "%.3f", m }' "$LOG")
+expect_between "$t_o" 1.5 4 "O started them after S's lease (2 s) ran out"
+kill -CONT "$S"
+check "O finishes the 5" wait_for "$LOG" "end O " 5 10
+check "no row left" pg_wait "$DB" "select count(*) from wqrun.jobs" 0 10
+sleep 1.5
+expect_eq "$(pg_psql "$DB" "select count(*) from wqrun.jobs")|$(pg_psql "$DB" "select count(*) from wqrun.dead")" "0|0" \
+    "every key finished: no row, no dead letter"
+expect_eq "$(awk '$1 == "start" && $2 == "O" { print $3 }' "$LOG" | sort -u | tr '\n' ' ')" "p1 p2 p3 p4 p5 " "each key ran again on O"
+expect_eq "$(grep -c '^start' "$LOG")" 10 "10 starts: 5 on S, 5 on O, none more"
+ERR=$(cat "$TMP/s.err")
+LAST_CMD="runner S (stopped, then continued)"
+expect_re "$ERR" "outcome\(s\) discarded|discarded" "S says its late outcomes were discarded"
+expect_re "$ERR" "declared dead|lease lost" "S says it was declared dead / lost its lease"
+echo "SIGSTOP: O started the items $t_o s after the stop"
+echo "--- S's log:"
+cat "$TMP/s.err"
+kill -TERM "$S" "$O"
+wait_exit "$S" 10
+wait_exit "$O" 10
+finish
