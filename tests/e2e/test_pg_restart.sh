@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# A PostgreSQL restart under load (SPEC 8.3, 7.6), on a private cluster (the
+# shared one is never restarted): a runner takes HTTP adds (POST
+# /queues/q/items) while `scripts/pg.sh restart` crashes and recovers the
+# server in the middle. The runner logs the lost connection and reconnects;
+# every add answered 202 runs (counted from the handler's log); adds during
+# the outage answer 503, never 202-then-lost; no answer is anything else;
+# the restart (shorter than the lease) causes no takeover.
+. "$(dirname "$0")/lib.sh"
+pg_need
+
+PG=$WQ_SOURCE_DIR/scripts/pg.sh
+PD=$(mktemp -d /tmp/wqrun-pgr.XXXXXX)
+chmod 755 "$PD"
+lib_exit=$(eval "set -- $(trap -p EXIT)" && printf '%s' "${3:-}")
+trap 'bash "$PG" stop "$PD" >/dev/null 2>&1; rm -rf "$PD"; eval "$lib_exit"' EXIT
+if ! bash "$PG" start "$PD" >"$TMP/pg.env" 2>"$TMP/pg.err"; then
+    pg_abort "could not start a private cluster in $PD: $(cat "$TMP/pg.err")"
+fi
+DB=$(bash "$PG" createdb t_restart "$PD") || pg_abort "createdb in the private cluster failed"
+
+LOG=$TMP/runs.log
+ACKS=$TMP/acks
+: >"$LOG"
+: >"$ACKS"
+listen_start -- --serve --runner-name R --db "$DB" "$E2E_DIR/lua/pg_http.lua" "$LOG" || finish
+
+# producer N: posts keys k1..kN, one every 20 ms, each in a curl of its own
+# (a request held by the runner does not hold up the others); "KEY STATUS
+# SENT ANSWERED" per line in $ACKS (Unix times)
+producer() {
+    local i
+    for ((i = 1; i <= $1; i++)); do
+        (
+            t0=$(date +%s.%N)
+            code=$(curl -s -o /dev/null -w '%{http_code}' -m 20 -X POST -H 'Content-Type: application/json' \
+                --data "{\"key\":\"k$i\"}" "$BASE/queues/q/items")
+            echo "k$i $code $t0 $(date +%s.%N)" >>"$ACKS"
+        ) &
+        sleep 0.02
+    done
+    wait
+}
+producer 400 &
+prod=$!
+PIDS+=("$prod")
+wait_for "$ACKS" " 202 " 60 20
+# The outage: the database refuses new connections (the runner's own one
+# survives that), then the restart drops it; 3 s later connections are
+# allowed again.
+bash "$PG" psql "$PD" -- -q -v ON_ERROR_STOP=1 -c "alter database t_restart allow_connections false" || pg_abort "could not disallow connections"
+t_restart=$(now)
+bash "$PG" restart "$PD" >"$TMP/restart.out" 2>&1
+RC=$?
+t_up=$(since "$t_restart")
+LAST_CMD="pg.sh restart" OUT=$(cat "$TMP/restart.out") ERR=""
+expect_rc 0 "pg.sh restart"
+sleep 3
+t_allow=$(now)
+bash "$PG" psql "$PD" -- -q -c "alter database t_restart allow_connections true" >/dev/null
+t_back=$(since "$t_restart")
+wait "$prod"
+
+total=$(wc -l <"$ACKS")
+acked=$(awk '$2 == 202' "$ACKS" | wc -l)
+n503=$(awk '$2 == 503' "$ACKS" | wc -l)
+expect_eq "$total" 400 "the producer made 400 requests"
+expect_eq "$(awk '$2 != 202 && $2 != 503 { print $1 ":" $2 }' "$ACKS" | head -5)" "" "every answer is 202 or 503"
+awk '$2 == 202 { print $1 }' "$ACKS" | sort >"$TMP/acked"
+deadline=$(($(date +%s) + 20))
+while :; do
+    awk '{ print $2 }' "$LOG" | sort -u >"$TMP/ran"
+    missing=$(comm -23 "$TMP/acked" "$TMP/ran" | wc -l)
+    [ "$missing" = 0 ] || [ "$(date +%s)" -gt "$deadline" ] && break
+    sleep 0.2
+done
+expect_eq "$missing" 0 "every key answered 202 ran ($acked acknowledged; missing: $(comm -23 "$TMP/acked" "$TMP/ran" | head -5 | tr '\n' ' '))"
+check "the database drains" pg_wait "$DB" "select count(*) from wqrun.jobs" 0 20
+ERR=$(cat "$ERRF")
+LAST_CMD="the runner (its stderr)"
+expect_in "$ERR" "lost the connection to PostgreSQL" "the runner logs the lost connection"
+expect_in "$ERR" "reconnected to PostgreSQL" "and that it reconnected"
+expect_eq "$(pg_psql "$DB" "select value from wqrun.counters where name = 'takeovers'")" 0 "a restart shorter than the lease causes no takeover"
+check "the runner still runs" kill -0 "$PID"
+# Requests sent while the database was unreachable (from the restart + 0.5 s
+# to 0.2 s before connections were allowed again).
+during=$(awk -v a="$t_restart" -v b="$t_allow" '$3 > a + 0.5 && $3 < b - 0.2' "$ACKS")
+n_during=$(printf '%s' "$during" | grep -c .)
+held=$(printf '%s\n' "$during" | awk '$2 == 202' | grep -c .)
+check "requests were sent during the outage ($n_during)" [ "$n_during" -ge 10 ]
+# KNOWN BUG: HTTP adds sent while the database is unreachable are held and
+# answered 202 after the reconnect, instead of 503 (SPEC 8.3).
+expect_eq "$held" 0 "KNOWN BUG: adds sent during the outage answer 503 (got $held of $n_during answered 202 later, e.g. $(printf '%s\n' "$during" | awk '$2 == 202 { printf "%s after %.1fs", $1, $4 - $3; exit }'))"
+dups=$(awk '{ print $2 }' "$LOG" | sort | uniq -d | wc -l)
+echo "restart: server up after ${t_up}s, connections allowed after ${t_back}s; 400 adds: $acked answered 202 (all ran), $n503 answered 503, $n_during sent during the outage ($held of them 202); $dups keys ran twice"
+echo "--- runner log:"
+grep -v '^$' "$ERRF" | head -20
+kill -TERM "$PID"
+wait_exit "$PID" 15
+expect_rc 0 "the runner exits 0 on SIGTERM"
+finish
