@@ -71,6 +71,28 @@ static void sb_str(sbuf *b, const char *s)
     sb_put(b, s, strlen(s));
 }
 
+/* A JSON string (s is valid UTF-8 without NUL: checked when the add came in). */
+static void sb_json_str(sbuf *b, const char *s)
+{
+    sb_put(b, "\"", 1);
+    const char *from = s;
+    for (const char *p = s; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        sb_put(b, from, (size_t)(p - from));
+        char esc[8];
+        if (c == '"' || c == '\\')
+            snprintf(esc, sizeof esc, "\\%c", c);
+        else
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+        sb_str(b, esc);
+        from = p + 1;
+    }
+    sb_str(b, from);
+    sb_put(b, "\"", 1);
+}
+
 /* An element of a PostgreSQL array literal: quoted, " and \ escaped; s NULL: NULL. */
 static void sb_elem(sbuf *b, const char *s, size_t n)
 {
@@ -155,6 +177,7 @@ typedef struct pgq {
 typedef struct padd {
     pgq *q;
     int answered; /* 1: params[0] holds the outcome; -1: it holds the error */
+    int single;   /* sent alone (wq_add), not in the batch */
     char *params[6];
     wq_badd_fn fn;
     void *ud;
@@ -335,7 +358,9 @@ static void lose_claims(pgq *q, const char *why)
 /* ---- the cycle: adds, then outcomes and claims, one round trip ---- */
 
 static void add_result(void *ud, PGresult *res);
+static void add_many_result(void *ud, PGresult *res);
 static void adds_synced(void *ud, int ok);
+static char *dupn(const char *s, size_t n);
 static void finish_result(void *ud, PGresult *res);
 static void claim_result(void *ud, PGresult *res);
 static void cycle_synced(void *ud, int ok);
@@ -513,12 +538,54 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
     /* The adds: one transaction of their own, so that an outcome never waits on them. */
     if (b->nadds) {
         size_t n = b->nadds;
+        /* All in one wqrun.add_many(); an add that made a batch fail goes alone next time. */
+        sbuf js = {0};
+        size_t nbatch = 0;
+        sb_str(&js, "[");
         for (size_t i = 0; i < n; i++) {
             padd *a = &b->adds[i];
-            if (wq_pgconn_send(b->c, "wq_add", NULL, 6, (const char *const *)a->params, add_result,
-                               a) < 0)
-                return; /* down: the loss handler keeps them */
+            if (a->single)
+                continue;
+            if (nbatch++)
+                sb_str(&js, ",");
+            sb_str(&js, "{\"queue\":");
+            sb_json_str(&js, a->params[0]);
+            sb_str(&js, ",\"key\":");
+            sb_json_str(&js, a->params[1]);
+            if (a->params[2]) {
+                sb_str(&js, ",\"payload\":");
+                sb_str(&js, a->params[2]);
+            }
+            if (a->params[3]) {
+                sb_str(&js, ",\"after\":");
+                sb_str(&js, a->params[3]);
+            }
+            if (a->params[4]) {
+                sb_str(&js, ",\"priority\":");
+                sb_str(&js, a->params[4]);
+            }
+            if (a->params[5]) {
+                sb_str(&js, ",\"group\":");
+                sb_json_str(&js, a->params[5]);
+            }
+            sb_str(&js, "}");
         }
+        sb_str(&js, "]");
+        int down = js.oom;
+        if (nbatch && !down) {
+            const char *v[1] = {js.p};
+            down = wq_pgconn_send(b->c, wq_pg_stmts[PGS_ADD_MANY].name, NULL, 1, v, add_many_result,
+                                  b) < 0;
+        }
+        free(js.p);
+        for (size_t i = 0; i < n && !down; i++) {
+            padd *a = &b->adds[i];
+            if (a->single && wq_pgconn_send(b->c, "wq_add", NULL, 6, (const char *const *)a->params,
+                                            add_result, a) < 0)
+                down = 1;
+        }
+        if (down)
+            return; /* the loss handler keeps them (or the next cycle tries again) */
         b->adds_sent = b->adds;
         b->nadds_sent = n;
         b->adds = NULL;
@@ -579,6 +646,36 @@ static void add_result(void *ud, PGresult *res)
         a->params[0] = strdup(msg);
         a->answered = -1;
     }
+}
+
+/* The answer of a batch: a JSON array of outcome words, one per batched add, in order. */
+static void add_many_result(void *ud, PGresult *res)
+{
+    pgb *b = ud;
+    size_t n = b->nadds_sent, i = 0;
+    padd *sent = b->adds_sent ? b->adds_sent : b->adds; /* adds_sent is set after the send */
+    if (res && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+        const char *p = PQgetvalue(res, 0, 0);
+        for (size_t k = 0; k < n; k++) {
+            if (sent[k].single)
+                continue;
+            const char *q = p ? strchr(p, '"') : NULL;
+            const char *e = q ? strchr(q + 1, '"') : NULL;
+            if (!e)
+                break;
+            free(sent[k].params[0]);
+            sent[k].params[0] = dupn(q + 1, (size_t)(e - q - 1));
+            sent[k].answered = 1;
+            p = e + 1;
+            i++;
+        }
+        return;
+    }
+    /* The batch failed (a row PostgreSQL refused): each goes alone, and only that one fails. */
+    for (size_t k = 0; k < n; k++)
+        if (!sent[k].single)
+            sent[k].single = 1;
+    (void)i;
 }
 
 static int outcome_code(const char *what)
