@@ -1,3 +1,4 @@
+-- backends: all
 -- The runtime: spawn, sleep, now, time, after/every with cancel, log,
 -- plain coroutine.yield inside tasks, user coroutines. (Exit codes, errors
 -- in tasks and timer callbacks are checked end to end in tests/e2e.)
