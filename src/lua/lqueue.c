@@ -904,7 +904,7 @@ enum { ADD_NOW, ADD_AFTER, ADD_LIMITED };
  * then the engine's add (after: add_after by delay ns), as before.
  */
 static int put(lqueue *lq, const char *key, size_t len, const wq_add_opts *o, int after,
-               int64_t delay, int force, wq_badd_fn fn, void *ud)
+               int64_t delay, int force, wq_badd_fn fn, void *ud, int no_wait)
 {
     if (lq->bq) {
         wq_badd a = {.key = key,
@@ -916,7 +916,8 @@ static int put(lqueue *lq, const char *key, size_t len, const wq_add_opts *o, in
                      .priority = o->priority,
                      .grp = o->group,
                      .grplen = o->grouplen,
-                     .force = force};
+                     .force = force,
+                     .no_wait = no_wait};
         int r = wq_bq_add(lq->bq, &a, fn, ud);
         if (r != WQ_BACKEND_LOCAL)
             return r < 0 ? r : ADD_NOT_LOCAL; /* the backend answers through fn */
@@ -964,7 +965,7 @@ static int add_common(lua_State *L, int how, const char *fn)
         if (!w)
             return luaL_error(L, "%s: out of memory", fn);
     }
-    int r = put(lq, key, len, &o, how != ADD_NOW, delay, force, w ? add_answered : NULL, w);
+    int r = put(lq, key, len, &o, how != ADD_NOW, delay, force, w ? add_answered : NULL, w, 0);
     if (r == ADD_NOT_LOCAL) {
         if (!w) {
             lua_pushboolean(L, 1);
@@ -1369,8 +1370,9 @@ static int op_add(void *q, const wq_ext_item *it)
     }
     if (lq->bq && wq_queue_shutting_down(lq->q))
         return WQ_ESHUTDOWN;
-    int r = put(lq, it->key, it->keylen, &o, it->after > 0,
-                it->after > 0 ? wq_seconds_to_ns(it->after) : 0, it->force, it->done, it->done_ud);
+    int r =
+        put(lq, it->key, it->keylen, &o, it->after > 0,
+            it->after > 0 ? wq_seconds_to_ns(it->after) : 0, it->force, it->done, it->done_ud, 1);
     if (r == ADD_NOT_LOCAL)
         return WQ_EAGAIN; /* it->done tells the outcome once committed */
     if (r == WQ_EINVAL && lq->bq && it->why)

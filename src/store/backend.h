@@ -130,6 +130,9 @@ typedef struct wq_badd {
     const char *grp; /* NULL: none */
     size_t grplen;
     int force; /* add even if the key finished within keep_done */
+    /* Refuse (WQ_EIO) rather than hold it while the database is unreachable: a caller that
+     * can answer "try again" (HTTP 503). Otherwise the backend buffers it (bounded). */
+    int no_wait;
 } wq_badd;
 
 /* Add outcomes (besides WQ_E* codes). */

@@ -1398,7 +1398,7 @@ static int pg_add(wq_bqueue *bq, const wq_badd *a, wq_badd_fn fn, void *ud)
         return WQ_EINVAL;
     if (a->keylen > 65536)
         return WQ_E2BIG;
-    if (!wq_pgconn_up(b->c) && b->nadds >= ADD_BUFFER_MAX) {
+    if (!wq_pgconn_up(b->c) && (a->no_wait || b->nadds >= ADD_BUFFER_MAX)) {
         set_err(b, "database unavailable");
         return WQ_EIO;
     }
