@@ -10,7 +10,8 @@
 # dedup; `wqrun status` and `wqrun runners`. Bad input: an unreachable
 # database (exit 1 in time, host and port named, no password), --virtual-time
 # (exit 2), a bad queue name in SQL, a foreign `wqrun` schema (refused,
-# untouched), a newer schema (refused, version named), --pg-schema other.
+# untouched), a newer schema (refused, version named), --pg-schema other;
+# concurrent migrates and adds on a database without the schema.
 . "$(dirname "$0")/lib.sh"
 pg_need
 
@@ -188,6 +189,23 @@ expect_eq "$(grep -c '^end q o1 ' "$LOG")" 1 "o1 ran from schema other"
 expect_eq "$(pg_psql "$DB3" "select count(*) from pg_namespace where nspname = 'wqrun'")" 0 "no schema wqrun was made"
 expect_eq "$(pg_psql "$DB3" "select count(*) from other.jobs")|$(pg_psql "$DB3" "select value from other.meta")" "0|1" \
     "schema other holds the tables"
+
+# Concurrent starts on a database without the schema: migrate three times
+# at once (one creates it), and `wqrun add` four times at once (each makes
+# sure of the schema first).
+DB4=$(pg_fresh_db)
+for i in 1 2 3; do "$WQRUN" migrate --db "$DB4" >"$TMP/mig.$i" 2>&1 & done
+wait
+LAST_CMD="3 x wqrun migrate at once" OUT=$(cat "$TMP"/mig.*) ERR=""
+expect_eq "$(grep -c 'created (version 1)' "$TMP"/mig.* | awk -F: '{ n += $2 } END { print n }')|$(grep -c 'is up to date (version 1)' "$TMP"/mig.* | awk -F: '{ n += $2 } END { print n }')" \
+    "1|2" "three migrates at once: one created, two up to date"
+DB5=$(pg_fresh_db)
+for i in 1 2 3 4; do ("$WQRUN" add --db "$DB5" q "c$i" >"$TMP/cadd.$i" 2>&1; echo "rc=$?" >>"$TMP/cadd.$i") & done
+wait
+LAST_CMD="4 x wqrun add at once on a database without the schema" OUT=$(cat "$TMP"/cadd.*) ERR=""
+expect_eq "$(cat "$TMP"/cadd.* | sort | uniq -c | awk '{ printf "%s %s,", $1, $2 }')" "4 queued,4 rc=0," "four adds at once: all queued, exit 0"
+expect_eq "$(pg_psql "$DB5" "select string_agg(key, ',' order by key) from wqrun.jobs")|$(pg_psql "$DB5" "select value from wqrun.meta")" \
+    "c1,c2,c3,c4|1" "one schema, four rows"
 
 [ "$FAILED" -gt 0 ] && { echo "--- runs:"; cat "$LOG"; echo "--- runner stderr:"; cat "$TMP/r1.err"; } >&2
 finish
