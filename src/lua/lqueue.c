@@ -1316,6 +1316,8 @@ static int op_busy(void *q)
 {
     const lqueue *lq = q;
     /* A paused queue's items wait for a resume: they keep nothing alive. */
+    if (lq->add_waits) /* a task waits for a backend to answer its add */
+        return 1;
     if (lq->stopping)
         return 0;
     /* Items a backend holds (PostgreSQL rows) keep a runner that has a handler or a waiting get. */

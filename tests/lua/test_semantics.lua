@@ -14,13 +14,6 @@ local pg = os.getenv("WQ_BACKEND") == "pg"
 -- A delayed run (add_after, a retry, a requeue) at its time: never early, and
 -- on time within t.at's slack.
 local function at_delay(actual, expected, msg)
-    if pg then
-        -- KNOWN BUG (pg): an item that becomes due is claimed at the next
-        -- 250 ms poll, not at its time (add_after 0.1 s on an idle runner runs
-        -- 0.16-0.2 s after the call; a 1 ms retry ~0.29 s after the failure).
-        -- Only "never early" is checked here until that is fixed.
-        return t.ok(actual >= expected - 0.001, string.format("%s: %.3f >= %.3f", msg, actual, expected))
-    end
     return t.at(actual, expected, msg)
 end
 
@@ -99,10 +92,7 @@ do -- the follow-up rule: adds while it runs -> exactly one more run, after, wit
     t.eq(overlap, false, "never two runs of f at once")
 
     -- an add from inside its own handler is a follow-up too
-    -- KNOWN BUG (pg): the two runs happen, but the database keeps the row
-    -- ('queued' or 'processing', never handed out or finished again), so the
-    -- process never exits (and another runner would run it a third time).
-    if not pg then
+    do
         local n = 0
         local q2
         q2 = wq.queue("follow-self", {handler = function(key, payload)

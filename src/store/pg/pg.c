@@ -165,6 +165,7 @@ typedef struct pgq {
     int waiting_db; /* the waiting row says we want work: 1, 0, -1 unknown */
     int want_waiting;
     int64_t last_poll; /* real ns of the last claim */
+    int64_t due_at;    /* real ns an item of it is due in the database (a delay), 0: none known */
     int stopped;
     int db_rows;     /* the database may hold rows of the queue */
     size_t adds_out; /* adds to it not yet committed */
@@ -207,7 +208,8 @@ struct pgb {
     int stopping;
     int lost_claims;    /* told the runtime its claims are gone (lease lost) */
     int64_t down_since; /* real ns the connection was lost, 0 while up */
-    struct event *cycle_ev, *tick_ev;
+    struct event *cycle_ev, *tick_ev, *due_ev;
+    int64_t due_armed; /* real ns due_ev fires, 0 when not armed */
     int64_t last_reap, last_heartbeat;
     wq_backend_stats st;
     double cycle_started;
@@ -271,6 +273,39 @@ static void kick(pgb *b)
         event_active(b->cycle_ev, EV_TIMEOUT, 0);
 }
 
+/* A delayed item of q is due at real ns when: claim then (not at the next poll). */
+static void due(pgq *q, int64_t when)
+{
+    pgb *b = q->b;
+    if (!q->due_at || when < q->due_at)
+        q->due_at = when;
+    if (!b->due_ev || (b->due_armed && b->due_armed <= when))
+        return;
+    int64_t d = when - real_ns();
+    if (d < 0)
+        d = 0;
+    struct timeval tv = {(time_t)(d / WQ_NS_PER_S), (suseconds_t)(d % WQ_NS_PER_S / 1000)};
+    evtimer_add(b->due_ev, &tv);
+    b->due_armed = when;
+}
+
+static void on_due(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    pgb *b = arg;
+    b->due_armed = 0;
+    int64_t now = real_ns(), next = 0;
+    for (pgq *q = b->queues; q; q = q->next)
+        if (q->due_at && q->due_at > now && (!next || q->due_at < next))
+            next = q->due_at;
+    kick(b);
+    if (next) /* another queue's item comes later */
+        for (pgq *q = b->queues; q; q = q->next)
+            if (q->due_at == next)
+                due(q, next);
+}
+
 /* ---- claims of one queue ---- */
 
 static claim *slot_of(pgq *q, const char *key, size_t len, uint32_t *slot)
@@ -309,9 +344,15 @@ static void drop_claim(pgq *q, uint32_t slot, int tell)
     claim *c = &q->claims[slot];
     if (!c->used)
         return;
-    wq_keymap_del(q->keys, c->key, c->keylen);
-    if (tell && q->hooks.released)
-        q->hooks.released(q->hooks.ud, c->key, c->keylen);
+    /* The key may have been claimed again already (the same transaction that wrote this
+     * outcome made it pending again): then the map and the runtime's state are the new
+     * claim's. */
+    uint64_t *v = wq_keymap_get(q->keys, c->key, c->keylen);
+    if (v && *v == slot) {
+        wq_keymap_del(q->keys, c->key, c->keylen);
+        if (tell && q->hooks.released)
+            q->hooks.released(q->hooks.ud, c->key, c->keylen);
+    }
     free(c->key);
     free(c->err);
     memset(c, 0, sizeof *c);
@@ -338,6 +379,8 @@ static void touch_slot(pgq *q, uint32_t slot)
 /* Forgets every claim of q (lease lost: they run elsewhere now), telling the runtime. */
 static void lose_claims(pgq *q, const char *why)
 {
+    if (!q->q)
+        return;
     if (q->hooks.lost)
         q->hooks.lost(q->hooks.ud, why);
     for (uint32_t i = 0; i < q->nclaims; i++) {
@@ -597,9 +640,9 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
     /* Outcomes and claims: one more transaction. */
     int any = 0;
     for (pgq *q = b->queues; q; q = q->next) {
-        if (q->ntouched)
+        if (q->ntouched && q->q)
             build_outcomes(q);
-        if (b->stopping)
+        if (b->stopping && q->q)
             release_unstarted(q);
         if (q->nsent) {
             if (send_finish(b, q) < 0)
@@ -610,7 +653,11 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
             continue;
         size_t want = q->hooks.demand(q->hooks.ud);
         q->want_waiting = want > 0;
-        if (want > 0 && (q->more || now_real - q->last_poll >= (int64_t)POLL_MS * 1000000)) {
+        int is_due = q->due_at && now_real >= q->due_at;
+        if (want > 0 &&
+            (q->more || is_due || now_real - q->last_poll >= (int64_t)POLL_MS * 1000000)) {
+            if (is_due)
+                q->due_at = 0;
             send_claim(b, q, want);
             any = 1;
         }
@@ -739,6 +786,8 @@ static void adds_synced(void *ud, int ok)
         if (ok) {
             q->db_rows = 1;
             q->more = 1;
+            if (sent[i].params[3] && what && strcmp(what, "delayed") == 0)
+                due(q, real_ns() + (int64_t)(atof(sent[i].params[3]) * 1e9));
         }
         if (sent[i].fn)
             sent[i].fn(sent[i].ud, ok ? outcome_code(what) : WQ_EIO,
@@ -872,9 +921,9 @@ static void next_at_result(void *ud, PGresult *res)
     if (PQgetisnull(res, 0, 1))
         return;
     double s = atof(PQgetvalue(res, 0, 1));
-    /* Poll again when the next delayed item is due (the poll covers the rest). */
-    if (s < (double)POLL_MS / 1000)
-        q->last_poll = real_ns() - (int64_t)POLL_MS * 1000000 + (int64_t)(s * 1e9);
+    /* Claim again when the next delayed item is due; one another runner adds meanwhile
+     * is found by the poll. */
+    due(q, real_ns() + (int64_t)(s * 1e9));
 }
 
 static void cycle_synced(void *ud, int ok)
@@ -890,6 +939,8 @@ static void cycle_synced(void *ud, int ok)
         if (ok) {
             for (size_t i = 0; i < q->nsent; i++) {
                 outcome *o = &q->sent[i];
+                if (o->kind == WQ_PGF_RETRY)
+                    due(q, real_ns() + (int64_t)(o->delay * 1e9));
                 free(o->err);
                 free(o->payload);
                 drop_claim(q, o->slot, 1);
@@ -1165,6 +1216,8 @@ static void pg_close(wq_backend *base)
         event_free(b->cycle_ev);
     if (b->tick_ev)
         event_free(b->tick_ev);
+    if (b->due_ev)
+        event_free(b->due_ev);
     pgq *q = b->queues;
     while (q) {
         pgq *next = q->next;
@@ -1334,6 +1387,8 @@ static void pg_detach(wq_bqueue *bq)
 {
     pgq *q = (pgq *)bq;
     q->stopped = 1;
+    q->q = NULL; /* being freed: outcomes not built by now are left to the release at close */
+    q->ntouched = 0;
     memset(&q->hooks, 0, sizeof q->hooks);
 }
 
@@ -1690,7 +1745,8 @@ int wq_pg_open(wq_backend **out, const wq_backend_opts *opts, char *err, size_t 
     }
     b->cycle_ev = event_new(b->evb, -1, 0, on_cycle, b);
     b->tick_ev = event_new(b->evb, -1, EV_PERSIST, on_tick, b);
-    if (!b->cycle_ev || !b->tick_ev) {
+    b->due_ev = evtimer_new(b->evb, on_due, b);
+    if (!b->cycle_ev || !b->tick_ev || !b->due_ev) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
@@ -1707,6 +1763,8 @@ fail:
         event_free(b->cycle_ev);
     if (b->tick_ev)
         event_free(b->tick_ev);
+    if (b->due_ev)
+        event_free(b->due_ev);
     free(b->url);
     free(b);
     return rc;
