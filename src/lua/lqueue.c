@@ -983,8 +983,8 @@ static int add_common(lua_State *L, int how, const char *fn)
     free(w);
     if (r == WQ_EIO)
         return luaL_error(L, "%s: database unavailable", fn);
-    if (r == WQ_EINVAL && lq->bq)
-        return wq_argerror(L, fn, "key", "not valid UTF-8 text, or holds a NUL byte");
+    if (r == WQ_EINVAL && lq->bq) /* what the backend cannot store, naming the argument */
+        return luaL_error(L, "%s: %s", fn, wq_backend_errmsg(lq->host->backend));
     if (r < 0 && r != WQ_ESHUTDOWN)
         return lqueue_raise(L, fn, r);
     if (r >= 0)
@@ -1378,7 +1378,7 @@ static int op_add(void *q, const wq_ext_item *it)
     if (r == ADD_NOT_LOCAL)
         return WQ_EAGAIN; /* it->done tells the outcome once committed */
     if (r == WQ_EINVAL && lq->bq && it->why)
-        snprintf(it->why, it->whysize, "key or group is not valid UTF-8 text, or holds a NUL byte");
+        snprintf(it->why, it->whysize, "%s", wq_backend_errmsg(lq->host->backend));
     if (r == WQ_EIO && it->why)
         snprintf(it->why, it->whysize, "not stored: database unavailable");
     if (r >= 0)

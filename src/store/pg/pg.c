@@ -1433,6 +1433,19 @@ static int pg_text_ok(const char *s, size_t n)
     return 1;
 }
 
+/* Whether JSON text holds the escape \u0000 (jsonb refuses it). */
+static int json_nul(const char *s, size_t n)
+{
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (s[i] != '\\')
+            continue;
+        if (s[i + 1] == 'u' && i + 5 < n && memcmp(s + i + 2, "0000", 4) == 0)
+            return 1;
+        i++; /* the escaped character */
+    }
+    return 0;
+}
+
 static char *dupn(const char *s, size_t n)
 {
     char *p = malloc(n + 1);
@@ -1447,10 +1460,19 @@ static int pg_add(wq_bqueue *bq, const wq_badd *a, wq_badd_fn fn, void *ud)
 {
     pgq *q = (pgq *)bq;
     pgb *b = q->b;
-    if (!pg_text_ok(a->key, a->keylen))
+    if (!pg_text_ok(a->key, a->keylen)) {
+        set_err(b, "bad argument 'key' (PostgreSQL text holds UTF-8 without NUL bytes)");
         return WQ_EINVAL;
-    if (a->grp && !pg_text_ok(a->grp, a->grplen))
+    }
+    if (a->grp && !pg_text_ok(a->grp, a->grplen)) {
+        set_err(b, "bad argument 'group' (PostgreSQL text holds UTF-8 without NUL bytes)");
         return WQ_EINVAL;
+    }
+    if (a->payload && (!pg_text_ok(a->payload, a->paylen) || json_nul(a->payload, a->paylen))) {
+        set_err(b, "bad argument 'payload' (PostgreSQL's jsonb holds UTF-8 text without NUL "
+                   "characters, \\u0000)");
+        return WQ_EINVAL;
+    }
     if (a->keylen > 65536)
         return WQ_E2BIG;
     if (!wq_pgconn_up(b->c) && (a->no_wait || b->nadds >= ADD_BUFFER_MAX)) {
