@@ -7,7 +7,9 @@
 # the outage (lengthened to ~3.5 s: the database refuses connections for 3 s
 # after the restart) answer 503, never 202-then-lost; no answer is anything
 # else;
-# the restart (shorter than the lease) causes no takeover.
+# the restart (shorter than the lease) causes no takeover. Then an outage
+# longer than a runner's --lease 2: it cancels its running handlers ("lease
+# lost") and, once back, runs those items again.
 . "$(dirname "$0")/lib.sh"
 pg_need
 
@@ -101,4 +103,38 @@ grep -v '^$' "$ERRF" | head -20
 kill -TERM "$PID"
 wait_exit "$PID" 15
 expect_rc 0 "the runner exits 0 on SIGTERM"
+
+# ---- an outage longer than the lease: handlers cancelled, items run again --------
+DB2=$(bash "$PG" createdb t_lease "$PD") || pg_abort "createdb in the private cluster failed"
+LOG2=$TMP/lease.log
+: >"$LOG2"
+run migrate --db "$DB2"
+expect_rc 0 "migrate t_lease"
+pg_bg lease --serve --runner-name L --lease 2 --db "$DB2" "$E2E_DIR/lua/pg_takeover.lua" "$LOG2" L 5
+L=$BG_PID
+check "L is registered" pg_wait "$DB2" "select count(*) from wqrun.runners" 1 10
+pg_psql "$DB2" "select wqrun.add('t', 'L' || i, '{\"s\": 6}') from generate_series(1, 3) i" >/dev/null
+check "L starts the 3" wait_for "$LOG2" "start L " 3 10
+bash "$PG" psql "$PD" -- -q -v ON_ERROR_STOP=1 -c "alter database t_lease allow_connections false" || pg_abort "could not disallow connections"
+bash "$PG" restart "$PD" >"$TMP/restart2.out" 2>&1 || pg_abort "pg.sh restart failed: $(cat "$TMP/restart2.out")"
+sleep 4
+bash "$PG" psql "$PD" -- -q -c "alter database t_lease allow_connections true" >/dev/null
+t_allow=$(now)
+check "L reconnects" wait_for "$TMP/lease.err" "reconnected to PostgreSQL" 1 15
+ERR=$(cat "$TMP/lease.err")
+LAST_CMD="runner L (--lease 2) through a 4 s outage"
+expect_in "$ERR" "unreachable for longer than --lease" "L says the database was unreachable for longer than its lease"
+expect_count "$ERR" "cancelled" 4 "L cancels its 3 running handlers (and says so)"
+expect_eq "$(grep -c '^end L ' "$LOG2")" 0 "no handler of L finished"
+# KNOWN BUG: after the reconnect the 3 rows stay 'processing' under L (its
+# heartbeat revives it, nobody reaps it) while no handler runs them: they
+# never run again until L stops.
+wait_for "$LOG2" "start L " 6 5
+st=$?
+rows=$(pg_psql "$DB2" "select string_agg(key || ':' || state || ':' || coalesce(runner::text, '-'), ' ' order by key) from wqrun.items")
+check "KNOWN BUG: the 3 cancelled items start again within 5 s of the reconnect (rows key:state:runner now: $rows)" [ "$st" = 0 ]
+kill -TERM "$L"
+wait_exit "$L" 15
+expect_rc 0 "L exits 0 on SIGTERM"
+expect_eq "$(pg_psql "$DB2" "select count(*) from wqrun.jobs where running")" 0 "nothing is left processing once L stopped"
 finish
