@@ -19,6 +19,8 @@ variant=${1:?usage: ceiling.sh 2commit|1commit|1stmt CLIENTS N}
 clients=${2:?clients}
 n=${3:?rows}
 url=${DATABASE_URL:?DATABASE_URL not set}
+db=${url##*/}
+db=${db%%\?*}
 
 case $variant in
 2commit) script=pgbench_claim.sql extra=0 ;;
@@ -48,20 +50,23 @@ server_cpu() {
     else if ($2 == pm) t += $12 + $13
   } END { printf "%.2f\n", t / hz }'
 }
-# zombie_children POSTMASTER: true while a child of the postmaster is a zombie.
-zombie_children() {
+# exiting POSTMASTER: true while a backend of this database is still there
+# or a child of the postmaster is a zombie. An exited backend's time shows
+# nowhere while it is a zombie (not in its own stat, not yet in the
+# postmaster's cutime), so the time is read only when this is false.
+exiting() {
+  pgrep -P "$1" -f "^postgres: [^ ]+ $db " >/dev/null && return 0
   { cat /proc/[0-9]*/stat 2>/dev/null || true; } |
     awk -v pm="$1" '{ sub(/^.*\) /, "") } $1 == "Z" && $2 == pm { z = 1 } END { exit !z }'
 }
-# settle POSTMASTER: an exited backend's time shows nowhere while it is a
-# zombie (not in its own stat, not yet in the postmaster's cutime): wait until
-# the postmaster has reaped its exited children (2 s at most).
+# settle POSTMASTER: waits until nothing is exiting (10 s at most).
 settle() {
   local i
-  for ((i = 0; i < 100; i++)); do
-    zombie_children "$1" || return 0
+  for ((i = 0; i < 500; i++)); do
+    exiting "$1" || return 0
     sleep 0.02
   done
+  echo "# ceiling.sh: backends still exiting after 10 s: server CPU may be short" >&2
 }
 datadir=$("$bin/psql" -qXAt -c "SHOW data_directory" "$url")
 pm=$(head -n1 "$datadir/postmaster.pid")
