@@ -103,11 +103,11 @@ expect_eq "$(q "select state || '|' || dirty from wqrun.items where key = 'slow'
 check "slow ran again" wait_for "$LOG" "end q slow " 2 10
 sleep 0.5
 expect_eq "$(grep -c '^run q slow ' "$LOG")" 2 "the follow-up: exactly one more run"
-# KNOWN BUG: the follow-up run's outcome is never written: the row stays
-# 'processing' (dirty false, the second claim's token) until the runner exits.
+# (Before bbef053 the follow-up run's outcome was never written: the row
+# stayed 'processing', dirty false, until the runner exited.)
 pg_wait "$DB" "select coalesce(string_agg(state || '|' || dirty || '|' || token, ','), 'gone') from wqrun.items where key = 'slow'" gone 5
 st=$?
-check "KNOWN BUG: slow's row is gone after its follow-up run ended (state|dirty|token: $PG_GOT)" [ "$st" = 0 ]
+check "slow's row is gone after its follow-up run ended (state|dirty|token: $PG_GOT)" [ "$st" = 0 ]
 
 # A delay is not run before its time.
 t_add=$(now)
@@ -122,15 +122,13 @@ run runners --db "$DB"
 expect_rc 0 "wqrun runners"
 expect_re "$OUT" "^[0-9]+ +basic1 +[^ ]+ +$R1 " "wqrun runners lists basic1 with its pid"
 expect_eq "$(q "select name || '|' || pid from wqrun.runners")" "basic1|$R1" "the runners table"
-# (slow is left out: the KNOWN BUG above)
-pg_wait "$DB" "select count(*) from wqrun.jobs where key <> 'slow'" 1 10
-expect_eq "$(q "select key || '|' || state from wqrun.items where key <> 'slow'")" "b|waiting" "only the hour-delayed b is left"
+pg_wait "$DB" "select count(*) from wqrun.jobs" 1 10
+expect_eq "$(q "select key || '|' || state from wqrun.items")" "b|waiting" "only the hour-delayed b is left"
 expect_eq "$(q "select count(*) from wqrun.failures")" 0 "no failure counts left (r1's was cleared)"
 expect_eq "$(q "select string_agg(key, ',' order by key) from wqrun.dead")" "e1,f1" "the dead letters"
 run status --db "$DB"
 expect_rc 0 "wqrun status"
-# processing 0 or 1: slow's row of the KNOWN BUG above
-expect_re "$OUT" '^q +0 +[01] +1 +0 +2 ' "status: q has 1 waiting and 2 dead"
+expect_re "$OUT" '^q +0 +0 +1 +0 +2 ' "status: q has 1 waiting and 2 dead"
 expect_in "$OUT" basic1 "status lists the runner"
 # Every run appears once as run (with a matching end for the successful ones).
 expect_eq "$(grep -c '^run q ' "$LOG")" "$(($(grep -c '^end q ' "$LOG") + 3 + 1 + 2))" \
