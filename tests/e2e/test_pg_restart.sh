@@ -7,7 +7,9 @@
 # the outage (lengthened to ~3.5 s: the database refuses connections for 3 s
 # after the restart) answer 503, never 202-then-lost; no answer is anything
 # else;
-# the restart (shorter than the lease) causes no takeover. Then an outage
+# the restart (shorter than the lease) causes no takeover. Two runners
+# running 3 items each through a restart: nobody is declared dead, nothing
+# runs twice. Then an outage
 # longer than a runner's --lease 2: it cancels its running handlers ("lease
 # lost") and, once back, runs those items again.
 . "$(dirname "$0")/lib.sh"
@@ -103,6 +105,39 @@ grep -v '^$' "$ERRF" | head -20
 kill -TERM "$PID"
 wait_exit "$PID" 15
 expect_rc 0 "the runner exits 0 on SIGTERM"
+
+# ---- two runners through a restart: nobody is declared dead ------------------------
+DB3=$(bash "$PG" createdb t_two "$PD") || pg_abort "createdb in the private cluster failed"
+LOG3=$TMP/two.log
+: >"$LOG3"
+run migrate --db "$DB3"
+expect_rc 0 "migrate t_two"
+pg_bg p1 --serve --runner-name P1 --db "$DB3" "$E2E_DIR/lua/pg_takeover.lua" "$LOG3" P1 3
+P1=$BG_PID
+pg_bg p2 --serve --runner-name P2 --db "$DB3" "$E2E_DIR/lua/pg_takeover.lua" "$LOG3" P2 3
+P2=$BG_PID
+check "P1 and P2 are registered" pg_wait "$DB3" "select count(*) from wqrun.runners" 2 10
+pg_psql "$DB3" "select wqrun.add('t', 'x' || i, '{\"s\": 5}') from generate_series(1, 6) i" >/dev/null
+check "the 6 start" wait_for "$LOG3" "start " 6 10
+expect_eq "$(awk '$1 == "start" { print $2 }' "$LOG3" | sort | uniq -c | awk '{ printf "%s:%s ", $2, $1 }')" "P1:3 P2:3 " "3 on each runner"
+bash "$PG" restart "$PD" >"$TMP/restart3.out" 2>&1 || pg_abort "pg.sh restart failed: $(cat "$TMP/restart3.out")"
+check "P1 reconnects" wait_for "$TMP/p1.err" "reconnected to PostgreSQL" 1 15
+check "P2 reconnects" wait_for "$TMP/p2.err" "reconnected to PostgreSQL" 1 15
+check "the 6 end" wait_for "$LOG3" "end " 6 15
+check "nothing left" pg_wait "$DB3" "select count(*) from wqrun.jobs" 0 10
+sleep 1
+expect_eq "$(grep -c '^start ' "$LOG3")" 6 "no item started again"
+expect_eq "$(pg_psql "$DB3" "select value from wqrun.counters where name = 'takeovers'")" 0 "no takeover"
+expect_eq "$(pg_psql "$DB3" "select string_agg(name, ',' order by name) from wqrun.runners")" "P1,P2" "both still registered"
+ERR=$(cat "$TMP/p1.err" "$TMP/p2.err")
+LAST_CMD="runners P1, P2 through a restart"
+expect_not_in "$ERR" "declared dead" "neither was declared dead"
+expect_not_in "$ERR" "cancelled" "no handler was cancelled"
+kill -TERM "$P1" "$P2"
+wait_exit "$P1" 15
+expect_rc 0 "P1 exits 0"
+wait_exit "$P2" 15
+expect_rc 0 "P2 exits 0"
 
 # ---- an outage longer than the lease: handlers cancelled, items run again --------
 DB2=$(bash "$PG" createdb t_lease "$PD") || pg_abort "createdb in the private cluster failed"
