@@ -93,14 +93,14 @@ expect_eq "$(awk '$1 == "run" && $3 == "r1" { printf "%s:%s ", $4, $6 }' "$LOG")
     "r1: fails once, requeues with a new payload, runs again with it and a cleared failure count"
 
 # The follow-up rule: an add from another process while the key runs.
-run add --db "$DB" q slow '{"mode":"slow","s":1.5}'
+run add --db "$DB" q slow '{"mode":"slow","s":3}'
 check "slow started" wait_for "$LOG" "run q slow " 1 10
 run add --db "$DB" q slow
 expect_eq "$OUT" follow-up "wqrun add of a running key prints follow-up"
 run add --db "$DB" q slow
 expect_eq "$OUT" deduplicated "a second add while it runs is deduplicated"
 expect_eq "$(q "select state || '|' || dirty from wqrun.items where key = 'slow'")" "processing|true" "items shows it processing and dirty"
-check "slow ran again" wait_for "$LOG" "end q slow " 2 10
+check "slow ran again" wait_for "$LOG" "end q slow " 2 15
 sleep 0.5
 expect_eq "$(grep -c '^run q slow ' "$LOG")" 2 "the follow-up: exactly one more run"
 # (Before bbef053 the follow-up run's outcome was never written: the row

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# A graceful stop with PostgreSQL (SPEC 8.3): runner A (2 workers) holds 10
-# items whose handlers sleep 2 s; SIGTERM A: A starts nothing more, finishes
-# its 2 running items and exits 0; its other items are back in the database at
-# the signal: runner B, started right after the signal, starts all 8 before A
-# has even finished; every key runs exactly once; nothing is left.
+# A graceful stop with PostgreSQL (SPEC 8.3): runner A (2 workers) gets 10
+# items whose handlers sleep 4 s (it claims at most as many as it has free
+# workers, so it holds 2 claims); SIGTERM A: A starts nothing more, finishes
+# its 2 running items and exits 0; the other items are free in the database
+# at the signal: runner B, started right after it, starts all 8 before A has
+# even finished; every key runs exactly once; nothing is left.
 . "$(dirname "$0")/lib.sh"
 pg_need
 
@@ -16,7 +17,7 @@ expect_rc 0 "migrate"
 pg_bg a --serve --runner-name A --db "$DB" "$LUA" "$LOG" A 2
 A=$BG_PID
 check "A is registered" pg_wait "$DB" "select count(*) from wqrun.runners" 1 10
-pg_psql "$DB" "select wqrun.add('t', 'k' || i, '{\"s\": 2}') from generate_series(1, 10) i" >/dev/null
+pg_psql "$DB" "select wqrun.add('t', 'k' || i, '{\"s\": 4}') from generate_series(1, 10) i" >/dev/null
 check "A starts 2" wait_for "$LOG" "start A " 2 10
 sleep 0.3
 expect_eq "$(grep -c '^start A ' "$LOG")" 2 "A runs 2 at a time"
