@@ -1,12 +1,15 @@
 #!/usr/bin/env node
 // Medians of `<name> <value> <unit>` lines read from stdin (lines starting
-// with `#` are skipped), in the order names first appear, with the lowest
-// and highest value and the count. --md prints a Markdown table instead.
+// with `#` are skipped, and reading stops at run.sh's "# ==== medians" line,
+// so that its own output is not counted again), in the order names first
+// appear, with the lowest and highest value and the count. --md prints a
+// Markdown table instead.
 import { readFileSync } from "node:fs";
 
 const md = process.argv.includes("--md");
 const seen = new Map();
 for (const line of readFileSync(0, "utf8").split("\n")) {
+  if (line.startsWith("# ==== medians")) break;
   if (!line || line.startsWith("#")) continue;
   const [name, value, unit] = line.trim().split(/\s+/);
   const v = Number(value);
