@@ -107,12 +107,23 @@ m_latency() {
 # peers (wqrun_burndown_jobs_per_s, wqrun_enqueue_..., wqrun_latency_p50_ms
 # ...), each measure on its own fresh database through `measure` above:
 #   measure wq_burn "$WQRUN" ... "$jobs" ...   (DATABASE_URL is set for it)
-run_wqrun_round() {
+wq() { "$here/wqrun_bench.sh" "$@"; }
+# The wqrun side: its measures interleave with the peer's (the measures array).
+w_burn1() { [ -n "${WQRUN:-}" ] || return 0; measure wq_burn1 wq burndown "$jobs" 1; }
+w_burn2() { [ -n "${WQRUN:-}" ] || return 0; measure wq_burn2 wq burndown "$jobs" 2; }
+w_burn4() { [ -n "${WQRUN:-}" ] || return 0; measure wq_burn4 wq burndown "$jobs" 4 250; }
+w_enqueue() {
   [ -n "${WQRUN:-}" ] || return 0
-  say "# wqrun side: not yet (WQRUN=$WQRUN)"
+  measure wq_enq1000 wq enqueue "$jobs" 1000
+  measure wq_enq10000 wq enqueue "$jobs" 10000
+  measure wq_enq_http wq enqueue_http "$((jobs / 4))" 1000
 }
+w_latency() { [ -n "${WQRUN:-}" ] || return 0; measure wq_lat wq latency "$lat_n"; }
+w_takeover() { [ -n "${WQRUN:-}" ] || return 0; measure wq_takeover wq takeover; }
 
-measures=(m_burn1 m_burn2 m_ceil m_enqueue m_latency m_burn_plain run_wqrun_round)
+
+measures=(m_burn1 w_burn1 m_burn2 w_burn2 w_burn4 m_ceil m_enqueue w_enqueue m_latency w_latency
+  m_burn_plain w_takeover)
 
 say "# bench/pg/run.sh: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $rounds round(s), $jobs jobs, $lat_n latency samples"
 say "# machine: nproc $(nproc), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)," \
