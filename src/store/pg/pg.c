@@ -842,6 +842,8 @@ static void claim_result(void *ud, PGresult *res)
     }
     int n = PQntuples(res);
     q->b->st.claims += (uint64_t)n;
+    if (!q->q || !q->hooks.claimed)
+        return; /* detached meanwhile: the release at close hands them back */
     claim_row *rows = n ? malloc((size_t)n * sizeof *rows) : NULL;
     for (int i = 0; rows && i < n; i++)
         rows[i] = (claim_row){i, (int32_t)atol(PQgetvalue(res, i, 2)), atof(PQgetvalue(res, i, 7)),
