@@ -8,7 +8,8 @@
 # (dead at once), wq.requeue with a new payload (failure count cleared);
 # priorities; a delay not run early; the follow-up rule from another process;
 # dedup; `wqrun status` and `wqrun runners`. Bad input: an unreachable
-# database (exit 1 in time, host and port named, no password), --virtual-time
+# database, refused or silent (exit 1 within 15 s, host and port named, no
+# password), --virtual-time
 # (exit 2), a bad queue name in SQL, a foreign `wqrun` schema (refused,
 # untouched), a newer schema (refused, version named), --pg-schema other;
 # concurrent migrates and adds on a database without the schema.
@@ -147,6 +148,32 @@ expect_between "$(since "$t0")" 0 15 "it gives up within 15 s"
 expect_in "$ERR" "127.0.0.1" "the message names the host"
 expect_re "$ERR" '(port|:)1([^0-9]|$)' "the message names port 1"
 expect_not_in "$ERR$OUT" sekret "never the password"
+# A server that accepts the connection and never answers: given up after 10 s.
+SILENT_PORT=$((20000 + RANDOM % 20000))
+python3 -c '
+import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(50)
+print("listening", flush=True)
+held = []
+while True:
+    held.append(s.accept()[0])
+' "$SILENT_PORT" >"$TMP/silent.out" 2>&1 &
+SILENT_PID=$!
+PIDS+=("$SILENT_PID")
+wait_for "$TMP/silent.out" listening 1 5
+t0=$(now)
+run --db "postgresql://nobody:sekret@127.0.0.1:$SILENT_PORT/x" "$LUA/pg_basic.lua" "$LOG"
+t_silent=$(since "$t0")
+expect_rc 1 "a server that never answers"
+expect_between "$t_silent" 5 15 "it gives up after about 10 s"
+expect_in "$ERR" "127.0.0.1" "the message names the host"
+expect_in "$ERR" "$SILENT_PORT" "the message names the port"
+expect_not_in "$ERR$OUT" sekret "never the password"
+kill "$SILENT_PID" 2>/dev/null
+wait "$SILENT_PID" 2>/dev/null
 run --virtual-time --db "$DB" "$LUA/pg_basic.lua" "$LOG"
 expect_rc 2 "--virtual-time with PostgreSQL"
 
@@ -192,14 +219,22 @@ expect_eq "$(pg_psql "$DB3" "select count(*) from other.jobs")|$(pg_psql "$DB3" 
 # at once (one creates it), and `wqrun add` four times at once (each makes
 # sure of the schema first).
 DB4=$(pg_fresh_db)
-for i in 1 2 3; do "$WQRUN" migrate --db "$DB4" >"$TMP/mig.$i" 2>&1 & done
-wait
+bgs=()
+for i in 1 2 3; do
+    "$WQRUN" migrate --db "$DB4" >"$TMP/mig.$i" 2>&1 &
+    bgs+=($!)
+done
+wait "${bgs[@]}"
 LAST_CMD="3 x wqrun migrate at once" OUT=$(cat "$TMP"/mig.*) ERR=""
 expect_eq "$(grep -c 'created (version 1)' "$TMP"/mig.* | awk -F: '{ n += $2 } END { print n }')|$(grep -c 'is up to date (version 1)' "$TMP"/mig.* | awk -F: '{ n += $2 } END { print n }')" \
     "1|2" "three migrates at once: one created, two up to date"
 DB5=$(pg_fresh_db)
-for i in 1 2 3 4; do ("$WQRUN" add --db "$DB5" q "c$i" >"$TMP/cadd.$i" 2>&1; echo "rc=$?" >>"$TMP/cadd.$i") & done
-wait
+bgs=()
+for i in 1 2 3 4; do
+    ("$WQRUN" add --db "$DB5" q "c$i" >"$TMP/cadd.$i" 2>&1; echo "rc=$?" >>"$TMP/cadd.$i") &
+    bgs+=($!)
+done
+wait "${bgs[@]}"
 LAST_CMD="4 x wqrun add at once on a database without the schema" OUT=$(cat "$TMP"/cadd.*) ERR=""
 expect_eq "$(cat "$TMP"/cadd.* | sort | uniq -c | awk '{ printf "%s %s,", $1, $2 }')" "4 queued,4 rc=0," "four adds at once: all queued, exit 0"
 expect_eq "$(pg_psql "$DB5" "select string_agg(key, ',' order by key) from wqrun.jobs")|$(pg_psql "$DB5" "select value from wqrun.meta")" \
