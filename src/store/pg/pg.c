@@ -1006,6 +1006,20 @@ static void heartbeat_result(void *ud, PGresult *res)
         return;
     if (PQntuples(res) == 1) {
         b->last_heartbeat = real_ns();
+        if (b->lost_claims) {
+            /* Back within reach but our handlers were cancelled (cut off past the lease) and
+             * nobody declared us dead: give their items back ourselves. */
+            char *sql = wq_pg_sql(wq_pgconn_pg(b->c), b->schema,
+                                  "UPDATE @S.jobs SET running = false, runner = NULL, token = "
+                                  "NULL, claimed_at = NULL WHERE running AND runner = $1");
+            const char *v[1] = {b->runner_id_s};
+            if (sql && wq_pgconn_send(b->c, NULL, sql, 1, v, NULL, NULL) == 0 &&
+                wq_pgconn_sync(b->c, NULL, NULL) == 0)
+                b->lost_claims = 0;
+            free(sql);
+            for (pgq *q = b->queues; q; q = q->next)
+                q->more = 1;
+        }
         return;
     }
     /* Our row is gone: declared dead (silent past the lease). Our claims run elsewhere. */

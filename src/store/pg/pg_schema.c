@@ -296,7 +296,7 @@ static const char *const schema_v1 =
     "     FOR UPDATE SKIP LOCKED) r;\n"
     "  IF v_dead IS NULL THEN RETURN 0; END IF;\n"
     "  WITH x AS (DELETE FROM @S.jobs j WHERE j.running AND j.runner = ANY (v_dead)\n"
-    "               AND j.crashes + 1 >= 5 RETURNING j.*)\n"
+    "               AND j.crashes + 1 > 5 RETURNING j.*)\n"
     "  INSERT INTO @S.dead AS d (queue, key, payload, error, attempts, failed_at)\n"
     "    SELECT x.queue, x.key, x.payload,\n"
     "           format('its runner died while running it %s times in a row', x.crashes + 1),\n"
