@@ -161,13 +161,12 @@ LAST_CMD="runner L (--lease 2) through a 4 s outage"
 expect_in "$ERR" "unreachable for longer than --lease" "L says the database was unreachable for longer than its lease"
 expect_count "$ERR" "cancelled" 4 "L cancels its 3 running handlers (and says so)"
 expect_eq "$(grep -c '^end L ' "$LOG2")" 0 "no handler of L finished"
-# KNOWN BUG: after the reconnect the 3 rows stay 'processing' under L (its
-# heartbeat revives it, nobody reaps it) while no handler runs them: they
-# never run again until L stops.
+# After the reconnect L (its heartbeat revives it, nobody reaped it) hands
+# the 3 rows whose handlers it cancelled back itself: they run again.
 wait_for "$LOG2" "start L " 6 5
 st=$?
 rows=$(pg_psql "$DB2" "select string_agg(key || ':' || state || ':' || coalesce(runner::text, '-'), ' ' order by key) from wqrun.items")
-check "KNOWN BUG: the 3 cancelled items start again within 5 s of the reconnect (rows key:state:runner now: $rows)" [ "$st" = 0 ]
+check "the 3 cancelled items start again within 5 s of the reconnect (rows key:state:runner now: $rows)" [ "$st" = 0 ]
 kill -TERM "$L"
 wait_exit "$L" 15
 expect_rc 0 "L exits 0 on SIGTERM"

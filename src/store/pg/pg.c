@@ -259,12 +259,16 @@ static void logf_(pgb *b, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    time_t t = time(NULL);
+    for (char *p = msg; *p; p++) /* libpq's messages span lines: one log line each */
+        if (*p == '\n' || *p == '\t')
+            *p = ' ';
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
-    localtime_r(&t, &tm);
-    char ts[32];
-    strftime(ts, sizeof ts, "%H:%M:%S", &tm);
-    fprintf(stderr, "[%s] wqrun: %s\n", ts, msg);
+    localtime_r(&ts.tv_sec, &tm);
+    char when[32];
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+    fprintf(stderr, "%s.%03ld wqrun: %s\n", when, ts.tv_nsec / 1000000, msg);
 }
 
 static void kick(pgb *b)

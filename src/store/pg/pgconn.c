@@ -98,8 +98,16 @@ static void want_write(wq_pgconn *c)
         lost(c, PQerrorMessage(c->pg));
 }
 
+/* Server notices (a shutdown's WARNING, ...) are not ours to print: the loss is logged once. */
+static void quiet_notice(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message;
+}
+
 static int setup(wq_pgconn *c)
 {
+    PQsetNoticeProcessor(c->pg, quiet_notice, NULL);
     if (PQsetnonblocking(c->pg, 1) != 0 || PQenterPipelineMode(c->pg) != 1)
         return -1;
     c->fd = PQsocket(c->pg);
