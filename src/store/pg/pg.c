@@ -10,9 +10,10 @@
  *   store reads it: a claimed key that is gone was finished, one with a
  *   delayed add pending is retried or requeued after that delay. They are
  *   written with their fencing token; a stale token matches nothing.
- * - One cycle is in flight at a time: the adds in one transaction, then
- *   outcomes and claims in one more, both in one round trip (pipeline).
- *   What arrives meanwhile waits for the next cycle (group commit).
+ * - Three kinds of transaction, at most one of each under way: the adds
+ *   and the claims on the first connection, the outcomes on a second one,
+ *   so that the server finishes one batch while it claims the next. What
+ *   arrives meanwhile waits for the next of its kind (group commit).
  * - Liveness: a session advisory lock per runner (gone the moment its
  *   connection dies), a heartbeat row, and every runner reaping the dead.
  */
@@ -203,8 +204,11 @@ struct pgb {
     size_t nadds, acap;
     padd *adds_sent; /* in the cycle in flight */
     size_t nadds_sent;
-    int in_flight; /* transactions of the cycle under way (adds, outcomes and claims) */
-    int prepared;  /* statements prepared on this connection */
+    /* Transactions under way, one of each kind at a time: the adds and the claims on c, the
+     * outcomes on c2 (a second connection, so that the database works on both at once). */
+    int adds_flight, claim_flight, out_flight;
+    wq_pgconn *c2;
+    int prepared; /* statements prepared on this connection */
     int stopping;
     int lost_claims;    /* told the runtime its claims are gone (lease lost) */
     int64_t down_since; /* real ns the connection was lost, 0 while up */
@@ -273,7 +277,7 @@ static void logf_(pgb *b, const char *fmt, ...)
 
 static void kick(pgb *b)
 {
-    if (b->cycle_ev && !b->in_flight)
+    if (b->cycle_ev)
         event_active(b->cycle_ev, EV_TIMEOUT, 0);
 }
 
@@ -410,7 +414,8 @@ static void adds_synced(void *ud, int ok);
 static char *dupn(const char *s, size_t n);
 static void finish_result(void *ud, PGresult *res);
 static void claim_result(void *ud, PGresult *res);
-static void cycle_synced(void *ud, int ok);
+static void outcomes_synced(void *ud, int ok);
+static void claims_synced(void *ud, int ok);
 static void next_at_result(void *ud, PGresult *res);
 
 static void free_add(padd *a)
@@ -501,7 +506,7 @@ static void release_unstarted(pgq *q)
     }
 }
 
-static int send_finish(pgb *b, pgq *q)
+static int send_finish(pgb *b, pgq *q, wq_pgconn *conn)
 {
     if (!q->nsent)
         return 0;
@@ -541,7 +546,7 @@ static int send_finish(pgb *b, pgq *q)
         !pays.oom) {
         const char *v[9] = {q->name,  b->runner_id_s, keys.p, toks.p, kinds.p,
                             delays.p, reqs.p,         errs.p, pays.p};
-        r = wq_pgconn_send(b->c, wq_pg_stmts[PGS_FINISH].name, NULL, 9, v, finish_result, q);
+        r = wq_pgconn_send(conn, wq_pg_stmts[PGS_FINISH].name, NULL, 9, v, finish_result, q);
     }
     free(keys.p);
     free(toks.p);
@@ -579,11 +584,11 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     pgb *b = arg;
-    if (b->in_flight || !b->registered || !wq_pgconn_up(b->c))
+    if (!b->registered || !wq_pgconn_up(b->c))
         return;
     int64_t now_real = real_ns();
     /* The adds: one transaction of their own, so that an outcome never waits on them. */
-    if (b->nadds) {
+    if (b->nadds && !b->adds_flight) {
         size_t n = b->nadds;
         /* All in one wqrun.add_many(); an add that made a batch fail goes alone next time. */
         sbuf js = {0};
@@ -639,20 +644,35 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
         b->nadds = b->acap = 0;
         if (wq_pgconn_sync(b->c, adds_synced, b) < 0)
             return;
-        b->in_flight++;
+        b->adds_flight = 1;
     }
-    /* Outcomes and claims: one more transaction. */
+    /* Outcomes: a transaction on the second connection (the first when it is down). */
+    wq_pgconn *oc = b->c2 && wq_pgconn_up(b->c2) ? b->c2 : b->c;
+    if (!b->out_flight) {
+        int any = 0;
+        for (pgq *q = b->queues; q; q = q->next) {
+            if (q->ntouched && q->q)
+                build_outcomes(q);
+            if (b->stopping && q->q)
+                release_unstarted(q);
+            if (q->nsent) {
+                if (send_finish(b, q, oc) < 0)
+                    return;
+                any = 1;
+            }
+        }
+        if (any) {
+            if (wq_pgconn_sync(oc, outcomes_synced, b) < 0)
+                return;
+            b->out_flight = 1;
+            b->cycle_started = wall_s();
+        }
+    }
+    /* Claims (and the waiting rows): a transaction on the first. */
+    if (b->claim_flight)
+        return;
     int any = 0;
     for (pgq *q = b->queues; q; q = q->next) {
-        if (q->ntouched && q->q)
-            build_outcomes(q);
-        if (b->stopping && q->q)
-            release_unstarted(q);
-        if (q->nsent) {
-            if (send_finish(b, q) < 0)
-                return;
-            any = 1;
-        }
         if (b->stopping || q->stopped || !q->hooks.demand)
             continue;
         size_t want = q->hooks.demand(q->hooks.ud);
@@ -670,13 +690,8 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
             any = 1;
         }
     }
-    if (any) {
-        if (wq_pgconn_sync(b->c, cycle_synced, b) < 0)
-            return;
-        b->in_flight++;
-    }
-    if (b->in_flight)
-        b->cycle_started = wall_s();
+    if (any && wq_pgconn_sync(b->c, claims_synced, b) == 0)
+        b->claim_flight = 1;
 }
 
 static void add_result(void *ud, PGresult *res)
@@ -747,8 +762,7 @@ static void adds_synced(void *ud, int ok)
     size_t n = b->nadds_sent;
     b->adds_sent = NULL;
     b->nadds_sent = 0;
-    if (b->in_flight)
-        b->in_flight--;
+    b->adds_flight = 0;
     kick(b);
     if (!ok) {
         /* Lost at commit: unknown whether it committed; send again (dedup makes it safe).
@@ -932,16 +946,24 @@ static void next_at_result(void *ud, PGresult *res)
     due(q, real_ns() + (int64_t)(s * 1e9));
 }
 
-static void cycle_synced(void *ud, int ok)
+static void claims_synced(void *ud, int ok)
+{
+    (void)ok; /* a claim that did not commit claimed nothing */
+    pgb *b = ud;
+    b->claim_flight = 0;
+    for (pgq *q = b->queues; q; q = q->next)
+        q->claiming = 0;
+    kick(b);
+}
+
+static void outcomes_synced(void *ud, int ok)
 {
     pgb *b = ud;
-    if (b->in_flight)
-        b->in_flight--;
+    b->out_flight = 0;
     double dt = wall_s() - b->cycle_started;
     wq_histogram_observe(&b->st.commit_latency, dt);
     b->st.commit_seconds_sum += dt;
     for (pgq *q = b->queues; q; q = q->next) {
-        q->claiming = 0;
         if (ok) {
             for (size_t i = 0; i < q->nsent; i++) {
                 outcome *o = &q->sent[i];
@@ -1110,25 +1132,39 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     kick(b); /* the poll fallback */
 }
 
-static void prepare_all(pgb *b)
+/* Prepares the statements on conn (and LISTENs on the first connection). */
+static void prepare_all(pgb *b, wq_pgconn *conn, int listen)
 {
-    PGconn *pg = wq_pgconn_pg(b->c);
+    PGconn *pg = wq_pgconn_pg(conn);
     for (int i = 0; i < PGS_COUNT; i++) {
         char *sql = wq_pg_sql(pg, b->schema, wq_pg_stmts[i].sql);
         if (sql)
-            wq_pgconn_prepare(b->c, wq_pg_stmts[i].name, sql, NULL, NULL);
+            wq_pgconn_prepare(conn, wq_pg_stmts[i].name, sql, NULL, NULL);
         free(sql);
     }
     char *add = wq_pg_sql(pg, b->schema, "SELECT @S.add($1, $2, $3::jsonb, $4, $5, $6)");
     if (add)
-        wq_pgconn_prepare(b->c, "wq_add", add, NULL, NULL);
+        wq_pgconn_prepare(conn, "wq_add", add, NULL, NULL);
     free(add);
-    char *listen = wq_pg_sql(pg, b->schema, "LISTEN @S");
-    if (listen)
-        wq_pgconn_send(b->c, NULL, listen, 0, NULL, NULL, NULL);
-    free(listen);
-    wq_pgconn_sync(b->c, NULL, NULL);
-    b->prepared = 1;
+    char *sql = listen ? wq_pg_sql(pg, b->schema, "LISTEN @S") : NULL;
+    if (sql)
+        wq_pgconn_send(conn, NULL, sql, 0, NULL, NULL, NULL);
+    free(sql);
+    wq_pgconn_sync(conn, NULL, NULL);
+}
+
+/* The second connection (outcomes) is back: prepare again, and what waited goes. */
+static void on_up2(void *ud)
+{
+    pgb *b = ud;
+    prepare_all(b, b->c2, 0);
+    kick(b);
+}
+
+static void on_down2(void *ud, const char *why)
+{
+    (void)ud;
+    (void)why; /* outcomes use the first connection meanwhile; its loss is the one logged */
 }
 
 static void on_up(void *ud)
@@ -1137,10 +1173,9 @@ static void on_up(void *ud)
     logf_(b, "reconnected to PostgreSQL at %s after %.1f s", b->where,
           (double)(real_ns() - b->down_since) / 1e9);
     b->down_since = 0;
-    b->in_flight = 0;
     b->st.reconnects++;
     b->st.connected = 1;
-    prepare_all(b);
+    prepare_all(b, b->c, 1);
     char cls[24];
     snprintf(cls, sizeof cls, "%d", WQ_PG_LOCK_CLASS);
     const char *v[2] = {cls, b->runner_id_s};
@@ -1167,7 +1202,6 @@ static void on_down(void *ud, const char *why)
         logf_(b, "lost the connection to PostgreSQL at %s (%s); reconnecting", b->where, why);
     }
     b->st.connected = 0;
-    b->in_flight = 0;
     set_err(b, "database unavailable: %s", why);
 }
 
@@ -1185,7 +1219,7 @@ static void on_notify(void *ud, const char *channel, const char *payload)
 
 static int busy(const pgb *b)
 {
-    if (b->in_flight || b->nadds || b->nadds_sent)
+    if (b->adds_flight || b->claim_flight || b->out_flight || b->nadds || b->nadds_sent)
         return 1;
     for (const pgq *q = b->queues; q; q = q->next)
         if (q->ntouched || q->nsent)
@@ -1199,11 +1233,12 @@ static void pg_drain(wq_backend *base, int timeout_ms)
     b->stopping = 1;
     int64_t end = real_ns() + (int64_t)timeout_ms * 1000000;
     while (wq_pgconn_up(b->c) && b->registered && real_ns() < end) {
-        if (!b->in_flight)
-            on_cycle(-1, 0, b);
+        on_cycle(-1, 0, b);
         if (!busy(b))
             break;
-        wq_pgconn_wait(b->c, 100);
+        wq_pgconn_wait(b->c, 50);
+        if (b->c2)
+            wq_pgconn_wait(b->c2, 50);
     }
 }
 
@@ -1224,6 +1259,8 @@ static void pg_close(wq_backend *base)
             wq_pgconn_wait(b->c, 5000);
         free(sql);
     }
+    wq_pgconn_free(b->c2);
+    b->c2 = NULL;
     wq_pgconn_free(b->c); /* adds still under way come back to b->adds */
     b->c = NULL;
     for (size_t i = 0; i < b->nadds; i++) {
@@ -1794,7 +1831,15 @@ int wq_pg_open(wq_backend **out, const wq_backend_opts *opts, char *err, size_t 
     }
     struct timeval tv = {0, 100000};
     event_add(b->tick_ev, &tv);
-    prepare_all(b);
+    prepare_all(b, b->c, 1);
+    /* Outcomes get a connection of their own: the database claims and finishes at once. */
+    wq_pgconn_hooks hooks2 = {on_up2, on_down2, NULL, b};
+    char err2[512];
+    b->c2 = wq_pgconn_open(b->evb, b->url, 10, &hooks2, err2, sizeof err2);
+    if (b->c2)
+        prepare_all(b, b->c2, 0);
+    else
+        logf_(b, "one connection only (outcomes share it with claims): %s", err2);
     b->st.connected = 1;
     *out = &b->base;
     return 0;
