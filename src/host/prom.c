@@ -10,7 +10,6 @@
 
 #include <event2/buffer.h>
 #include <stdio.h>
-#include <string.h>
 #include <time.h>
 
 typedef enum { COUNTER, GAUGE } kind;
@@ -170,7 +169,7 @@ void wq_prom_render(wq_host *h, struct evbuffer *out)
             out, "# HELP %s %s\n# TYPE %s histogram\n", "wqrun_store_commit_duration_seconds",
             "Duration of state file commits.", "wqrun_store_commit_duration_seconds");
         histogram_samples(out, "wqrun_store_commit_duration_seconds", "", &st.commit_latency);
-        if (strcmp(wq_backend_name(h->backend), "postgres") == 0) {
+        if (st.shared) {
             /* This runner's own view: summing them over runners counts each item once. */
             family(out, "wqrun_pg_connected", GAUGE, "1 while the database is reachable.");
             evbuffer_add_printf(out, "wqrun_pg_connected %d\n", st.connected);

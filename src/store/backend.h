@@ -191,7 +191,8 @@ typedef struct wq_backend_stats {
     uint64_t deletes_skipped; /* keys that came and went within one window: no row at all */
     uint64_t flush_errors;
     uint64_t pending_keys; /* keys touched since the last commit */
-    /* PostgreSQL (zero on SQLite) */
+    /* A backend shared by several runners (PostgreSQL; zero on SQLite) */
+    int shared;                 /* these counters apply: the backend is shared */
     uint64_t claims;            /* items claimed */
     uint64_t stale_outcomes;    /* outcomes discarded: their claim had been taken over */
     uint64_t takeovers;         /* items this runner took back from dead runners */

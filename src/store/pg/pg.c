@@ -1380,6 +1380,7 @@ static void pg_get_stats(const wq_backend *base, wq_backend_stats *st)
 {
     const pgb *b = (const pgb *)base;
     *st = b->st;
+    st->shared = 1;
     st->connected = wq_pgconn_up(b->c);
 }
 
