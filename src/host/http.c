@@ -442,12 +442,36 @@ typedef struct async_reply {
         struct async_reply *ar;
         size_t idx;
     } * slots;
+    struct async_reply *next, *prev; /* every reply still waiting (see wq_http_stop) */
+    int orphaned;                    /* the server is gone: answer nobody, only free */
 } async_reply;
+
+/* The replies waiting for a backend's answers: the server stopping orphans them (a backend
+ * closing later answers them into nothing). One server per process. */
+static async_reply *async_waiting;
+
+static void async_unlink(async_reply *ar)
+{
+    if (ar->prev)
+        ar->prev->next = ar->next;
+    else if (async_waiting == ar)
+        async_waiting = ar->next;
+    if (ar->next)
+        ar->next->prev = ar->prev;
+    ar->next = ar->prev = NULL;
+}
 
 static void async_finish(async_reply *ar)
 {
     if (!ar->started || ar->outstanding)
         return;
+    async_unlink(ar);
+    if (ar->orphaned) {
+        json_object_put(ar->body);
+        free(ar->slots);
+        free(ar);
+        return;
+    }
     if (!ar->results) { /* a single add */
         if (ar->single_error[0])
             reply_error(ar->req, 503, "Service Unavailable", ar->single_error);
@@ -499,6 +523,10 @@ static async_reply *async_new(wq_host *h, struct evhttp_request *req, size_t n)
         ar->req = req;
         for (size_t i = 0; i < (n ? n : 1); i++)
             ar->slots[i] = (struct async_slot){ar, i};
+        ar->next = async_waiting;
+        if (ar->next)
+            ar->next->prev = ar;
+        async_waiting = ar;
     }
     return ar;
 }
@@ -519,6 +547,7 @@ static void post_item(wq_host *h, struct evhttp_request *req, const wq_hqueue *h
     ar->outstanding = 1; /* done may be called at once */
     const char *err = add_one(h, hq, root, &queued, &status, async_done, &ar->slots[0]);
     if (err || queued != WQ_EAGAIN) {
+        async_unlink(ar);
         free(ar->slots);
         free(ar);
         ar = NULL;
@@ -804,6 +833,8 @@ void wq_http_stop(wq_host *h)
     http_server *s = h->http;
     if (!s)
         return;
+    for (async_reply *ar = async_waiting; ar; ar = ar->next)
+        ar->orphaned = 1; /* their requests go with the server */
     evhttp_free(s->http); /* first: it closes the connections the guard holds */
     wq_conns_free(s->conns);
     conns = NULL;

@@ -974,22 +974,13 @@ static void outcomes_synced(void *ud, int ok)
                 drop_claim(q, o->slot, 1);
             }
             b->st.rows_written += q->nsent;
-        } else {
-            /* Not written: send them again with the next cycle. */
-            for (size_t i = 0; i < q->nsent; i++) {
-                outcome *o = &q->sent[i];
-                claim *c = &q->claims[o->slot];
-                free(o->err);
-                free(o->payload);
-                c->sent = 0;
-                if (o->kind != WQ_PGF_RELEASE)
-                    touch_slot(q, o->slot);
-                else if (c->used)
-                    drop_claim(q, o->slot, 1); /* the release is retried by the reaper */
-            }
+            q->nsent = 0;
+        } else if (q->nsent) {
+            /* Not written (or unknown: lost at commit): the same outcomes go again with the
+             * next transaction; they cannot be built again, since a retry's delayed item has
+             * left the engine. A stale token makes a second write harmless. */
             b->st.flush_errors++;
         }
-        q->nsent = 0;
     }
     if (ok) {
         b->st.commits++;
