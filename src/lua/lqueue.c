@@ -219,6 +219,10 @@ static void add_answered(void *ud, int result, const char *what)
         return; /* the task went away meanwhile */
     t->wait = NULL;
     t->cancel = NULL;
+    if (!lua_checkstack(t->co, 2)) { /* cannot tell it: it raises out of memory instead */
+        wq_task_interrupt(t, "add: out of memory");
+        return;
+    }
     lua_pushinteger(t->co, result);
     lua_pushstring(t->co, what ? what : "");
     wq_task_wake(t, 2);

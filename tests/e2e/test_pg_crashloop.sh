@@ -242,6 +242,7 @@ for l in open(runs_f):
     rid = (f[1], int(f[3]))
     (starts if f[0] == "S" else ends)[rid] = (f[2], float(f[4]))
 bad = []
+KILL_SLACK = 0.05  # a runner goes on for a moment after the time taken just before its kill -9
 runs = collections.defaultdict(list)  # key -> [(start, end, runner, ended)]
 cut = 0
 for rid, (key, s) in starts.items():
@@ -249,10 +250,12 @@ for rid, (key, s) in starts.items():
     if e:
         end = e[1]
     elif rid[0] in kills:
-        end = kills[rid[0]]  # cut by the kill: it lasted until then
+        # cut by the kill: it lasted until then. The time is taken just before kill -9, and
+        # the runner goes on until the signal lands: a run may start a moment after it.
+        end = max(kills[rid[0]], s)
         cut += 1
-        if end < s:
-            bad.append("run %s/%d of %s started at %.6f, after its runner's kill at %.6f" % (rid[0], rid[1], key, s, end))
+        if kills[rid[0]] + KILL_SLACK < s:
+            bad.append("run %s/%d of %s started at %.6f, after its runner's kill at %.6f" % (rid[0], rid[1], key, s, kills[rid[0]]))
     else:
         end = float("inf")
         bad.append("run %s/%d of %s never ended, and its runner was not killed" % (rid[0], rid[1], key))
@@ -338,7 +341,8 @@ for key, v in runs.items():
                 bad.append("OVERLAP: %s ran on %s from %.6f to %.6f and on %s from %.6f" % (key, r0, s0, e0, r2, s2))
         dups += 1
         k = kills.get(r1)
-        if k is None or k < s1 or s2 < k or (ended1 and k - e1 >= 3.0):
+        # (KILL_SLACK: the kill's time is taken just before kill -9 lands)
+        if k is None or k + KILL_SLACK < s1 or s2 < k or (ended1 and k - e1 >= 3.0):
             unexplained += 1
             bad.append("DUPLICATE: %s ran again on %s at %.6f after a run on %s %.6f-%.6f%s (its runner %s)"
                        % (key, r2, s2, r1, s1, e1, "" if ended1 else " (no end)",
