@@ -228,12 +228,13 @@ struct wq_backend_ops {
     /* Whether anything is waiting to be written. */
     int (*dirty)(const wq_backend *b);
     /*
-     * Writes every pending change. 0 committed; WQ_EAGAIN sent, the outcome comes to the commit
-     * callback (asynchronous backends); WQ_EBUSY locked, nothing written, try again; WQ_EIO,
-     * WQ_EFORMAT, WQ_ENOMEM as SQLite's store says. Message in errmsg.
+     * Writes every pending change. 0 committed (PostgreSQL: 0 at once, it only starts a cycle;
+     * its adds carry their own acknowledgement); WQ_EBUSY locked, nothing written, try again;
+     * WQ_EIO, WQ_EFORMAT, WQ_ENOMEM as SQLite's store says. Message in errmsg.
      */
     int (*flush)(wq_backend *b);
-    /* An asynchronous backend calls fn(ud, ok) when what a flush sent is committed (or not). */
+    /* Reserved for a backend whose flush answers later (WQ_EAGAIN): it would call fn(ud, ok)
+     * once committed. Neither backend does today; both accept and ignore it. */
     void (*set_commit_fn)(wq_backend *b, void (*fn)(void *ud, int ok), void *ud);
     /* Offers each new inbox row to fn (1: taken); the number taken or a WQ_E* code. */
     int (*poll_inbox)(wq_backend *b, int (*fn)(void *ud, const wq_inbox_row *row), void *ud);
