@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side PostgreSQL job-queue benchmark on a throwaway PostgreSQL 15
-# cluster (scripts/pg.sh): graphile-worker and a pgbench ceiling now, wqrun
-# through run_wqrun_round once its PostgreSQL backend exists. See README.md.
+# cluster (scripts/pg.sh): wqrun (when WQRUN names a binary), graphile-worker
+# and pgbench ceilings, interleaved round by round. See README.md.
 #
 #   bench/pg/run.sh [--rounds R] [--jobs N] [--latency N] [--quick]
 #
