@@ -170,8 +170,6 @@ typedef struct pgq {
     int stopped;
     int db_rows;     /* the database may hold rows of the queue */
     size_t adds_out; /* adds to it not yet committed */
-    int max_retries_set;
-    int64_t max_retries;
     struct pgq *next;
 } pgq;
 
@@ -208,7 +206,6 @@ struct pgb {
      * outcomes on c2 (a second connection, so that the database works on both at once). */
     int adds_flight, claim_flight, out_flight;
     wq_pgconn *c2;
-    int prepared; /* statements prepared on this connection */
     int stopping;
     int lost_claims;    /* told the runtime its claims are gone (lease lost) */
     int64_t down_since; /* real ns the connection was lost, 0 while up */
