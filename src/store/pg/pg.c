@@ -597,25 +597,17 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
                 continue;
             if (nbatch++)
                 sb_str(&js, ",");
-            sb_str(&js, "{\"queue\":");
-            sb_json_str(&js, a->params[0]);
-            sb_str(&js, ",\"key\":");
-            sb_json_str(&js, a->params[1]);
-            if (a->params[2]) {
-                sb_str(&js, ",\"payload\":");
-                sb_str(&js, a->params[2]);
-            }
-            if (a->params[3]) {
-                sb_str(&js, ",\"after\":");
-                sb_str(&js, a->params[3]);
-            }
-            if (a->params[4]) {
-                sb_str(&js, ",\"priority\":");
-                sb_str(&js, a->params[4]);
-            }
-            if (a->params[5]) {
-                sb_str(&js, ",\"group\":");
-                sb_json_str(&js, a->params[5]);
+            /* params: queue, key, payload (JSON), after, priority (numbers), group */
+            static const char *const field[6] = {"{\"queue\":", ",\"key\":",      ",\"payload\":",
+                                                 ",\"after\":", ",\"priority\":", ",\"group\":"};
+            for (int f = 0; f < 6; f++) {
+                if (!a->params[f])
+                    continue;
+                sb_str(&js, field[f]);
+                if (f == 0 || f == 1 || f == 5)
+                    sb_json_str(&js, a->params[f]);
+                else
+                    sb_str(&js, a->params[f]);
             }
             sb_str(&js, "}");
         }
@@ -701,10 +693,7 @@ static void add_result(void *ud, PGresult *res)
         a->answered = 1;
     } else if (res && PQresultStatus(res) == PGRES_FATAL_ERROR) {
         char msg[400];
-        snprintf(msg, sizeof msg, "%s", PQresultErrorMessage(res));
-        size_t l = strlen(msg);
-        while (l && (msg[l - 1] == '\n' || msg[l - 1] == ' '))
-            msg[--l] = '\0';
+        wq_pg_msg(msg, sizeof msg, PQresultErrorMessage(res));
         free(a->params[0]);
         a->params[0] = strdup(msg);
         a->answered = -1;

@@ -50,28 +50,28 @@ static int option(int argc, char **argv, int *i, const char *name, const char **
     return 1;
 }
 
-static void trim(char *s)
-{
-    size_t l = strlen(s);
-    while (l && (s[l - 1] == '\n' || s[l - 1] == ' '))
-        s[--l] = '\0';
-}
-
-/* Connects (10 s at most) and makes sure the schema is there; NULL after printing why. */
-static PGconn *connect_db(const char *cmd, const char *url, const char *schema, FILE *err)
+/* Connects (10 s at most); NULL after printing why (host and libpq's reason, no password). */
+static PGconn *open_db(const char *cmd, const char *url, FILE *err)
 {
     const char *keys[] = {"dbname", "connect_timeout", "application_name", NULL};
     const char *vals[] = {url, "10", "wqrun", NULL};
     PGconn *pg = PQconnectdbParams(keys, vals, 1);
-    if (!pg || PQstatus(pg) != CONNECTION_OK) {
-        char msg[400];
-        snprintf(msg, sizeof msg, "%s", pg ? PQerrorMessage(pg) : "out of memory");
-        trim(msg);
-        fprintf(err, "wqrun: %s: cannot connect to PostgreSQL at %s: %s\n", cmd,
-                wq_pg_describe(pg, "(unparsable URL)"), msg);
-        PQfinish(pg);
+    if (pg && PQstatus(pg) == CONNECTION_OK)
+        return pg;
+    char msg[400];
+    wq_pg_msg(msg, sizeof msg, pg ? PQerrorMessage(pg) : "out of memory");
+    fprintf(err, "wqrun: %s: cannot connect to PostgreSQL at %s: %s\n", cmd,
+            wq_pg_describe(pg, "(unparsable URL)"), msg);
+    PQfinish(pg);
+    return NULL;
+}
+
+/* Connects and makes sure the schema is there; NULL after printing why. */
+static PGconn *connect_db(const char *cmd, const char *url, const char *schema, FILE *err)
+{
+    PGconn *pg = open_db(cmd, url, err);
+    if (!pg)
         return NULL;
-    }
     char e[512], done[200];
     int ready = wq_pg_schema_ready(pg, schema, e, sizeof e);
     if (ready == 0 && wq_pg_migrate(pg, schema, done, sizeof done, e, sizeof e) == 0)
@@ -109,18 +109,9 @@ int wq_pg_cli_migrate(int argc, char **argv, FILE *out, FILE *err)
         return usage(err, migrate_usage,
                      "migrate: --db needs a postgres:// URL (a SQLite file is migrated by the "
                      "runner when it opens it)");
-    const char *keys[] = {"dbname", "connect_timeout", "application_name", NULL};
-    const char *vals[] = {db, "10", "wqrun", NULL};
-    PGconn *pg = PQconnectdbParams(keys, vals, 1);
-    if (!pg || PQstatus(pg) != CONNECTION_OK) {
-        char msg[400];
-        snprintf(msg, sizeof msg, "%s", pg ? PQerrorMessage(pg) : "out of memory");
-        trim(msg);
-        fprintf(err, "wqrun: migrate: cannot connect to PostgreSQL at %s: %s\n",
-                wq_pg_describe(pg, "(unparsable URL)"), msg);
-        PQfinish(pg);
+    PGconn *pg = open_db("migrate", db, err);
+    if (!pg)
         return 1;
-    }
     char e[512], done[200];
     int r = wq_pg_migrate(pg, schema, done, sizeof done, e, sizeof e);
     if (r < 0)
@@ -205,8 +196,7 @@ int wq_pg_cli_add(int argc, char **argv, FILE *out, FILE *err)
             continue;
         }
         char msg[600];
-        snprintf(msg, sizeof msg, "%s", r ? PQresultErrorMessage(r) : PQerrorMessage(pg));
-        trim(msg);
+        wq_pg_msg(msg, sizeof msg, r ? PQresultErrorMessage(r) : PQerrorMessage(pg));
         fprintf(err, "wqrun: add: %s\n", msg);
         PQclear(r);
         break;
@@ -224,8 +214,7 @@ static int print_rows(PGconn *pg, const char *schema, const char *sql, const cha
     free(q);
     if (!r || PQresultStatus(r) != PGRES_TUPLES_OK) {
         char msg[600];
-        snprintf(msg, sizeof msg, "%s", r ? PQresultErrorMessage(r) : PQerrorMessage(pg));
-        trim(msg);
+        wq_pg_msg(msg, sizeof msg, r ? PQresultErrorMessage(r) : PQerrorMessage(pg));
         fprintf(err, "wqrun: %s: %s\n", cmd, msg);
         PQclear(r);
         return -1;

@@ -20,6 +20,8 @@
  */
 #include "store/pg/pg_schema.h"
 
+#include "store/pg/pgconn.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -396,12 +398,8 @@ char *wq_pg_sql(PGconn *pg, const char *schema, const char *sql)
 
 static void put_err(char *err, size_t errlen, const char *what, PGconn *pg, PGresult *r)
 {
-    const char *msg = r ? PQresultErrorMessage(r) : PQerrorMessage(pg);
     char m[400];
-    snprintf(m, sizeof m, "%s", msg && *msg ? msg : "unknown error");
-    size_t l = strlen(m);
-    while (l && (m[l - 1] == '\n' || m[l - 1] == ' '))
-        m[--l] = '\0';
+    wq_pg_msg(m, sizeof m, r ? PQresultErrorMessage(r) : PQerrorMessage(pg));
     snprintf(err, errlen, "%s: %s", what, m);
 }
 

@@ -53,10 +53,9 @@ const char *wq_pg_describe(PGconn *pg, const char *fallback)
     return buf;
 }
 
-/* libpq's message without its trailing newline. */
-static void copy_msg(char *dst, size_t n, const char *msg)
+void wq_pg_msg(char *dst, size_t n, const char *msg)
 {
-    snprintf(dst, n, "%s", msg ? msg : "unknown error");
+    snprintf(dst, n, "%s", msg && *msg ? msg : "unknown error");
     size_t l = strlen(dst);
     while (l && (dst[l - 1] == '\n' || dst[l - 1] == ' '))
         dst[--l] = '\0';
@@ -138,7 +137,7 @@ static void lost(wq_pgconn *c, const char *why)
     if (!c->up && !c->connecting)
         return;
     char msg[512];
-    copy_msg(msg, sizeof msg, why);
+    wq_pg_msg(msg, sizeof msg, why);
     c->up = 0;
     c->connecting = 0;
     drop_events(c);
@@ -247,18 +246,24 @@ static void drain(wq_pgconn *c)
     }
 }
 
+/* While connecting, the socket's readiness (or the timeout) drives PQconnectPoll: 1. */
+static int connect_step(wq_pgconn *c, short what)
+{
+    if (!c->connecting)
+        return 0;
+    if (what & EV_TIMEOUT)
+        lost(c, "timeout while connecting");
+    else
+        poll_connect(c);
+    return 1;
+}
+
 static void on_read(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     wq_pgconn *c = arg;
-    if (c->connecting) {
-        if (what & EV_TIMEOUT) {
-            lost(c, "timeout while connecting");
-            return;
-        }
-        poll_connect(c);
+    if (connect_step(c, what))
         return;
-    }
     if (!PQconsumeInput(c->pg)) {
         lost(c, PQerrorMessage(c->pg));
         return;
@@ -280,15 +285,8 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     wq_pgconn *c = arg;
-    if (c->connecting) {
-        if (what & EV_TIMEOUT) {
-            lost(c, "timeout while connecting");
-            return;
-        }
-        poll_connect(c);
-        return;
-    }
-    want_write(c);
+    if (!connect_step(c, what))
+        want_write(c);
 }
 
 wq_pgconn *wq_pgconn_open(struct event_base *base, const char *conninfo, double timeout_s,
@@ -312,7 +310,7 @@ wq_pgconn *wq_pgconn_open(struct event_base *base, const char *conninfo, double 
     c->pg = PQconnectdbParams(keys, vals, 1);
     if (!c->pg || PQstatus(c->pg) != CONNECTION_OK || !c->retry_ev) {
         char msg[400];
-        copy_msg(msg, sizeof msg, c->pg ? PQerrorMessage(c->pg) : "out of memory");
+        wq_pg_msg(msg, sizeof msg, c->pg ? PQerrorMessage(c->pg) : "out of memory");
         snprintf(err, errlen, "cannot connect to PostgreSQL at %s: %s",
                  wq_pg_describe(c->pg, "(unparsable URL)"), msg);
         c->freeing = 1;

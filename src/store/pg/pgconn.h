@@ -62,6 +62,10 @@ int wq_pgconn_sync(wq_pgconn *c, wq_pg_sync_fn fn, void *ud);
  * pending. */
 size_t wq_pgconn_wait(wq_pgconn *c, int timeout_ms);
 
+/* Copies libpq's message msg into dst (n bytes) without its trailing newline ("unknown
+ * error" for NULL or empty). */
+void wq_pg_msg(char *dst, size_t n, const char *msg);
+
 /* A URL or conninfo for messages: host, port and database, never the password (static). */
 const char *wq_pg_describe(PGconn *pg, const char *fallback);
 
