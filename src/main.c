@@ -17,19 +17,20 @@
 static void usage(FILE *f)
 {
     fputs("usage: wqrun [options] SCRIPT.lua [ARGS...]\n"
-          "       wqrun add --db PATH QUEUE KEY [PAYLOAD] [--after SECONDS] [--group GROUP]\n"
-          "       wqrun status --db PATH\n"
-          "       wqrun pause|resume --db PATH QUEUE\n"
-          "       wqrun remove|cancel --db PATH QUEUE KEY\n"
-          "       wqrun retry --db PATH QUEUE (KEY | --all)\n"
-          "       wqrun purge-dead --db PATH QUEUE\n"
-          "       wqrun items --db PATH QUEUE [--state S] [--limit N] [--json]\n"
+          "       wqrun add --db PATH|URL QUEUE KEY [PAYLOAD] [--after SECONDS] [--group GROUP]\n"
+          "       wqrun status --db PATH|URL\n"
+          "       wqrun pause|resume --db PATH|URL QUEUE\n"
+          "       wqrun remove|cancel --db PATH|URL QUEUE KEY\n"
+          "       wqrun retry --db PATH|URL QUEUE (KEY | --all)\n"
+          "       wqrun purge-dead --db PATH|URL QUEUE\n"
+          "       wqrun items --db PATH|URL QUEUE [--state S] [--limit N] [--json]\n"
           "       wqrun migrate --db URL [--pg-schema NAME]\n"
           "       wqrun runners --db URL [--pg-schema NAME]\n"
           "       wqrun --help | --version\n"
           "\n"
           "pause ... items operate a queue: through the runner that holds the state file\n"
-          "(applied within 100 ms; the command waits up to 5 s), or directly when none does.\n"
+          "(applied within 100 ms; the command waits up to 5 s), or directly when none does;\n"
+          "with a postgres:// URL, in the database, for every runner sharing it.\n"
           "\n"
           "options:\n"
           "  --db PATH|URL         persist queues to this SQLite file (created if missing), or\n"
@@ -106,11 +107,7 @@ static int subcommand(const char *cmd, int argc, char **argv)
             return wq_pg_cli_add(argc, argv, stdout, stderr);
         if (strcmp(cmd, "status") == 0)
             return wq_pg_cli_status(argc, argv, stdout, stderr);
-        fprintf(stderr,
-                "wqrun: %s: not supported with a PostgreSQL --db yet (it comes with the "
-                "next release)\n",
-                cmd);
-        return 1;
+        return wq_pg_cli_op(cmd, argc, argv, stdout, stderr);
     }
     /* WQRUN_DB stands for a --db the arguments do not give. */
     char **args = argv;

@@ -147,6 +147,9 @@ typedef struct wq_queue_ops {
                  void *ud);
     /* Calls fn for each dead letter, oldest first; the number or a WQ_E* code. */
     int (*dead)(void *q, void (*fn)(void *ud, const wq_dead_view *d), void *ud);
+    /* Any of the actions above on a backend that applies them itself (wq_bq_op): 0 and fn is
+     * called with the answer, WQ_BACKEND_LOCAL (use the members above), or a WQ_E* code. */
+    int (*op)(void *q, const wq_bop *op, wq_bop_fn fn, void *ud);
 } wq_queue_ops;
 
 /* A queue as the host knows it. */

@@ -835,6 +835,7 @@ void wq_http_stop(wq_host *h)
         return;
     for (async_reply *ar = async_waiting; ar; ar = ar->next)
         ar->orphaned = 1; /* their requests go with the server */
+    wq_http_ops_stop();
     evhttp_free(s->http); /* first: it closes the connections the guard holds */
     wq_conns_free(s->conns);
     conns = NULL;

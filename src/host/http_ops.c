@@ -147,13 +147,210 @@ static const char *read_query(const char *query, wq_items_query *qry, char **sta
     return NULL;
 }
 
-static void get_items(struct evhttp_request *req, const wq_hqueue *hq, const char *query)
+/* ---- a backend that applies the actions itself (PostgreSQL): answered later ---- */
+
+typedef struct remote_reply {
+    wq_host *h;
+    struct evhttp_request *req;
+    wq_bop_kind kind;
+    size_t limit; /* ITEMS: the page (one more was asked for); DEAD: the limit */
+    char queue[65];
+    char *key; /* for messages */
+    size_t keylen;
+    int orphaned; /* the server is gone: answer nobody */
+    struct remote_reply *next, *prev;
+} remote_reply;
+
+/* The replies waiting for the database (one server per process; see wq_http_ops_stop). */
+static remote_reply *remote_waiting;
+
+static void remote_unlink(remote_reply *rr)
+{
+    if (rr->prev)
+        rr->prev->next = rr->next;
+    else if (remote_waiting == rr)
+        remote_waiting = rr->next;
+    if (rr->next)
+        rr->next->prev = rr->prev;
+}
+
+void wq_http_ops_stop(void)
+{
+    for (remote_reply *rr = remote_waiting; rr; rr = rr->next)
+        rr->orphaned = 1;
+}
+
+/* The objects of a listing with the fields the engine's listing has, null when absent. */
+static void fill_nulls(json_object *arr, const char *const *fields)
+{
+    for (size_t i = 0; i < json_object_array_length(arr); i++) {
+        json_object *o = json_object_array_get_idx(arr, i);
+        for (const char *const *f = fields; *f && json_object_is_type(o, json_type_object); f++)
+            if (!json_object_object_get_ex(o, *f, NULL))
+                json_object_object_add(o, *f, NULL);
+    }
+}
+
+static void reply_listing(remote_reply *rr, int result, const char *text)
+{
+    json_object *arr = NULL, *body = json_object_new_object();
+    if (!body || wq_json_parse(text, strlen(text), &arr) != NULL ||
+        !json_object_is_type(arr, json_type_array)) {
+        json_object_put(arr);
+        json_object_put(body);
+        wq_http_reply_error(rr->req, 500, "Internal Server Error",
+                            "the database's answer could not be read");
+        return;
+    }
+    if (rr->kind == WQ_BOP_DEAD) {
+        static const char *const dead_fields[] = {"payload", "error", NULL};
+        fill_nulls(arr, dead_fields);
+        json_object_object_add(body, "dead", arr);
+        json_object_object_add(body, "total", json_object_new_int64(result));
+    } else {
+        static const char *const item_fields[] = {"payload", "group", "ready_at", NULL};
+        json_object *next = NULL;
+        if (json_object_array_length(arr) > rr->limit) { /* one beyond the page */
+            json_object_array_del_idx(arr, rr->limit, json_object_array_length(arr) - rr->limit);
+            json_object *key;
+            if (json_object_object_get_ex(json_object_array_get_idx(arr, rr->limit - 1), "key",
+                                          &key))
+                next = json_object_get(key);
+        }
+        fill_nulls(arr, item_fields);
+        json_object_object_add(body, "items", arr);
+        json_object_object_add(body, "next_after_key", next);
+    }
+    wq_http_reply_json(rr->req, 200, "OK", body);
+}
+
+static void key_error(struct evhttp_request *req, int code, const char *pre, const char *key,
+                      size_t len, const char *post, const char *queue, const char *tail);
+static json_object *one(const char *field, json_object *v);
+
+static void remote_answered(void *ud, int result, const char *text)
+{
+    remote_reply *rr = ud;
+    remote_unlink(rr);
+    struct evhttp_request *req = rr->req;
+    const char *k = rr->key ? rr->key : "";
+    if (rr->orphaned) {
+        /* nobody to answer */
+    } else if (result == WQ_EIO) {
+        wq_http_reply_error(req, 503, "Service Unavailable", text ? text : "database unavailable");
+    } else {
+        switch (rr->kind) {
+        case WQ_BOP_PAUSE:
+        case WQ_BOP_RESUME: {
+            json_object *o = one("paused", json_object_new_boolean(rr->kind == WQ_BOP_PAUSE));
+            if (o)
+                json_object_object_add(o, "changed", json_object_new_boolean(result == 1));
+            wq_http_reply_json(req, 200, "OK", o);
+            break;
+        }
+        case WQ_BOP_REMOVE:
+            if (result == WQ_EBUSY)
+                key_error(req, 409, "", k, rr->keylen, " is processing in queue ", rr->queue,
+                          " (cancel it instead)");
+            else if (result < 0)
+                key_error(req, 404, "no queued or delayed item ", k, rr->keylen, " in queue ",
+                          rr->queue, "");
+            else
+                wq_http_reply_json(req, 200, "OK", one("removed", json_object_new_boolean(1)));
+            break;
+        case WQ_BOP_CANCEL:
+            if (result == WQ_EBUSY)
+                key_error(req, 409, "", k, rr->keylen, " is not processing in queue ", rr->queue,
+                          "");
+            else if (result < 0)
+                key_error(req, 404, "no item ", k, rr->keylen, " in queue ", rr->queue, "");
+            else /* its runner was told: the run ends within a second */
+                wq_http_reply_json(req, 202, "Accepted",
+                                   one("cancelled", json_object_new_boolean(1)));
+            break;
+        case WQ_BOP_RETRY_DEAD:
+            if (result <= 0)
+                key_error(req, 404, "no dead letter ", k, rr->keylen, " in queue ", rr->queue, "");
+            else
+                wq_http_reply_json(req, 200, "OK", one("retried", json_object_new_boolean(1)));
+            break;
+        case WQ_BOP_PURGE_DEAD:
+            wq_http_reply_json(req, 200, "OK", one("purged", json_object_new_int(result)));
+            break;
+        case WQ_BOP_ITEMS:
+        case WQ_BOP_DEAD: reply_listing(rr, result, text ? text : "[]"); break;
+        }
+    }
+    free(rr->key);
+    free(rr);
+}
+
+/*
+ * Hands op to a backend that applies it itself: 1 when the request is taken care of (answered
+ * later, or answered now with an error), 0 when the runtime applies it (go on as usual).
+ */
+static int remote(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq, const wq_bop *op,
+                  size_t limit)
+{
+    if (!hq->persist || !hq->ops->op || hq->ops->op(hq->q, op, NULL, NULL) == WQ_BACKEND_LOCAL)
+        return 0;
+    remote_reply *rr = calloc(1, sizeof *rr);
+    if (rr && op->key && !(rr->key = malloc(op->keylen + 1))) {
+        free(rr);
+        rr = NULL;
+    }
+    if (!rr) {
+        wq_http_reply_error(req, 500, "Internal Server Error", "out of memory");
+        return 1;
+    }
+    rr->h = h;
+    rr->req = req;
+    rr->kind = op->kind;
+    rr->limit = limit;
+    snprintf(rr->queue, sizeof rr->queue, "%s", hq->name);
+    if (op->key) {
+        memcpy(rr->key, op->key, op->keylen);
+        rr->key[op->keylen] = 0;
+        rr->keylen = op->keylen;
+    }
+    int r = hq->ops->op(hq->q, op, remote_answered, rr);
+    if (r == 0) {
+        rr->next = remote_waiting;
+        if (rr->next)
+            rr->next->prev = rr;
+        remote_waiting = rr;
+        return 1;
+    }
+    if (r == WQ_EINVAL) { /* a parameter the database cannot take */
+        remote_unlink(rr);
+        free(rr->key);
+        free(rr);
+        bad_request(req, "after_key: PostgreSQL holds UTF-8 keys only");
+        return 1;
+    }
+    /* answered at once: unreachable, or a key the database cannot hold */
+    remote_answered(rr, r, r == WQ_EIO ? "database unavailable" : NULL);
+    return 1;
+}
+
+static void get_items(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq,
+                      const char *query)
 {
     wq_items_query qry = {NULL, ITEMS_DEFAULT, NULL, 0};
     char *state = NULL, *after = NULL;
     const char *err = read_query(query, &qry, &state, &after);
     if (err) {
         bad_request(req, err);
+        free(state);
+        free(after);
+        return;
+    }
+    wq_bop op = {.kind = WQ_BOP_ITEMS,
+                 .state = qry.state,
+                 .limit = qry.limit + 1, /* one more: is there a next page? */
+                 .after_key = qry.after_key,
+                 .after_len = qry.after_len};
+    if (remote(h, req, hq, &op, qry.limit)) {
         free(state);
         free(after);
         return;
@@ -204,7 +401,7 @@ static void on_dead(void *ud, const wq_dead_view *d)
     json_object_array_add(c->dead, o);
 }
 
-static void get_dead(struct evhttp_request *req, const wq_hqueue *hq, const char *query)
+static void get_dead(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq, const char *query)
 {
     size_t limit = DEAD_DEFAULT;
     if (query && *query) {
@@ -216,6 +413,9 @@ static void get_dead(struct evhttp_request *req, const wq_hqueue *hq, const char
         }
         limit = (size_t)l;
     }
+    wq_bop op = {.kind = WQ_BOP_DEAD, .limit = limit};
+    if (remote(h, req, hq, &op, limit))
+        return;
     struct dead_ctx c = {json_object_new_array(), 0, limit, 0};
     int n = c.dead ? hq->ops->dead(hq->q, on_dead, &c) : WQ_ENOMEM;
     json_object *body = json_object_new_object();
@@ -273,6 +473,9 @@ static void cancel_ended(void *ud, int ok)
 static void cancel(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq, const char *key,
                    size_t len)
 {
+    wq_bop op = {.kind = WQ_BOP_CANCEL, .key = key, .keylen = len};
+    if (remote(h, req, hq, &op, 0))
+        return;
     int r = hq->ops->cancel(hq->q, key, len);
     if (r == WQ_ENOENT) {
         key_error(req, 404, "no item ", key, len, " in queue ", hq->name, "");
@@ -297,6 +500,9 @@ static void cancel(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq, 
 static void remove_item(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq,
                         const char *key, size_t len)
 {
+    wq_bop op = {.kind = WQ_BOP_REMOVE, .key = key, .keylen = len};
+    if (remote(h, req, hq, &op, 0))
+        return;
     int r = hq->ops->remove(hq->q, key, len);
     if (r == WQ_EBUSY)
         key_error(req, 409, "", key, len, " is processing in queue ", hq->name,
@@ -310,6 +516,9 @@ static void remove_item(wq_host *h, struct evhttp_request *req, const wq_hqueue 
 static void retry(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq, const char *key,
                   size_t len)
 {
+    wq_bop op = {.kind = WQ_BOP_RETRY_DEAD, .key = key, .keylen = len};
+    if (remote(h, req, hq, &op, 0))
+        return;
     int n = hq->ops->retry_dead(hq->q, key, len);
     if (n < 0)
         wq_http_reply_error(req, n == WQ_ENOMEM ? 500 : 503,
@@ -428,6 +637,9 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
     case R_PAUSE:
     case R_RESUME: {
         int pause = route == R_PAUSE;
+        wq_bop pop = {.kind = pause ? WQ_BOP_PAUSE : WQ_BOP_RESUME};
+        if (remote(h, req, hq, &pop, 0))
+            break;
         int changed = hq->ops->pause(hq->q, pause);
         json_object *o = one("paused", json_object_new_boolean(pause));
         if (o)
@@ -435,13 +647,16 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
         wq_http_reply_durable(h, req, 200, "OK", o);
         break;
     }
-    case R_ITEMS: get_items(req, hq, query); break;
+    case R_ITEMS: get_items(h, req, hq, query); break;
     case R_CANCEL: cancel(h, req, hq, key, keylen); break;
     case R_REMOVE: remove_item(h, req, hq, key, keylen); break;
     case R_DEAD:
         if (get) {
-            get_dead(req, hq, query);
+            get_dead(h, req, hq, query);
         } else {
+            wq_bop pop = {.kind = WQ_BOP_PURGE_DEAD};
+            if (remote(h, req, hq, &pop, 0))
+                break;
             int n = hq->ops->purge_dead(hq->q);
             if (n < 0)
                 wq_http_reply_error(req, 500, "Internal Server Error", wq_strerror(n));

@@ -17,4 +17,7 @@
 int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const char *query,
                 enum evhttp_cmd_type cmd);
 
+/* The server stops: replies still waiting for the database will answer nobody. */
+void wq_http_ops_stop(void);
+
 #endif

@@ -10,31 +10,53 @@
 #include "lua/lqops.h"
 
 #include "lua/lgroup.h"
+#include "lua/ljson.h"
 #include "lua/lqueue.h"
 #include "lua/lworker.h"
 #include "lua/lwq.h"
 #include "store/backend.h"
 
 #include <lauxlib.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---- pause ---- */
 
-int lqops_pause(void *q, int paused)
+/* Pauses or resumes the engine queue; 1 changed, 0 it already was. */
+static int set_paused(lqueue *lq, int paused, const char *how)
 {
-    lqueue *lq = q;
     if (!wq_queue_set_paused(lq->q, paused))
         return 0;
-    if (lq->bq)
-        wq_bq_set_paused(lq->bq, paused);
     if (!paused) { /* its getters and workers look again */
         wq_task *t;
         while ((t = wq_waitlist_pop(&lq->getters)))
             wq_task_wake(t, 0);
     }
-    wq_host_log(lq->host, "wqrun: %s: %s", lq->name, paused ? "paused" : "resumed");
+    wq_host_log(lq->host, "wqrun: %s: %s%s", lq->name, paused ? "paused" : "resumed", how);
     return 1;
+}
+
+int lqops_pause(void *q, int paused)
+{
+    lqueue *lq = q;
+    if (!set_paused(lq, paused, ""))
+        return 0;
+    if (lq->bq)
+        wq_bq_set_paused(lq->bq, paused);
+    return 1;
+}
+
+void lqops_pause_local(struct lqueue *lq, int paused)
+{
+    if (lq->q)
+        set_paused(lq, paused, " (for every runner)");
+}
+
+int lqops_op(void *q, const wq_bop *op, wq_bop_fn fn, void *ud)
+{
+    lqueue *lq = q;
+    return lq->bq ? wq_bq_op(lq->bq, op, fn, ud) : WQ_BACKEND_LOCAL;
 }
 
 int lqops_paused(void *q)
@@ -53,16 +75,45 @@ int lqops_restore(lqueue *lq)
     return 0;
 }
 
+/* An operator action's answer (result, text) is on the stack: raises an error it holds. */
+static void check_answer(lua_State *L, const char *fn)
+{
+    wq_task_check_interrupt(L, wq_task_of(L));
+    if (lua_tointeger(L, -2) == WQ_EIO)
+        luaL_error(L, "q:%s: %s", fn, lua_tostring(L, -1));
+}
+
+/* After a pause or resume the database applied: this runner follows at once (the others when
+ * notified). */
+static int pause_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    int paused = (int)ctx;
+    check_answer(L, paused ? "pause" : "resume");
+    lqueue *lq = lua_touserdata(L, 1);
+    lqops_pause_local(lq, paused);
+    return 0;
+}
+
+static int pause_common(lua_State *L, int paused)
+{
+    const char *fn = paused ? "pause" : "resume";
+    lqueue *lq = lqueue_check_op(L, fn, "pause");
+    lua_settop(L, 1);
+    wq_bop op = {.kind = paused ? WQ_BOP_PAUSE : WQ_BOP_RESUME};
+    lqueue_op(L, lq, fn, &op, paused, pause_k);
+    lqops_pause(lq, paused);
+    return 0;
+}
+
 static int queue_pause(lua_State *L)
 {
-    lqops_pause(lqueue_check_op(L, "pause", "pause"), 1);
-    return 0;
+    return pause_common(L, 1);
 }
 
 static int queue_resume(lua_State *L)
 {
-    lqops_pause(lqueue_check_op(L, "resume", "pause"), 0);
-    return 0;
+    return pause_common(L, 0);
 }
 
 static int queue_paused(lua_State *L)
@@ -87,11 +138,22 @@ int lqops_cancel(void *q, const char *key, size_t len)
     return lworker_cancel(q, key, len);
 }
 
+/* After a remove or cancel the database applied: true when it was done. */
+static int keyed_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    check_answer(L, (const char *)ctx);
+    lua_pushboolean(L, lua_tointeger(L, -2) == 0);
+    return 1;
+}
+
 static int queue_remove(lua_State *L)
 {
     lqueue *lq = lqueue_check_op(L, "remove", "remove");
     size_t len;
     const char *key = wq_checkkey(L, 2, "remove", &len);
+    wq_bop op = {.kind = WQ_BOP_REMOVE, .key = key, .keylen = len};
+    lqueue_op(L, lq, "remove", &op, (lua_KContext) "remove", keyed_k);
     lua_pushboolean(L, lqops_remove(lq, key, len) == 0);
     return 1;
 }
@@ -101,6 +163,8 @@ static int queue_cancel(lua_State *L)
     lqueue *lq = lqueue_check_op(L, "cancel", "cancel");
     size_t len;
     const char *key = wq_checkkey(L, 2, "cancel", &len);
+    wq_bop op = {.kind = WQ_BOP_CANCEL, .key = key, .keylen = len};
+    lqueue_op(L, lq, "cancel", &op, (lua_KContext) "cancel", keyed_k);
     lua_pushboolean(L, lqops_cancel(lq, key, len) == 0);
     return 1;
 }
@@ -231,9 +295,20 @@ int lqops_purge_dead(void *q)
     return n;
 }
 
+static int purge_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    check_answer(L, "purge_dead");
+    lua_pushinteger(L, lua_tointeger(L, -2));
+    return 1;
+}
+
 static int queue_purge_dead(lua_State *L)
 {
     lqueue *lq = lqueue_check_op(L, "purge_dead", "purge_dead");
+    wq_bop op = {.kind = WQ_BOP_PURGE_DEAD};
+    lqueue_op(L, lq, "purge_dead", &op, 0, purge_k);
     int n = 0;
     lua_settop(L, 1);
     lua_pushcfunction(L, purge_p);
@@ -513,6 +588,21 @@ static int build_p(lua_State *L)
     return 1;
 }
 
+static int items_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    check_answer(L, "items");
+    size_t len;
+    const char *text = lua_tolstring(L, -1, &len);
+    int st = wq_ljson_decode(L, text ? text : "[]", text ? len : 2);
+    if (st == LUA_ERRMEM)
+        return luaL_error(L, "q:items: out of memory");
+    if (st != LUA_OK)
+        return luaL_error(L, "q:items: the database answered %s", lua_tostring(L, -1));
+    return 1;
+}
+
 static const char *const item_opts[] = {"state", "limit", "after_key", NULL};
 
 /* q:items{state=, limit=, after_key=} -> array of {key=, payload=, state=, priority=, ...} */
@@ -541,6 +631,12 @@ static int queue_items(lua_State *L)
         if (lua_getfield(L, 2, "after_key") != LUA_TNIL) /* 5 */
             qry.after_key = wq_checkkeyarg(L, 5, "items", "after_key", &qry.after_len);
     }
+    wq_bop op = {.kind = WQ_BOP_ITEMS,
+                 .state = qry.state,
+                 .limit = qry.limit == (size_t)-1 ? (size_t)INT64_MAX : qry.limit,
+                 .after_key = qry.after_key,
+                 .after_len = qry.after_len};
+    lqueue_op(L, lq, "items", &op, 0, items_k);
     struct build b = {lq, NULL, 0};
     b.n = select_items(lq, &qry, &b.sel);
     if (b.n < 0)

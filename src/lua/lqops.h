@@ -21,7 +21,12 @@ int lqops_restore(struct lqueue *lq);
 /* Re-queues key's dead letter with a clean failure count: 1, 0 not dead; raises on OOM. */
 int lqops_retry_dead(lua_State *L, struct lqueue *lq, const char *key, size_t len);
 
+/* The queue was paused or resumed for every runner (PostgreSQL): the engine follows, nothing
+ * is written. */
+void lqops_pause_local(struct lqueue *lq, int paused);
+
 /* The wq_queue_ops members (q is the lqueue). */
+int lqops_op(void *q, const wq_bop *op, wq_bop_fn fn, void *ud);
 int lqops_pause(void *q, int paused);
 int lqops_paused(void *q);
 int lqops_remove(void *q, const char *key, size_t len);

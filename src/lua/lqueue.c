@@ -9,6 +9,7 @@
 #include "host/timer.h"
 #include "lua/lcron.h"
 #include "lua/lgroup.h"
+#include "lua/ljson.h"
 #include "lua/llimiter.h"
 #include "lua/lqops.h"
 #include "lua/lworker.h"
@@ -191,6 +192,21 @@ static void bq_changed(void *ud)
     wq_host_settle(((lqueue *)ud)->host);
 }
 
+static void bq_paused(void *ud, int paused)
+{
+    lqops_pause_local(ud, paused);
+}
+
+static void bq_cancel(void *ud, const char *key, size_t len)
+{
+    lqueue *lq = ud;
+    if (lworker_cancel(lq, key, len) != WQ_EBUSY)
+        return;
+    wq_item_info info; /* claimed and not started yet: it goes without running */
+    if (wq_queue_lookup(lq->q, key, len, &info) == 1 && !(info.state & WQ_ST_PROCESSING))
+        lqops_remove(lq, key, len);
+}
+
 /* An add the backend answers later: the task waiting for it, or NULL once abandoned. */
 typedef struct add_wait {
     wq_task *t;
@@ -233,6 +249,41 @@ static void add_wait_cancel(wq_task *t)
     add_wait *w = t->wait;
     if (w)
         w->t = NULL;
+}
+
+int lqueue_op(lua_State *L, lqueue *lq, const char *fn, const wq_bop *op, lua_KContext ctx,
+              lua_KFunction k)
+{
+    if (!lq->bq || wq_bq_op(lq->bq, op, NULL, NULL) == WQ_BACKEND_LOCAL)
+        return 0;
+    wq_task *t = wq_task_of(L);
+    if (!t || !lua_isyieldable(L))
+        return luaL_error(L,
+                          "q:%s: cannot wait for the database here (call it from a task, a "
+                          "handler or the main chunk)",
+                          fn);
+    add_wait *w = calloc(1, sizeof *w);
+    if (!w)
+        return luaL_error(L, "q:%s: out of memory", fn);
+    int r = wq_bq_op(lq->bq, op, add_answered, w);
+    if (r < 0) {
+        free(w);
+        if (r == WQ_EIO)
+            return luaL_error(L, "q:%s: database unavailable", fn);
+        if (r == WQ_EINVAL) /* an argument the database cannot take, named */
+            return luaL_error(L, "q:%s: %s", fn, wq_backend_errmsg(lq->host->backend));
+        lua_pushinteger(L, r); /* answered at once (a key the database cannot hold) */
+        lua_pushliteral(L, "");
+        return k(L, LUA_OK, ctx);
+    }
+    w->t = t;
+    w->lq = lq;
+    w->next = lq->add_waits;
+    if (w->next)
+        w->next->prev = w;
+    lq->add_waits = w;
+    t->wait = w;
+    return wq_task_wait(L, t, add_wait_cancel, ctx, k);
 }
 
 /* After an add the backend decided: true (queued, follow-up, delayed or deduplicated),
@@ -584,7 +635,14 @@ static int queue_new(lua_State *L)
     wq_queue_set_observer(lq->q, observe, lq);
     lgroup_apply_options(L, lq, 2, &gopts); /* before restoring: restored items obey them */
     if (h->backend && persist) {
-        wq_bqueue_hooks hooks = {bq_demand, bq_claimed, bq_released, bq_lost, bq_changed, lq};
+        wq_bqueue_hooks hooks = {.demand = bq_demand,
+                                 .claimed = bq_claimed,
+                                 .released = bq_released,
+                                 .lost = bq_lost,
+                                 .changed = bq_changed,
+                                 .paused = bq_paused,
+                                 .cancel = bq_cancel,
+                                 .ud = lq};
         lq->bq = wq_bq_attach(h->backend, name, lq->q, &hooks);
         if (!lq->bq)
             return luaL_error(L, "queue: %s", wq_backend_errmsg(h->backend));
@@ -1204,10 +1262,42 @@ static int queue_stats(lua_State *L)
     return 1;
 }
 
+/* Pushes the value of the JSON text an operator action answered with (a list). */
+static void push_answer(lua_State *L, const char *fn)
+{
+    size_t len;
+    const char *text = lua_tolstring(L, -1, &len);
+    int st = wq_ljson_decode(L, text ? text : "[]", text ? len : 2);
+    if (st == LUA_ERRMEM)
+        luaL_error(L, "q:%s: out of memory", fn);
+    if (st != LUA_OK)
+        luaL_error(L, "q:%s: the database answered %s", fn, lua_tostring(L, -1));
+}
+
+/* Whether an operator action's answer is an error: raises it. */
+static void check_answer(lua_State *L, const char *fn)
+{
+    wq_task_check_interrupt(L, wq_task_of(L));
+    int r = (int)lua_tointeger(L, -2);
+    if (r == WQ_EIO)
+        luaL_error(L, "q:%s: %s", fn, lua_tostring(L, -1));
+}
+
+static int dead_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    check_answer(L, "dead");
+    push_answer(L, "dead");
+    return 1;
+}
+
 /* The dead letters, unsorted (lua/wq.lua's q:dead() sorts them). */
 static int queue_dead_list(lua_State *L)
 {
     lqueue *lq = lqueue_check_op(L, "dead", "dead");
+    wq_bop op = {.kind = WQ_BOP_DEAD, .limit = 1000000};
+    lqueue_op(L, lq, "dead", &op, 0, dead_k);
     lworker_push_dead(L, lq);
     int dead = lua_gettop(L);
     lua_newtable(L);
@@ -1234,11 +1324,22 @@ static int queue_dead_list(lua_State *L)
     return 1;
 }
 
+static int retry_dead_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    check_answer(L, "retry_dead");
+    lua_pushboolean(L, lua_tointeger(L, -2) > 0);
+    return 1;
+}
+
 static int queue_retry_dead(lua_State *L)
 {
     lqueue *lq = lqueue_check_op(L, "retry_dead", "retry_dead");
     size_t len;
     const char *key = wq_checkkey(L, 2, "retry_dead", &len);
+    wq_bop op = {.kind = WQ_BOP_RETRY_DEAD, .key = key, .keylen = len};
+    lqueue_op(L, lq, "retry_dead", &op, 0, retry_dead_k);
     lua_pushboolean(L, lqops_retry_dead(L, lq, key, len));
     return 1;
 }
@@ -1408,6 +1509,7 @@ static const wq_queue_ops lqueue_ops = {
     .purge_dead = lqops_purge_dead,
     .items = lqops_items,
     .dead = lqops_dead,
+    .op = lqops_op,
 };
 
 const char *wq_lqueue_name(const lqueue *lq)

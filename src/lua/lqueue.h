@@ -80,6 +80,14 @@ void lqueue_decode_top(lua_State *L);
 lqueue *lqueue_check(lua_State *L, const char *fn);
 /* The same for a method doing operation op, which the queue's backend may refuse (raises). */
 lqueue *lqueue_check_op(lua_State *L, const char *fn, const char *op);
+/*
+ * An operator action (SPEC 7.5) on a backend that applies them itself (PostgreSQL): the
+ * calling task waits for the answer and continues in k with (result, text) on the stack (see
+ * wq_bop_fn), so this does not return. Returns 0 when the runtime applies the action itself
+ * (SQLite, a queue without a backend). Raises when the caller cannot wait.
+ */
+int lqueue_op(lua_State *L, lqueue *lq, const char *fn, const wq_bop *op, lua_KContext ctx,
+              lua_KFunction k);
 /* Cancels a task's wait in get (its wait data is the queue). */
 void lqueue_get_cancel(wq_task *t);
 /* Wall-clock Unix time the pending item of record id was first added. */

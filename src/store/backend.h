@@ -145,6 +145,41 @@ typedef struct wq_badd {
  */
 typedef void (*wq_badd_fn)(void *ud, int result, const char *what);
 
+/*
+ * An operator action (SPEC 7.5) on a backend that shares its queues (PostgreSQL): the database
+ * applies it for every runner. Strings are borrowed for the call.
+ */
+typedef enum {
+    WQ_BOP_PAUSE,
+    WQ_BOP_RESUME,
+    WQ_BOP_REMOVE,     /* key */
+    WQ_BOP_CANCEL,     /* key */
+    WQ_BOP_RETRY_DEAD, /* key, NULL: every dead letter */
+    WQ_BOP_PURGE_DEAD,
+    WQ_BOP_ITEMS, /* state, limit, after_key */
+    WQ_BOP_DEAD   /* limit */
+} wq_bop_kind;
+
+typedef struct wq_bop {
+    wq_bop_kind kind;
+    const char *key;
+    size_t keylen;
+    const char *state; /* ITEMS: "queued", "processing", "waiting"; NULL: all */
+    size_t limit;      /* ITEMS, DEAD: at most this many */
+    const char *after_key;
+    size_t after_len;
+} wq_bop;
+
+/*
+ * What became of an operator action, once committed. result: PAUSE, RESUME 1 changed, 0 it
+ * already was; REMOVE 0, WQ_ENOENT (no pending item), WQ_EBUSY (processing); CANCEL 0 (its
+ * runner was told), WQ_ENOENT, WQ_EBUSY (not processing); RETRY_DEAD, PURGE_DEAD the number;
+ * ITEMS the number listed and DEAD the total, with text a JSON array of objects (fields of
+ * q:items() / q:dead(), absent when null; ITEMS in key order, DEAD oldest first); or WQ_EIO
+ * with text saying why.
+ */
+typedef void (*wq_bop_fn)(void *ud, int result, const char *text);
+
 /* An item this runner claimed, for the local engine (strings borrowed for the call). */
 typedef struct wq_claimed {
     const char *key;
@@ -175,6 +210,12 @@ typedef struct wq_bqueue_hooks {
     /* What the backend holds for the queue changed (see pending): re-check whether the
      * process has work left. */
     void (*changed)(void *ud);
+    /* The queue was paused (1) or resumed (0) for every runner (SPEC 8.2): no item of it
+     * starts here from now on, or they start again. */
+    void (*paused)(void *ud, int paused);
+    /* An operator cancelled key, which this runner claimed: stop its handler run ("cancelled"),
+     * or drop it if no handler has started it. */
+    void (*cancel)(void *ud, const char *key, size_t len);
     void *ud;
 } wq_bqueue_hooks;
 
@@ -310,6 +351,11 @@ struct wq_backend_ops {
     int (*pending)(wq_bqueue *bq);
     /* A task began waiting for an item of the queue: a backend that claims claims now. */
     void (*want)(wq_bqueue *bq);
+    /* An operator action: WQ_BACKEND_LOCAL (the engine is the authority: the runtime applies
+     * it), or 0 and fn is called once the database answered, or a WQ_E* code at once (WQ_EIO:
+     * unreachable; WQ_ENOENT: a key the database cannot hold). With fn NULL it only answers
+     * which: WQ_BACKEND_LOCAL or 0, doing nothing. */
+    int (*op)(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud);
 };
 
 /* ---- calls through the table ---- */
@@ -486,6 +532,11 @@ static inline int wq_bq_pending(wq_bqueue *bq)
 static inline void wq_bq_want(wq_bqueue *bq)
 {
     bq->b->ops->want(bq);
+}
+
+static inline int wq_bq_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
+{
+    return bq->b->ops->op(bq, op, fn, ud);
 }
 
 /*

@@ -1,3 +1,4 @@
+-- backends: all
 -- Job-runner semantics (SPEC 7.1): the job table, permanent failures,
 -- requeue with a new payload, dead letters cleared by a later success, the
 -- on_dead hook, and wq.on_shutdown with wq.shutdown().

@@ -168,6 +168,7 @@ typedef struct pgq {
     int64_t last_poll; /* real ns of the last claim */
     int64_t due_at;    /* real ns an item of it is due in the database (a delay), 0: none known */
     int stopped;
+    int paused;      /* paused for every runner, as the database last said */
     int db_rows;     /* the database may hold rows of the queue */
     size_t adds_out; /* adds to it not yet committed */
     struct pgq *next;
@@ -216,6 +217,8 @@ struct pgb {
     double cycle_started;
     wq_timebase tb;
     int reregistering;
+    int control_flight; /* the paused queues and this runner's signals are being read */
+    int control_again;  /* notified meanwhile: read them once more */
 };
 
 static const wq_backend_ops pg_ops;
@@ -414,6 +417,7 @@ static void claim_result(void *ud, PGresult *res);
 static void outcomes_synced(void *ud, int ok);
 static void claims_synced(void *ud, int ok);
 static void next_at_result(void *ud, PGresult *res);
+static void send_control(pgb *b);
 
 static void free_add(padd *a)
 {
@@ -584,6 +588,10 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
     if (!b->registered || !wq_pgconn_up(b->c))
         return;
     int64_t now_real = real_ns();
+    if (b->control_again && !b->control_flight) {
+        b->control_again = 0;
+        send_control(b);
+    }
     /* The adds: one transaction of their own, so that an outcome never waits on them. */
     if (b->nadds && !b->adds_flight) {
         size_t n = b->nadds;
@@ -1050,6 +1058,7 @@ static void reregister_result(void *ud, PGresult *res)
     b->registered = 1;
     b->lost_claims = 0;
     b->last_heartbeat = real_ns();
+    b->control_again = 1; /* the paused queues, at once */
     logf_(b, "registered again as runner %lld", (long long)b->runner_id);
     for (pgq *q = b->queues; q; q = q->next) {
         q->waiting_db = -1;
@@ -1076,6 +1085,82 @@ static void reregister(pgb *b)
     free(sql);
 }
 
+/* ---- operating: pauses and cancels from any runner, the CLI or SQL (SPEC 8.2) ---- */
+
+static pgq *queue_named(pgb *b, const char *name)
+{
+    for (pgq *q = b->queues; q; q = q->next)
+        if (strcmp(q->name, name) == 0)
+            return q;
+    return NULL;
+}
+
+static void paused_result(void *ud, PGresult *res)
+{
+    pgb *b = ud;
+    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+        return;
+    const char *list = PQgetvalue(res, 0, 0);
+    for (pgq *q = b->queues; q; q = q->next) {
+        size_t n = strlen(q->name);
+        int p = 0;
+        for (const char *s = list; *s; s += strcspn(s, ",") + (s[strcspn(s, ",")] == ',')) {
+            if (strcspn(s, ",") == n && strncmp(s, q->name, n) == 0) {
+                p = 1;
+                break;
+            }
+        }
+        if (p == q->paused)
+            continue;
+        q->paused = p;
+        if (q->q && q->hooks.paused)
+            q->hooks.paused(q->hooks.ud, p);
+        if (!p)
+            q->more = 1;
+    }
+}
+
+static void signals_result(void *ud, PGresult *res)
+{
+    pgb *b = ud;
+    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK)
+        return;
+    for (int i = 0; i < PQntuples(res); i++) {
+        pgq *q = queue_named(b, PQgetvalue(res, i, 0));
+        const char *key = PQgetvalue(res, i, 1);
+        size_t len = (size_t)PQgetlength(res, i, 1);
+        uint32_t slot;
+        claim *c = q && q->q ? slot_of(q, key, len, &slot) : NULL;
+        /* A cancel of an earlier claim of the key (it ended meanwhile) is stale. */
+        if (c && c->token == atoll(PQgetvalue(res, i, 2)) && q->hooks.cancel)
+            q->hooks.cancel(q->hooks.ud, key, len);
+    }
+}
+
+static void control_synced(void *ud, int ok)
+{
+    (void)ok;
+    pgb *b = ud;
+    b->control_flight = 0;
+    if (b->control_again)
+        kick(b);
+}
+
+/* Reads the paused queues and this runner's cancels (with the heartbeat, and when notified). */
+static void send_control(pgb *b)
+{
+    if (b->control_flight) {
+        b->control_again = 1;
+        return;
+    }
+    const char *v[1] = {b->runner_id_s};
+    if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_PAUSED].name, NULL, 0, NULL, paused_result, b) < 0 ||
+        wq_pgconn_send(b->c, wq_pg_stmts[PGS_SIGNALS].name, NULL, 1, v, signals_result, b) < 0 ||
+        wq_pgconn_sync(b->c, control_synced, b) < 0)
+        return;
+    b->control_flight = 1;
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -1097,6 +1182,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         const char *v[1] = {b->runner_id_s};
         wq_pgconn_send(b->c, wq_pg_stmts[PGS_HEARTBEAT].name, NULL, 1, v, heartbeat_result, b);
         wq_pgconn_sync(b->c, NULL, NULL);
+        send_control(b); /* the fallback for a notification missed (reconnect) */
     }
     if (now - b->last_reap > (int64_t)REAP_MS * 1000000) {
         b->last_reap = now;
@@ -1160,6 +1246,7 @@ static void on_up(void *ud)
     const char *h[1] = {b->runner_id_s};
     wq_pgconn_send(b->c, wq_pg_stmts[PGS_HEARTBEAT].name, NULL, 1, h, heartbeat_result, b);
     wq_pgconn_sync(b->c, NULL, NULL);
+    b->control_again = 1; /* pauses and cancels notified while it was down */
     for (pgq *q = b->queues; q; q = q->next) {
         q->waiting_db = -1;
         q->more = 1;
@@ -1186,6 +1273,11 @@ static void on_notify(void *ud, const char *channel, const char *payload)
 {
     pgb *b = ud;
     (void)channel;
+    if (payload[0] == '!') { /* '!control': a pause, resume or cancel (no queue name has '!') */
+        b->control_again = 1;
+        kick(b);
+        return;
+    }
     for (pgq *q = b->queues; q; q = q->next)
         if (strcmp(q->name, payload) == 0)
             q->more = 1;
@@ -1372,9 +1464,8 @@ static const char *pg_refuse(wq_backend *base, const char *option)
 {
     (void)base;
     static char msg[200];
-    static const char *const unsupported[] = {
-        "keep_done", "group_limit", "group_of", "rate", "cancel_after", "schedule",   "pause",
-        "remove",    "cancel",      "items",    "dead", "retry_dead",   "purge_dead", NULL};
+    static const char *const unsupported[] = {"keep_done",    "group_limit", "group_of", "rate",
+                                              "cancel_after", "schedule",    NULL};
     for (int i = 0; unsupported[i]; i++)
         if (strcmp(option, unsupported[i]) == 0) {
             snprintf(msg, sizeof msg,
@@ -1686,6 +1777,160 @@ static void pg_want(wq_bqueue *bq)
     kick(((pgq *)bq)->b);
 }
 
+/* An operator action until its transaction has committed. */
+typedef struct pop {
+    wq_bop_kind kind;
+    wq_bop_fn fn;
+    void *ud;
+    int answered; /* 1: result and text hold the answer; -1: text holds the error */
+    int result;
+    char *text;
+} pop;
+
+static void op_result(void *ud, PGresult *res)
+{
+    pop *o = ud;
+    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+        char msg[400];
+        wq_pg_msg(msg, sizeof msg,
+                  res ? PQresultErrorMessage(res) : "the connection to the database was lost");
+        free(o->text);
+        o->text = strdup(msg);
+        o->answered = -1;
+        return;
+    }
+    const char *v = PQgetvalue(res, 0, 0);
+    o->answered = 1;
+    switch (o->kind) {
+    case WQ_BOP_PAUSE:
+    case WQ_BOP_RESUME: o->result = v[0] == 't'; break;
+    case WQ_BOP_REMOVE:
+        o->result = strcmp(v, "removed") == 0      ? 0
+                    : strcmp(v, "processing") == 0 ? WQ_EBUSY
+                                                   : WQ_ENOENT;
+        break;
+    case WQ_BOP_CANCEL:
+        o->result = strcmp(v, "cancelling") == 0 ? 0
+                    : strcmp(v, "absent") == 0   ? WQ_ENOENT
+                                                 : WQ_EBUSY;
+        break;
+    case WQ_BOP_RETRY_DEAD:
+    case WQ_BOP_PURGE_DEAD: o->result = atoi(v); break;
+    case WQ_BOP_ITEMS:
+    case WQ_BOP_DEAD:
+        o->result = atoi(v);
+        o->text = strdup(PQgetvalue(res, 0, 1));
+        if (!o->text) {
+            o->text = strdup("out of memory");
+            o->answered = -1;
+        }
+        break;
+    }
+}
+
+static void op_synced(void *ud, int ok)
+{
+    pop *o = ud;
+    if (ok && o->answered == 1)
+        o->fn(o->ud, o->result, o->text);
+    else
+        o->fn(o->ud, WQ_EIO, o->answered == -1 && o->text ? o->text : "database unavailable");
+    free(o->text);
+    free(o);
+}
+
+/* An optional field of the JSON objects the listings build: absent when NULL. */
+#define PG_OPT(name, expr)                                                                         \
+    " || CASE WHEN " expr " IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('" name "', " expr    \
+    ") END"
+
+static int pg_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
+{
+    pgq *q = (pgq *)bq;
+    pgb *b = q->b;
+    static const char *const sql[] = {
+        [WQ_BOP_PAUSE] = "SELECT @S.pause($1, true)",
+        [WQ_BOP_RESUME] = "SELECT @S.pause($1, false)",
+        [WQ_BOP_REMOVE] = "SELECT @S.remove($1, $2)",
+        [WQ_BOP_CANCEL] = "SELECT @S.cancel($1, $2)",
+        [WQ_BOP_RETRY_DEAD] = "SELECT @S.retry_dead($1, $2)",
+        [WQ_BOP_PURGE_DEAD] = "SELECT @S.purge_dead($1)",
+        /* In key order as bytes (COLLATE "C"), as the engine lists them. */
+        [WQ_BOP_ITEMS] =
+            "SELECT count(*), coalesce(jsonb_agg(x.o ORDER BY x.k), '[]')::text FROM ("
+            "SELECT key COLLATE \"C\" AS k, jsonb_build_object('key', key, 'state', state,"
+            " 'priority', priority, 'attempt', attempt)" PG_OPT("payload", "payload")
+                PG_OPT("group", "grp")
+                    PG_OPT("ready_at",
+                           "extract(epoch FROM ready_at)") " AS o FROM @S.items WHERE queue = $1 "
+                                                           "AND ($2::text IS NULL OR state = $2)"
+                                                           " AND ($3::text IS NULL OR key COLLATE "
+                                                           "\"C\" > $3)"
+                                                           " ORDER BY key COLLATE \"C\" LIMIT "
+                                                           "$4::bigint) x",
+        [WQ_BOP_DEAD] = "SELECT (SELECT count(*) FROM @S.dead WHERE queue = $1),"
+                        " coalesce(jsonb_agg(x.o ORDER BY x.failed_at, x.k), '[]')::text FROM ("
+                        "SELECT failed_at, key COLLATE \"C\" AS k, jsonb_build_object('key', key,"
+                        " 'attempts', attempts, 'failed_at', extract(epoch FROM failed_at))" PG_OPT(
+                            "payload", "payload")
+                            PG_OPT("error", "error") " AS o FROM @S.dead WHERE queue = $1 ORDER BY "
+                                                     "failed_at, key COLLATE \"C\""
+                                                     " LIMIT $2::bigint) x",
+    };
+    if (!fn)
+        return 0; /* asked only whether the database applies it: it does */
+    if (!b->registered || !wq_pgconn_up(b->c)) {
+        set_err(b, "database unavailable");
+        return WQ_EIO;
+    }
+    if (op->key && !pg_text_ok(op->key, op->keylen))
+        return WQ_ENOENT; /* PostgreSQL holds no such key */
+    /* No key holds a NUL: the keys after "a\0b" are those after "a". */
+    size_t after_len = op->after_key ? strnlen(op->after_key, op->after_len) : 0;
+    if (op->after_key && !pg_text_ok(op->after_key, after_len)) {
+        set_err(b, "bad argument 'after_key' (not UTF-8: PostgreSQL holds UTF-8 keys only)");
+        return WQ_EINVAL;
+    }
+    pop *o = calloc(1, sizeof *o);
+    char *key = op->key ? dupn(op->key, op->keylen) : NULL;
+    char *after = op->after_key ? dupn(op->after_key, after_len) : NULL;
+    char *text = wq_pg_sql(wq_pgconn_pg(b->c), b->schema, sql[op->kind]);
+    char lim[24];
+    snprintf(lim, sizeof lim, "%zu", op->limit ? op->limit : (size_t)1000);
+    int r = WQ_ENOMEM;
+    if (o && text && (key || !op->key) && (after || !op->after_key)) {
+        o->kind = op->kind;
+        o->fn = fn;
+        o->ud = ud;
+        /* $1 the queue, then: the key; or state, after_key, limit (ITEMS); or limit (DEAD) */
+        const char *v[4] = {q->name, key, NULL, NULL};
+        int n =
+            op->kind == WQ_BOP_REMOVE || op->kind == WQ_BOP_CANCEL || op->kind == WQ_BOP_RETRY_DEAD
+                ? 2
+                : 1;
+        if (op->kind == WQ_BOP_ITEMS) {
+            v[1] = op->state, v[2] = after, v[3] = lim;
+            n = 4;
+        } else if (op->kind == WQ_BOP_DEAD) {
+            v[1] = lim;
+            n = 2;
+        }
+        r = WQ_EIO;
+        if (wq_pgconn_send(b->c, NULL, text, n, v, op_result, o) == 0 &&
+            wq_pgconn_sync(b->c, op_synced, o) == 0) {
+            o = NULL; /* answered through op_synced */
+            r = 0;
+        }
+    }
+    if (r == WQ_EIO)
+        set_err(b, "database unavailable");
+    free(o);
+    free(key);
+    free(after);
+    free(text);
+    return r;
+}
+
 static const wq_backend_ops pg_ops = {
     .version = WQ_BACKEND_VERSION,
     .name = "postgres",
@@ -1726,6 +1971,7 @@ static const wq_backend_ops pg_ops = {
     .set_paused = pg_set_paused,
     .pending = pg_pending,
     .want = pg_want,
+    .op = pg_op,
 };
 
 /* Inserts the runners row and takes its session lock, in one transaction (blocking). */
@@ -1753,6 +1999,7 @@ static int register_runner(pgb *b, PGconn *pg, char *err, size_t errlen)
     PQclear(r);
     b->registered = 1;
     b->last_heartbeat = real_ns();
+    b->control_again = 1; /* the paused queues, at once */
     return 0;
 }
 

@@ -1,12 +1,16 @@
 /*
  * The command line on a PostgreSQL database (SPEC 8.1, 8.4): `wqrun
- * migrate`, and `add`, `status` and `runners` with a postgres:// URL.
- * They need no runner: each opens its own connection (blocking: a command
+ * migrate`, and `add`, `status`, `runners` and the operator commands
+ * (pause, remove, cancel, retry, ...) with a postgres:// URL. They need no
+ * runner: each opens its own connection (blocking: a command
  * line has no loop), creates the schema when it finds none, and refuses a
  * foreign or newer one exactly as a runner does.
  */
 #include "store/pg/pg_cli.h"
 
+#include "store/cli_ops.h"
+
+#include "engine/common.h"
 #include "store/pg/pg_schema.h"
 #include "store/pg/pgconn.h"
 
@@ -16,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int usage(FILE *err, const char *line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -29,25 +34,6 @@ static int usage(FILE *err, const char *line, const char *fmt, ...)
     fputs(line, err);
     va_end(ap);
     return 2;
-}
-
-/* "--name VALUE" or "--name=VALUE": 1 (value set), 0 not this option, -1 value missing. */
-static int option(int argc, char **argv, int *i, const char *name, const char **value)
-{
-    size_t n = strlen(name);
-    const char *a = argv[*i];
-    if (strncmp(a, name, n) != 0)
-        return 0;
-    if (a[n] == '=') {
-        *value = a + n + 1;
-        return 1;
-    }
-    if (a[n])
-        return 0;
-    if (*i + 1 >= argc)
-        return -1;
-    *value = argv[++*i];
-    return 1;
 }
 
 /* Connects (10 s at most); NULL after printing why (host and libpq's reason, no password). */
@@ -95,8 +81,8 @@ int wq_pg_cli_migrate(int argc, char **argv, FILE *out, FILE *err)
             fputs(migrate_usage, out);
             return 0;
         }
-        if ((r = option(argc, argv, &i, "--db", &db)) ||
-            (r = option(argc, argv, &i, "--pg-schema", &schema))) {
+        if ((r = wq_cli_option(argc, argv, &i, "--db", &db)) ||
+            (r = wq_cli_option(argc, argv, &i, "--pg-schema", &schema))) {
             if (r < 0)
                 return usage(err, migrate_usage, "migrate: option %s needs a value", argv[i]);
             continue;
@@ -142,11 +128,11 @@ int wq_pg_cli_add(int argc, char **argv, FILE *out, FILE *err)
                 fputs(add_usage, out);
                 return 0;
             }
-            if ((r = option(argc, argv, &i, "--db", &db)) ||
-                (r = option(argc, argv, &i, "--pg-schema", &schema)) ||
-                (r = option(argc, argv, &i, "--after", &after)) ||
-                (r = option(argc, argv, &i, "--priority", &prio)) ||
-                (r = option(argc, argv, &i, "--group", &group))) {
+            if ((r = wq_cli_option(argc, argv, &i, "--db", &db)) ||
+                (r = wq_cli_option(argc, argv, &i, "--pg-schema", &schema)) ||
+                (r = wq_cli_option(argc, argv, &i, "--after", &after)) ||
+                (r = wq_cli_option(argc, argv, &i, "--priority", &prio)) ||
+                (r = wq_cli_option(argc, argv, &i, "--group", &group))) {
                 if (r < 0)
                     return usage(err, add_usage, "add: option %s needs a value", a);
                 continue;
@@ -246,8 +232,8 @@ static int simple_cmd(const char *cmd, const char *line, int argc, char **argv, 
             fputs(line, out);
             return 0;
         }
-        if ((r = option(argc, argv, &i, "--db", db)) ||
-            (r = option(argc, argv, &i, "--pg-schema", schema))) {
+        if ((r = wq_cli_option(argc, argv, &i, "--db", db)) ||
+            (r = wq_cli_option(argc, argv, &i, "--pg-schema", schema))) {
             if (r < 0)
                 return usage(err, line, "%s: option %s needs a value", cmd, argv[i]);
             continue;
@@ -320,4 +306,224 @@ int wq_pg_cli_status(int argc, char **argv, FILE *out, FILE *err)
     }
     PQfinish(pg);
     return rc;
+}
+
+/* ---- operator commands (SPEC 7.5, 8.2): the SQL functions, no runner needed ---- */
+
+/* Runs sql (@S expanded) with n text parameters; the result, or NULL after printing why. */
+static PGresult *query(PGconn *pg, const char *schema, const char *cmd, const char *sql, int n,
+                       const char *const *v, FILE *err)
+{
+    char *q = wq_pg_sql(pg, schema, sql);
+    PGresult *r = q ? PQexecParams(pg, q, n, NULL, v, NULL, NULL, 0) : NULL;
+    free(q);
+    if (r && PQresultStatus(r) == PGRES_TUPLES_OK)
+        return r;
+    char msg[600];
+    wq_pg_msg(msg, sizeof msg, r ? PQresultErrorMessage(r) : PQerrorMessage(pg));
+    fprintf(err, "wqrun: %s: %s\n", cmd, msg);
+    PQclear(r);
+    return NULL;
+}
+
+/* The first column of the first row of query sql, copied into out; 0 or -1 (printed). */
+static int query_one(PGconn *pg, const wq_cli_args *a, const char *sql, int n, const char *const *v,
+                     char *out, size_t outlen, FILE *err)
+{
+    PGresult *r = query(pg, a->pg_schema, a->cmd, sql, n, v, err);
+    if (!r)
+        return -1;
+    snprintf(out, outlen, "%s", PQntuples(r) > 0 ? PQgetvalue(r, 0, 0) : "");
+    PQclear(r);
+    return 0;
+}
+
+/* Waits up to 5 s for the claim token of key to end; 1 ended, 0 not yet, -1 failed. */
+static int wait_cancelled(PGconn *pg, const wq_cli_args *a, const char *token, FILE *err)
+{
+    const char *v[3] = {a->queue, a->key, token};
+    for (int i = 0; i < 250; i++) {
+        char running[8];
+        if (query_one(pg, a,
+                      "SELECT EXISTS (SELECT 1 FROM @S.jobs WHERE queue = $1 AND key = $2 "
+                      "AND token = $3::bigint AND running)",
+                      3, v, running, sizeof running, err) < 0)
+            return -1;
+        if (running[0] == 'f')
+            return 1;
+        struct timespec ts = {0, 20 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+static int list_items(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
+{
+    char lim[24];
+    snprintf(lim, sizeof lim, "%ld", a->limit + 1);
+    const char *v[3] = {a->queue, a->state, lim};
+    PGresult *r = query(pg, a->pg_schema, a->cmd,
+                        "SELECT key, state, priority, attempt,"
+                        " to_char(ready_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'),"
+                        " payload::text, jsonb_build_object('key', key, 'payload', payload,"
+                        "  'state', state, 'priority', priority, 'group', grp,"
+                        "  'ready_at', extract(epoch FROM ready_at), 'attempt', attempt)::text"
+                        " FROM @S.items WHERE queue = $1 AND ($2::text IS NULL OR state = $2)"
+                        " ORDER BY state = 'waiting', priority DESC, coalesce(ready_at, "
+                        "enqueued_at), key LIMIT $3::bigint",
+                        3, v, err);
+    if (!r)
+        return 1;
+    long n = PQntuples(r);
+    if (a->json)
+        fputs("[", out);
+    else
+        fprintf(out, "%-24s  %-10s  %8s  %7s  %-19s  %s\n", "KEY", "STATE", "PRIORITY", "ATTEMPT",
+                "READY AT (UTC)", "PAYLOAD");
+    for (long i = 0; i < n; i++) {
+        if (i == a->limit) {
+            if (!a->json)
+                fprintf(out, "... more (--limit %ld shows %ld)\n", a->limit, a->limit);
+            break;
+        }
+        if (a->json) {
+            fprintf(out, "%s\n%s", i ? "," : "", PQgetvalue(r, (int)i, 6));
+            continue;
+        }
+        char key[WQ_SHOWN_KEY];
+        const char *k = PQgetvalue(r, (int)i, 0);
+        wq_show_key(key, k, strlen(k));
+        const char *payload = PQgetisnull(r, (int)i, 5) ? "-" : PQgetvalue(r, (int)i, 5);
+        fprintf(out, "%-24s  %-10s  %8s  %7s  %-19s  %.60s%s\n", key, PQgetvalue(r, (int)i, 1),
+                PQgetvalue(r, (int)i, 2), PQgetvalue(r, (int)i, 3),
+                PQgetisnull(r, (int)i, 4) ? "-" : PQgetvalue(r, (int)i, 4), payload,
+                strlen(payload) > 60 ? "..." : "");
+    }
+    if (a->json)
+        fputs(n ? "\n]\n" : "]\n", out);
+    PQclear(r);
+    return 0;
+}
+
+/* Applies a parsed command; the exit status. */
+static int apply_op(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
+{
+    char known[8], res[64], msg[WQ_SHOWN_KEY + 200], key[WQ_SHOWN_KEY] = "";
+    const char *qv[1] = {a->queue};
+    if (query_one(pg, a, "SELECT @S.known_queue($1)", 1, qv, known, sizeof known, err) < 0)
+        return 1;
+    if (known[0] != 't') {
+        fprintf(err, "wqrun: %s: no queue '%s' in %s\n", a->cmd, a->queue,
+                wq_pg_describe(pg, NULL));
+        return 1;
+    }
+    if (a->op == WQ_CLI_ITEMS)
+        return list_items(pg, a, out, err);
+    if (a->key)
+        wq_show_key(key, a->key, strlen(a->key));
+    const char *kv[2] = {a->queue, a->key};
+    int ok = 1;
+    switch (a->op) {
+    case WQ_CLI_PAUSE:
+    case WQ_CLI_RESUME: {
+        int pause = a->op == WQ_CLI_PAUSE;
+        const char *pv[2] = {a->queue, pause ? "true" : "false"};
+        if (query_one(pg, a, "SELECT @S.pause($1, $2::boolean)", 2, pv, res, sizeof res, err) < 0)
+            return 1;
+        if (res[0] == 't')
+            snprintf(msg, sizeof msg, "%s queue '%s'", pause ? "paused" : "resumed", a->queue);
+        else
+            snprintf(msg, sizeof msg, "queue '%s' was %s already", a->queue,
+                     pause ? "paused" : "running");
+        break;
+    }
+    case WQ_CLI_REMOVE:
+        if (query_one(pg, a, "SELECT @S.remove($1, $2)", 2, kv, res, sizeof res, err) < 0)
+            return 1;
+        ok = strcmp(res, "removed") == 0;
+        if (ok)
+            snprintf(msg, sizeof msg, "removed '%s' from queue '%s'", key, a->queue);
+        else if (strcmp(res, "processing") == 0)
+            snprintf(msg, sizeof msg, "'%s' is processing in queue '%s' (cancel it instead)", key,
+                     a->queue);
+        else
+            snprintf(msg, sizeof msg, "no queued or delayed item '%s' in queue '%s'", key,
+                     a->queue);
+        break;
+    case WQ_CLI_CANCEL: {
+        PGresult *r = query(pg, a->pg_schema, a->cmd,
+                            "SELECT @S.cancel($1, $2), (SELECT token FROM @S.jobs WHERE queue = "
+                            "$1 AND key = $2 AND running)::text",
+                            2, kv, err);
+        if (!r)
+            return 1;
+        snprintf(res, sizeof res, "%s", PQgetvalue(r, 0, 0));
+        char token[32];
+        snprintf(token, sizeof token, "%s", PQgetvalue(r, 0, 1));
+        PQclear(r);
+        ok = 0;
+        if (strcmp(res, "absent") == 0) {
+            snprintf(msg, sizeof msg, "no item '%s' in queue '%s'", key, a->queue);
+        } else if (strcmp(res, "cancelling") != 0) {
+            snprintf(msg, sizeof msg, "'%s' is not processing in queue '%s'", key, a->queue);
+        } else {
+            int w = wait_cancelled(pg, a, token, err);
+            if (w < 0)
+                return 1;
+            ok = w == 1;
+            if (ok)
+                snprintf(msg, sizeof msg, "cancelled '%s' in queue '%s'", key, a->queue);
+            else
+                snprintf(msg, sizeof msg,
+                         "the cancel of '%s' in queue '%s' was sent to its runner, which has not "
+                         "ended the run within 5 s",
+                         key, a->queue);
+        }
+        break;
+    }
+    case WQ_CLI_RETRY:
+    case WQ_CLI_RETRY_ALL: {
+        const char *rv[2] = {a->queue, a->op == WQ_CLI_RETRY ? a->key : NULL};
+        if (query_one(pg, a, "SELECT @S.retry_dead($1, $2)", 2, rv, res, sizeof res, err) < 0)
+            return 1;
+        long n = atol(res);
+        if (a->op == WQ_CLI_RETRY_ALL)
+            snprintf(msg, sizeof msg, "re-queued %ld dead letter%s of queue '%s'", n,
+                     n == 1 ? "" : "s", a->queue);
+        else if ((ok = n > 0))
+            snprintf(msg, sizeof msg, "re-queued dead letter '%s' of queue '%s'", key, a->queue);
+        else
+            snprintf(msg, sizeof msg, "no dead letter '%s' in queue '%s'", key, a->queue);
+        break;
+    }
+    case WQ_CLI_PURGE: {
+        if (query_one(pg, a, "SELECT @S.purge_dead($1)", 1, qv, res, sizeof res, err) < 0)
+            return 1;
+        long n = atol(res);
+        snprintf(msg, sizeof msg, "purged %ld dead letter%s of queue '%s'", n, n == 1 ? "" : "s",
+                 a->queue);
+        break;
+    }
+    default: return 1;
+    }
+    if (ok)
+        fprintf(out, "%s\n", msg);
+    else
+        fprintf(err, "wqrun: %s: %s\n", a->cmd, msg);
+    return ok ? 0 : 1;
+}
+
+int wq_pg_cli_op(const char *cmd, int argc, char **argv, FILE *out, FILE *err)
+{
+    wq_cli_args a;
+    int done = 0;
+    int r = wq_cli_parse(cmd, argc, argv, &a, out, err, &done);
+    if (r || done)
+        return r;
+    PGconn *pg = connect_db(cmd, a.db, a.pg_schema, err);
+    if (!pg)
+        return 1;
+    r = apply_op(pg, &a, out, err);
+    PQfinish(pg);
+    return r;
 }

@@ -322,12 +322,99 @@ static const char *const schema_v1 =
     "END $fn$;\n"
     "INSERT INTO @S.meta VALUES ('schema_version', '1');\n";
 
+/*
+ * Version 2: operating the fleet (SPEC 7.5, 8.2). The operator actions as
+ * functions that psql users, the command line and the runners all call;
+ * a cancel is a row in `signals` for the runner that runs the key, which
+ * it reads with its heartbeat or at once when notified ('!control').
+ */
+static const char *const schema_v2 =
+    "CREATE TABLE @S.signals (id bigserial PRIMARY KEY, runner bigint NOT NULL,\n"
+    "  queue text NOT NULL, key text NOT NULL, token bigint NOT NULL,\n"
+    "  created_at timestamptz NOT NULL DEFAULT now());\n"
+    "CREATE INDEX signals_runner ON @S.signals (runner);\n"
+    "CREATE FUNCTION @S.check_queue(fn text, queue text) RETURNS void LANGUAGE plpgsql AS $fn$\n"
+    "BEGIN\n"
+    "  IF queue IS NULL OR queue !~ '^[A-Za-z0-9_.-]{1,64}$' THEN\n"
+    "    RAISE EXCEPTION '%: bad argument ''queue'' (1-64 characters of [A-Za-z0-9_.-], got %)',\n"
+    "      fn, coalesce(quote_literal(queue), 'NULL') USING ERRCODE = '22023';\n"
+    "  END IF;\n"
+    "END $fn$;\n"
+    /* known_queue: a runner defined it, or it holds items or dead letters. */
+    "CREATE FUNCTION @S.known_queue(p_queue text) RETURNS boolean LANGUAGE sql STABLE AS $fn$\n"
+    "  SELECT EXISTS (SELECT 1 FROM @S.queues q WHERE q.name = p_queue)\n"
+    "      OR EXISTS (SELECT 1 FROM @S.jobs j WHERE j.queue = p_queue)\n"
+    "      OR EXISTS (SELECT 1 FROM @S.dead d WHERE d.queue = p_queue) $fn$;\n"
+    /* pause: whether it changed; every runner stops handing the queue's items out. */
+    "CREATE FUNCTION @S.pause(p_queue text, p_paused boolean DEFAULT true) RETURNS boolean\n"
+    "LANGUAGE plpgsql AS $fn$\n"
+    "DECLARE v_was boolean;\n"
+    "BEGIN\n"
+    "  PERFORM @S.check_queue('wqrun.pause', p_queue);\n"
+    "  IF p_paused IS NULL THEN\n"
+    "    RAISE EXCEPTION 'wqrun.pause: bad argument ''paused'' (NULL)' USING ERRCODE = '22023';\n"
+    "  END IF;\n"
+    "  INSERT INTO @S.queues AS q (name, paused) VALUES (p_queue, false) ON CONFLICT DO NOTHING;\n"
+    "  SELECT q.paused INTO v_was FROM @S.queues q WHERE q.name = p_queue FOR UPDATE;\n"
+    "  IF v_was = p_paused THEN RETURN false; END IF;\n"
+    "  UPDATE @S.queues q SET paused = p_paused, updated_at = now() WHERE q.name = p_queue;\n"
+    "  PERFORM pg_notify(@L, '!control');\n"
+    "  RETURN true;\n"
+    "END $fn$;\n"
+    /* remove: a pending item that no handler runs. */
+    "CREATE FUNCTION @S.remove(p_queue text, p_key text) RETURNS text LANGUAGE plpgsql AS $fn$\n"
+    "BEGIN\n"
+    "  DELETE FROM @S.jobs j WHERE j.queue = p_queue AND j.key = p_key AND NOT j.running;\n"
+    "  IF FOUND THEN RETURN 'removed'; END IF;\n"
+    "  IF EXISTS (SELECT 1 FROM @S.jobs j WHERE j.queue = p_queue AND j.key = p_key) THEN\n"
+    "    RETURN 'processing';\n"
+    "  END IF;\n"
+    "  RETURN 'absent';\n"
+    "END $fn$;\n"
+    /* cancel: tells the runner that runs the key. */
+    "CREATE FUNCTION @S.cancel(p_queue text, p_key text) RETURNS text LANGUAGE plpgsql AS $fn$\n"
+    "DECLARE r record;\n"
+    "BEGIN\n"
+    "  SELECT j.running, j.runner, j.token INTO r FROM @S.jobs j\n"
+    "   WHERE j.queue = p_queue AND j.key = p_key;\n"
+    "  IF NOT FOUND THEN RETURN 'absent'; END IF;\n"
+    "  IF NOT r.running THEN RETURN 'not processing'; END IF;\n"
+    "  INSERT INTO @S.signals (runner, queue, key, token) VALUES (r.runner, p_queue, p_key, "
+    "r.token);\n"
+    "  PERFORM pg_notify(@L, '!control');\n"
+    "  RETURN 'cancelling';\n"
+    "END $fn$;\n"
+    /* retry_dead: dead letters back into the queue (all with p_key NULL), failure count clean. */
+    "CREATE FUNCTION @S.retry_dead(p_queue text, p_key text DEFAULT NULL) RETURNS integer\n"
+    "LANGUAGE plpgsql AS $fn$\n"
+    "DECLARE d record; n integer := 0;\n"
+    "BEGIN\n"
+    "  FOR d IN SELECT x.key, x.payload FROM @S.dead x\n"
+    "            WHERE x.queue = p_queue AND (p_key IS NULL OR x.key = p_key)\n"
+    "            ORDER BY x.failed_at, x.key FOR UPDATE LOOP\n"
+    "    DELETE FROM @S.dead x WHERE x.queue = p_queue AND x.key = d.key;\n"
+    "    PERFORM @S.add(p_queue, d.key, d.payload);\n"
+    "    UPDATE @S.jobs j SET requeues = 0, last_error = NULL, crashes = 0\n"
+    "     WHERE j.queue = p_queue AND j.key = d.key AND NOT j.running;\n"
+    "    n := n + 1;\n"
+    "  END LOOP;\n"
+    "  RETURN n;\n"
+    "END $fn$;\n"
+    "CREATE FUNCTION @S.purge_dead(p_queue text) RETURNS integer LANGUAGE sql AS $fn$\n"
+    "  WITH d AS (DELETE FROM @S.dead x WHERE x.queue = p_queue RETURNING 1)\n"
+    "  SELECT count(*)::integer FROM d $fn$;\n"
+    "UPDATE @S.meta SET value = '2' WHERE key = 'schema_version';\n";
+
+/* The migrations: migrations[v - 1] takes version v - 1 to v. */
+static const char *const *const migrations[] = {&schema_v1, &schema_v2};
+
 const wq_pg_stmt wq_pg_stmts[PGS_COUNT] = {
     /* The rows are found once, by the index holding exactly the pending ones, and updated
      * by their tuple ids (no second lookup). */
     [PGS_CLAIM] = {"wq_claim",
                    "WITH c AS MATERIALIZED (SELECT ctid FROM @S.jobs\n"
                    "  WHERE queue = $1 AND NOT running AND run_at <= now()\n"
+                   "    AND NOT EXISTS (SELECT 1 FROM @S.queues p WHERE p.name = $1 AND p.paused)\n"
                    "  ORDER BY priority DESC, run_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED)\n"
                    "UPDATE @S.jobs j SET running = true, runner = $3, token = "
                    "nextval('@S.token'),\n"
@@ -360,6 +447,12 @@ const wq_pg_stmt wq_pg_stmts[PGS_COUNT] = {
                     "  ON CONFLICT (name) DO UPDATE SET max_retries = EXCLUDED.max_retries,\n"
                     "    defined_by = EXCLUDED.defined_by, updated_at = now()\n"
                     "  RETURNING (SELECT max_retries FROM @S.queues WHERE name = $1)"},
+    [PGS_PAUSED] = {"wq_paused",
+                    "SELECT coalesce(string_agg(name, ','), '') FROM @S.queues WHERE paused"},
+    /* This runner's signals; those of runners long gone go too (the table stays tiny). */
+    [PGS_SIGNALS] = {"wq_signals", "WITH s AS (DELETE FROM @S.signals WHERE runner = $1\n"
+                                   "    OR created_at < now() - interval '1 minute' RETURNING *)\n"
+                                   "SELECT queue, key, token FROM s WHERE runner = $1"},
 };
 
 char *wq_pg_sql(PGconn *pg, const char *schema, const char *sql)
@@ -498,20 +591,27 @@ int wq_pg_migrate(PGconn *pg, const char *schema, char *out, size_t outlen, char
         snprintf(out, outlen, "schema \"%s\" is up to date (version %d)", schema, v);
         return exec(pg, "COMMIT", "cannot commit", err, errlen);
     }
-    char *sql = wq_pg_sql(pg, schema, schema_v1);
-    if (!sql) {
-        snprintf(err, errlen, "out of memory");
-        goto fail;
+    for (int to = v + 1; to <= WQ_PG_SCHEMA_VERSION; to++) {
+        char *sql = wq_pg_sql(pg, schema, *migrations[to - 1]);
+        if (!sql) {
+            snprintf(err, errlen, "out of memory");
+            goto fail;
+        }
+        char what[200];
+        snprintf(what, sizeof what, "cannot %s schema \"%s\" (version %d)",
+                 to == 1 ? "create" : "upgrade", schema, to);
+        int r = exec(pg, sql, what, err, errlen);
+        free(sql);
+        if (r < 0)
+            goto fail;
     }
-    char what[200];
-    snprintf(what, sizeof what, "cannot create schema \"%s\"", schema);
-    int r = exec(pg, sql, what, err, errlen);
-    free(sql);
-    if (r < 0)
-        goto fail;
     if (exec(pg, "COMMIT", "cannot commit the new schema", err, errlen) < 0)
         return -1;
-    snprintf(out, outlen, "schema \"%s\" created (version %d)", schema, WQ_PG_SCHEMA_VERSION);
+    if (v == 0)
+        snprintf(out, outlen, "schema \"%s\" created (version %d)", schema, WQ_PG_SCHEMA_VERSION);
+    else
+        snprintf(out, outlen, "schema \"%s\" upgraded from version %d to %d", schema, v,
+                 WQ_PG_SCHEMA_VERSION);
     return 0;
 fail:
     PQclear(PQexec(pg, "ROLLBACK"));

@@ -9,7 +9,7 @@
 #include <libpq-fe.h>
 #include <stddef.h>
 
-#define WQ_PG_SCHEMA_VERSION 1
+#define WQ_PG_SCHEMA_VERSION 2
 /* The first key of the runners' session advisory locks: pg_advisory_lock(WQ_PG_LOCK_CLASS, id). */
 #define WQ_PG_LOCK_CLASS 0x77717275 /* "wqru" */
 
@@ -45,6 +45,8 @@ enum {
     PGS_NEXT_AT,   /* $1 queue: whether it has rows; seconds until its next delayed item */
     PGS_RELOCK,    /* $1 lock class, $2 runner: re-take the runner's lock after a reconnect */
     PGS_DEFINE,    /* $1 queue, $2 max_retries, $3 runner name */
+    PGS_PAUSED,    /* the paused queues' names, comma-separated */
+    PGS_SIGNALS,   /* $1 runner: the cancels addressed to it (queue, key, token), consumed */
     PGS_COUNT
 };
 extern const wq_pg_stmt wq_pg_stmts[PGS_COUNT];

@@ -196,6 +196,15 @@ static void q_want(wq_bqueue *bq)
     (void)bq;
 }
 
+static int q_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
+{
+    (void)bq;
+    (void)op;
+    (void)fn;
+    (void)ud;
+    return WQ_BACKEND_LOCAL; /* the engine applies it; the store writes the change behind it */
+}
+
 const wq_backend_ops wq_sqlite_ops = {
     .version = WQ_BACKEND_VERSION,
     .name = "sqlite",
@@ -236,4 +245,5 @@ const wq_backend_ops wq_sqlite_ops = {
     .set_paused = q_set_paused,
     .pending = q_pending,
     .want = q_want,
+    .op = q_op,
 };

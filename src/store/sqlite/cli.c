@@ -9,6 +9,8 @@
  */
 #include "store/sqlite/cli.h"
 
+#include "store/cli_ops.h"
+
 #include "store/sqlite/store_int.h"
 
 #include <errno.h>
@@ -47,25 +49,6 @@ static int negative_number(const char *a)
     return a[0] == '-' && ((a[1] >= '0' && a[1] <= '9') || a[1] == '.');
 }
 
-/* Matches "--name VALUE" or "--name=VALUE"; advances *i past the value. -1: value missing. */
-int wq_store_cli_option(int argc, char **argv, int *i, const char *name, const char **value)
-{
-    size_t n = strlen(name);
-    const char *a = argv[*i];
-    if (strncmp(a, name, n) != 0)
-        return 0;
-    if (a[n] == '=') {
-        *value = a + n + 1;
-        return 1;
-    }
-    if (a[n] != 0)
-        return 0;
-    if (*i + 1 >= argc)
-        return -1;
-    *value = argv[++*i];
-    return 1;
-}
-
 int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
 {
     const char *db = NULL, *after_s = NULL, *group = NULL, *pos[3];
@@ -81,11 +64,11 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
                 fputs(add_usage, out);
                 return 0;
             }
-            int m = wq_store_cli_option(argc, argv, &i, "--db", &db);
+            int m = wq_cli_option(argc, argv, &i, "--db", &db);
             if (m == 0)
-                m = wq_store_cli_option(argc, argv, &i, "--after", &after_s);
+                m = wq_cli_option(argc, argv, &i, "--after", &after_s);
             if (m == 0)
-                m = wq_store_cli_option(argc, argv, &i, "--group", &group);
+                m = wq_cli_option(argc, argv, &i, "--group", &group);
             if (m < 0)
                 return usage(err, add_usage, "add: option %s needs a value", a);
             if (m == 0)
@@ -460,7 +443,7 @@ int wq_store_cli_status_io(int argc, char **argv, FILE *out, FILE *err)
             fputs(status_usage, out);
             return 0;
         }
-        int m = wq_store_cli_option(argc, argv, &i, "--db", &db);
+        int m = wq_cli_option(argc, argv, &i, "--db", &db);
         if (m < 0)
             return usage(err, status_usage, "status: option %s needs a value", a);
         if (m == 0 && a[0] == '-')

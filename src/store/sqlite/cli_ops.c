@@ -13,6 +13,8 @@
  */
 #include "store/sqlite/cli.h"
 
+#include "store/cli_ops.h"
+
 #include "engine/common.h"
 #include "store/sqlite/store_int.h"
 
@@ -29,129 +31,6 @@
 #define WAIT_MS 5000 /* how long a command waits for a runner's outcome */
 #define POLL_MS 20
 
-static const char ops_usage[] =
-    "usage: wqrun pause|resume --db PATH QUEUE\n"
-    "       wqrun remove|cancel --db PATH QUEUE KEY\n"
-    "       wqrun retry --db PATH QUEUE (KEY | --all)\n"
-    "       wqrun purge-dead --db PATH QUEUE\n"
-    "       wqrun items --db PATH QUEUE [--state S] [--limit N] [--json]\n";
-
-enum op { OP_PAUSE, OP_RESUME, OP_REMOVE, OP_CANCEL, OP_RETRY, OP_RETRY_ALL, OP_PURGE, OP_ITEMS };
-
-/* Command-line name, commands.op, and whether it takes a key. */
-static const struct {
-    const char *cli, *op;
-    int key;
-} ops[] = {
-    {"pause", "pause", 0},           {"resume", "resume", 0}, {"remove", "remove", 1},
-    {"cancel", "cancel", 1},         {"retry", "retry", 1},   {"retry", "retry_all", 0},
-    {"purge-dead", "purge_dead", 0}, {"items", NULL, 0},
-};
-
-struct args {
-    enum op op;
-    const char *cmd; /* as typed */
-    const char *db, *queue, *key, *state;
-    long limit;
-    int json;
-};
-
-static int usage(FILE *err, const char *cmd, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int usage(FILE *err, const char *cmd, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(err, "wqrun: %s: ", cmd);
-    vfprintf(err, fmt, ap);
-    fputc('\n', err);
-    fputs(ops_usage, err);
-    va_end(ap);
-    return 2;
-}
-
-/* Parses argv (after the command name); 0, or an exit status (help: 0 with done set). */
-static int parse(const char *cmd, int argc, char **argv, struct args *a, FILE *out, FILE *err,
-                 int *done)
-{
-    memset(a, 0, sizeof *a);
-    a->cmd = cmd;
-    a->limit = 100;
-    int found = 0, all = 0;
-    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
-        if (strcmp(ops[i].cli, cmd) == 0 && !found) {
-            a->op = (enum op)i;
-            found = 1;
-        }
-    const char *pos[3];
-    int npos = 0, opts_done = 0;
-    const char *limit = NULL;
-    for (int i = 0; i < argc; i++) {
-        const char *arg = argv[i], *v = NULL;
-        if (!opts_done && (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0)) {
-            fputs(ops_usage, out);
-            *done = 1;
-            return 0;
-        }
-        if (!opts_done && strcmp(arg, "--") == 0) {
-            opts_done = 1;
-            continue;
-        }
-        int m = 0;
-        if (!opts_done && arg[0] == '-' && arg[1]) {
-            if ((m = wq_store_cli_option(argc, argv, &i, "--db", &v)) > 0)
-                a->db = v;
-            else if (m == 0 && a->op == OP_ITEMS &&
-                     (m = wq_store_cli_option(argc, argv, &i, "--state", &v)) > 0)
-                a->state = v;
-            else if (m == 0 && a->op == OP_ITEMS &&
-                     (m = wq_store_cli_option(argc, argv, &i, "--limit", &v)) > 0)
-                limit = v;
-            else if (m == 0 && a->op == OP_ITEMS && strcmp(arg, "--json") == 0)
-                m = a->json = 1;
-            else if (m == 0 && a->op == OP_RETRY && strcmp(arg, "--all") == 0)
-                m = all = 1;
-            if (m < 0)
-                return usage(err, cmd, "option %s needs a value", arg);
-            if (m == 0)
-                return usage(err, cmd, "unknown option %s", arg);
-            continue;
-        }
-        if (npos == 2)
-            return usage(err, cmd, "unexpected argument '%s'", arg);
-        pos[npos++] = arg;
-    }
-    if (!a->db || !*a->db)
-        return usage(err, cmd, "%s", "--db PATH is required");
-    if (all)
-        a->op = OP_RETRY_ALL;
-    int wants_key = ops[a->op].key;
-    if (npos < 1)
-        return usage(err, cmd, "%s", "missing QUEUE");
-    if (wants_key && npos < 2)
-        return usage(err, cmd, "%s",
-                     a->op == OP_RETRY ? "missing KEY (or --all for every dead letter)"
-                                       : "missing KEY");
-    if (!wants_key && npos > 1)
-        return usage(err, cmd, "unexpected argument '%s'%s", pos[1],
-                     all ? " (--all retries every dead letter)" : "");
-    a->queue = pos[0];
-    a->key = wants_key ? pos[1] : NULL;
-    if (!wq_schema_valid_queue(a->queue, strlen(a->queue)))
-        return usage(err, cmd, "bad queue name '%s' (1-64 characters of [A-Za-z0-9_.-])", a->queue);
-    if (a->state && strcmp(a->state, "queued") != 0 && strcmp(a->state, "processing") != 0 &&
-        strcmp(a->state, "waiting") != 0)
-        return usage(err, cmd, "--state takes queued, processing or waiting, got '%s'", a->state);
-    if (limit) {
-        char *end;
-        a->limit = strtol(limit, &end, 10);
-        if (!*limit || *end || a->limit < 1 || a->limit > 1000000)
-            return usage(err, cmd, "--limit needs a number from 1 to 1000000, got '%s'", limit);
-    }
-    return 0;
-}
-
 /* ---- SQL helpers ---- */
 
 static int exec(sqlite3 *db, const char *sql)
@@ -160,7 +39,7 @@ static int exec(sqlite3 *db, const char *sql)
 }
 
 /* Prepares sql and binds ?1 = queue, ?2 = key (when given). NULL on error. */
-static sqlite3_stmt *prep(sqlite3 *db, const char *sql, const struct args *a)
+static sqlite3_stmt *prep(sqlite3 *db, const char *sql, const wq_cli_args *a)
 {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK)
@@ -173,7 +52,7 @@ static sqlite3_stmt *prep(sqlite3 *db, const char *sql, const struct args *a)
 }
 
 /* Runs sql (queue, key bound) and returns its first column as an integer, or -1 on error. */
-static int64_t one_int(sqlite3 *db, const char *sql, const struct args *a)
+static int64_t one_int(sqlite3 *db, const char *sql, const wq_cli_args *a)
 {
     sqlite3_stmt *st = prep(db, sql, a);
     if (!st)
@@ -185,7 +64,7 @@ static int64_t one_int(sqlite3 *db, const char *sql, const struct args *a)
 }
 
 /* Runs a statement that returns no rows; the number of rows it changed, or -1. */
-static int64_t change(sqlite3 *db, const char *sql, const struct args *a)
+static int64_t change(sqlite3 *db, const char *sql, const wq_cli_args *a)
 {
     sqlite3_stmt *st = prep(db, sql, a);
     if (!st)
@@ -204,7 +83,7 @@ static const char queue_known_sql[] = "SELECT EXISTS (SELECT 1 FROM queues WHERE
  * lock), inside the caller's transaction. 1 done, 0 refused, -1 SQLite
  * failed; msg says what happened.
  */
-static int apply_direct(sqlite3 *db, const char *path, const struct args *a, char *msg, size_t len)
+static int apply_direct(sqlite3 *db, const char *path, const wq_cli_args *a, char *msg, size_t len)
 {
     char key[WQ_SHOWN_KEY] = "";
     if (a->key)
@@ -229,9 +108,9 @@ static int apply_direct(sqlite3 *db, const char *path, const struct args *a, cha
         "  updated_at = excluded.updated_at";
     int64_t n;
     switch (a->op) {
-    case OP_PAUSE:
-    case OP_RESUME: {
-        int pause = a->op == OP_PAUSE;
+    case WQ_CLI_PAUSE:
+    case WQ_CLI_RESUME: {
+        int pause = a->op == WQ_CLI_PAUSE;
         int64_t was = one_int(db, "SELECT coalesce(max(paused), 0) FROM queues WHERE name = ?1", a);
         if (was < 0 ||
             change(db,
@@ -246,7 +125,7 @@ static int apply_direct(sqlite3 *db, const char *path, const struct args *a, cha
             snprintf(msg, len, "%s queue '%s'", pause ? "paused" : "resumed", a->queue);
         return 1;
     }
-    case OP_REMOVE:
+    case WQ_CLI_REMOVE:
         n = change(db, "DELETE FROM items WHERE queue = ?1 AND key = ?2", a);
         if (n < 0 || change(db, "DELETE FROM failures WHERE queue = ?1 AND key = ?2", a) < 0)
             return -1;
@@ -256,7 +135,7 @@ static int apply_direct(sqlite3 *db, const char *path, const struct args *a, cha
         }
         snprintf(msg, len, "removed '%s' from queue '%s'", key, a->queue);
         return 1;
-    case OP_CANCEL:
+    case WQ_CLI_CANCEL:
         n = one_int(db, "SELECT count(*) FROM items WHERE queue = ?1 AND key = ?2", a);
         if (n < 0)
             return -1;
@@ -266,8 +145,8 @@ static int apply_direct(sqlite3 *db, const char *path, const struct args *a, cha
         else
             snprintf(msg, len, "no item '%s' in queue '%s'", key, a->queue);
         return 0;
-    case OP_RETRY:
-    case OP_RETRY_ALL:
+    case WQ_CLI_RETRY:
+    case WQ_CLI_RETRY_ALL:
         if (change(db, requeue_sql, a) < 0 ||
             change(db,
                    "DELETE FROM failures WHERE queue = ?1 AND key IN"
@@ -276,7 +155,7 @@ static int apply_direct(sqlite3 *db, const char *path, const struct args *a, cha
             (n = change(db, "DELETE FROM dead WHERE queue = ?1 AND (?2 IS NULL OR key = ?2)", a)) <
                 0)
             return -1;
-        if (a->op == OP_RETRY_ALL) {
+        if (a->op == WQ_CLI_RETRY_ALL) {
             snprintf(msg, len, "re-queued %lld dead letter%s of queue '%s'", (long long)n,
                      n == 1 ? "" : "s", a->queue);
             return 1;
@@ -287,7 +166,7 @@ static int apply_direct(sqlite3 *db, const char *path, const struct args *a, cha
         }
         snprintf(msg, len, "re-queued dead letter '%s' of queue '%s'", key, a->queue);
         return 1;
-    case OP_PURGE:
+    case WQ_CLI_PURGE:
         n = change(db, "DELETE FROM dead WHERE queue = ?1", a);
         if (n < 0)
             return -1;
@@ -300,7 +179,7 @@ static int apply_direct(sqlite3 *db, const char *path, const struct args *a, cha
 
 /* Takes the lock on fd, applies the command (and marks row id, when > 0) in one transaction,
  * lets the lock go. 1 done, 0 refused, -1 failed (message in msg). */
-static int own_and_apply(sqlite3 *db, int fd, const char *path, const struct args *a, int64_t id,
+static int own_and_apply(sqlite3 *db, int fd, const char *path, const wq_cli_args *a, int64_t id,
                          char *msg, size_t len)
 {
     int r = -1;
@@ -376,14 +255,14 @@ static double mono_s(void)
 }
 
 /* Writes the command row for the runner; its id, or -1. */
-static int64_t insert_command(sqlite3 *db, const struct args *a)
+static int64_t insert_command(sqlite3 *db, const wq_cli_args *a)
 {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db, "INSERT INTO commands(queue, op, key) VALUES (?1, ?2, ?3)", -1, &st,
                            NULL) != SQLITE_OK)
         return -1;
     sqlite3_bind_text(st, 1, a->queue, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, ops[a->op].op, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, wq_cli_op_name(a->op), -1, SQLITE_STATIC);
     if (a->key)
         sqlite3_bind_text(st, 3, a->key, -1, SQLITE_STATIC);
     int rc = sqlite3_step(st);
@@ -430,7 +309,7 @@ static void forget_command(sqlite3 *db, int64_t id)
 }
 
 /* A change: applied here when nobody owns the file, else through the runner. */
-static int run_change(sqlite3 *db, int fd, const char *path, const struct args *a, FILE *out,
+static int run_change(sqlite3 *db, int fd, const char *path, const wq_cli_args *a, FILE *out,
                       FILE *err)
 {
     char msg[1024] = "";
@@ -487,7 +366,7 @@ static int run_change(sqlite3 *db, int fd, const char *path, const struct args *
 
 /* ---- items ---- */
 
-static int list_items(sqlite3 *db, const char *path, const struct args *a, FILE *out, FILE *err)
+static int list_items(sqlite3 *db, const char *path, const wq_cli_args *a, FILE *out, FILE *err)
 {
     int v2 = wq_schema_version(db) >= 2; /* items.grp is new in version 2 */
     int64_t known = one_int(db, queue_known_sql, a);
@@ -560,9 +439,9 @@ static int list_items(sqlite3 *db, const char *path, const struct args *a, FILE 
 
 int wq_store_cli_op_io(const char *cmd, int argc, char **argv, FILE *out, FILE *err)
 {
-    struct args a;
+    wq_cli_args a;
     int done = 0;
-    int r = parse(cmd, argc, argv, &a, out, err, &done);
+    int r = wq_cli_parse(cmd, argc, argv, &a, out, err, &done);
     if (r || done)
         return r;
     struct stat sb;
@@ -603,7 +482,7 @@ int wq_store_cli_op_io(const char *cmd, int argc, char **argv, FILE *out, FILE *
     if (!ours) {
         fprintf(err, "wqrun: %s: no queue '%s' in %s (no wqrun state yet)\n", cmd, a.queue, a.db);
         r = 1;
-    } else if (a.op == OP_ITEMS) {
+    } else if (a.op == WQ_CLI_ITEMS) {
         r = list_items(db, a.db, &a, out, err);
     } else if (version < 2) {
         fprintf(err,
@@ -629,8 +508,5 @@ int wq_store_cli_op(const char *cmd, int argc, char **argv)
 
 int wq_store_cli_is_op(const char *cmd)
 {
-    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
-        if (strcmp(ops[i].cli, cmd) == 0)
-            return 1;
-    return 0;
+    return wq_cli_is_op(cmd);
 }

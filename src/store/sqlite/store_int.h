@@ -363,8 +363,4 @@ int wq_store_write_jobs(wq_store *s, double now, uint64_t *rows);
  */
 void wq_store_clear_jobs(wq_store *s, int committed);
 
-/* Command lines (cli.c, cli_ops.c): matches "--name VALUE" or "--name=VALUE" at argv[*i],
- * advancing *i past the value. 1 matched, 0 not this option, -1 the value is missing. */
-int wq_store_cli_option(int argc, char **argv, int *i, const char *name, const char **value);
-
 #endif

@@ -1,0 +1,165 @@
+/*
+ * Parsing the operator commands' arguments (see cli_ops.h): one grammar
+ * for both backends, so that `wqrun retry --db X queue --all` means the
+ * same with a file or a URL.
+ */
+#include "store/cli_ops.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char ops_usage[] =
+    "usage: wqrun pause|resume --db PATH|URL QUEUE\n"
+    "       wqrun remove|cancel --db PATH|URL QUEUE KEY\n"
+    "       wqrun retry --db PATH|URL QUEUE (KEY | --all)\n"
+    "       wqrun purge-dead --db PATH|URL QUEUE\n"
+    "       wqrun items --db PATH|URL QUEUE [--state S] [--limit N] [--json]\n"
+    "       (with a postgres:// URL, also --pg-schema NAME)\n";
+
+/* Command-line name, commands-table name, and whether it takes a key; in wq_cli_op order. */
+static const struct {
+    const char *cli, *op;
+    int key;
+} ops[] = {
+    {"pause", "pause", 0},           {"resume", "resume", 0}, {"remove", "remove", 1},
+    {"cancel", "cancel", 1},         {"retry", "retry", 1},   {"retry", "retry_all", 0},
+    {"purge-dead", "purge_dead", 0}, {"items", NULL, 0},
+};
+
+int wq_cli_option(int argc, char **argv, int *i, const char *name, const char **value)
+{
+    size_t n = strlen(name);
+    const char *a = argv[*i];
+    if (strncmp(a, name, n) != 0)
+        return 0;
+    if (a[n] == '=') {
+        *value = a + n + 1;
+        return 1;
+    }
+    if (a[n] != 0)
+        return 0;
+    if (*i + 1 >= argc)
+        return -1;
+    *value = argv[++*i];
+    return 1;
+}
+
+int wq_cli_is_op(const char *cmd)
+{
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+        if (strcmp(ops[i].cli, cmd) == 0)
+            return 1;
+    return 0;
+}
+
+const char *wq_cli_op_name(wq_cli_op op)
+{
+    return ops[op].op;
+}
+
+static int usage(FILE *err, const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int usage(FILE *err, const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(err, "wqrun: %s: ", cmd);
+    vfprintf(err, fmt, ap);
+    fputc('\n', err);
+    fputs(ops_usage, err);
+    va_end(ap);
+    return 2;
+}
+
+static int valid_queue(const char *s)
+{
+    size_t n = strlen(s);
+    return n >= 1 && n <= 64 &&
+           strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") == n;
+}
+
+int wq_cli_parse(const char *cmd, int argc, char **argv, wq_cli_args *a, FILE *out, FILE *err,
+                 int *done)
+{
+    memset(a, 0, sizeof *a);
+    a->cmd = cmd;
+    a->limit = 100;
+    a->db = getenv("WQRUN_DB");
+    a->pg_schema = "wqrun";
+    int found = 0, all = 0;
+    for (size_t i = 0; i < sizeof ops / sizeof *ops && !found; i++)
+        if (strcmp(ops[i].cli, cmd) == 0) {
+            a->op = (wq_cli_op)i;
+            found = 1;
+        }
+    const char *pos[3];
+    int npos = 0, opts_done = 0;
+    const char *limit = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i], *v = NULL;
+        if (!opts_done && (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0)) {
+            fputs(ops_usage, out);
+            *done = 1;
+            return 0;
+        }
+        if (!opts_done && strcmp(arg, "--") == 0) {
+            opts_done = 1;
+            continue;
+        }
+        int m = 0;
+        if (!opts_done && arg[0] == '-' && arg[1]) {
+            if ((m = wq_cli_option(argc, argv, &i, "--db", &v)) > 0)
+                a->db = v;
+            else if (m == 0 && (m = wq_cli_option(argc, argv, &i, "--pg-schema", &v)) > 0)
+                a->pg_schema = v;
+            else if (m == 0 && a->op == WQ_CLI_ITEMS &&
+                     (m = wq_cli_option(argc, argv, &i, "--state", &v)) > 0)
+                a->state = v;
+            else if (m == 0 && a->op == WQ_CLI_ITEMS &&
+                     (m = wq_cli_option(argc, argv, &i, "--limit", &v)) > 0)
+                limit = v;
+            else if (m == 0 && a->op == WQ_CLI_ITEMS && strcmp(arg, "--json") == 0)
+                m = a->json = 1;
+            else if (m == 0 && a->op == WQ_CLI_RETRY && strcmp(arg, "--all") == 0)
+                m = all = 1;
+            if (m < 0)
+                return usage(err, cmd, "option %s needs a value", arg);
+            if (m == 0)
+                return usage(err, cmd, "unknown option %s", arg);
+            continue;
+        }
+        if (npos == 2)
+            return usage(err, cmd, "unexpected argument '%s'", arg);
+        pos[npos++] = arg;
+    }
+    if (!a->db || !*a->db)
+        return usage(err, cmd, "%s", "--db PATH (or a postgres:// URL) is required");
+    if (all)
+        a->op = WQ_CLI_RETRY_ALL;
+    int wants_key = ops[a->op].key;
+    if (npos < 1)
+        return usage(err, cmd, "%s", "missing QUEUE");
+    if (wants_key && npos < 2)
+        return usage(err, cmd, "%s",
+                     a->op == WQ_CLI_RETRY ? "missing KEY (or --all for every dead letter)"
+                                           : "missing KEY");
+    if (!wants_key && npos > 1)
+        return usage(err, cmd, "unexpected argument '%s'%s", pos[1],
+                     all ? " (--all retries every dead letter)" : "");
+    a->queue = pos[0];
+    a->key = wants_key ? pos[1] : NULL;
+    if (!valid_queue(a->queue))
+        return usage(err, cmd, "bad queue name '%s' (1-64 characters of [A-Za-z0-9_.-])", a->queue);
+    if (a->state && strcmp(a->state, "queued") != 0 && strcmp(a->state, "processing") != 0 &&
+        strcmp(a->state, "waiting") != 0)
+        return usage(err, cmd, "--state takes queued, processing or waiting, got '%s'", a->state);
+    if (limit) {
+        char *end;
+        a->limit = strtol(limit, &end, 10);
+        if (!*limit || *end || a->limit < 1 || a->limit > 1000000)
+            return usage(err, cmd, "--limit needs a number from 1 to 1000000, got '%s'", limit);
+    }
+    return 0;
+}

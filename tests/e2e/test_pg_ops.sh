@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# Operating a fleet on PostgreSQL (SPEC 7.5, 8.2, 8.4), read back with psql:
+#   - the schema's upgrade from version 1 (the operator functions and the
+#     signals table come with version 2);
+#   - the operator commands with only the URL, no runner: items (text,
+#     --json, --state, --limit), remove, retry KEY and --all, purge-dead,
+#     pause/resume, and their refusals (exit 1, unknown queue or key);
+#   - two worker runners and an API runner that never claims: pause from
+#     the command line and over HTTP stops starts on both workers from 1 s
+#     after it returns; resume starts them within 1 s; an HTTP cancel and a
+#     CLI cancel reach the runner that runs the key within 1 s (its wait
+#     raises "cancelled"; no retry, no dead letter); HTTP remove, items,
+#     dead, retry and purge act on the whole database.
+. "$(dirname "$0")/lib.sh"
+pg_need
+
+LUA=$E2E_DIR/lua
+DB=$(pg_fresh_db)
+LOG=$TMP/runs.log
+: >"$LOG"
+q() { pg_psql "$DB" "$1"; }
+
+# ---- the upgrade from version 1 ------------------------------------------------
+UP=$(pg_fresh_db)
+run migrate --db "$UP"
+expect_eq "$OUT" 'schema "wqrun" created (version 2)' "a new schema is version 2"
+pg_psql "$UP" "drop table wqrun.signals; drop function wqrun.pause, wqrun.remove, wqrun.cancel,
+  wqrun.retry_dead, wqrun.purge_dead, wqrun.known_queue, wqrun.check_queue;
+  update wqrun.meta set value = '1' where key = 'schema_version'" >/dev/null
+run add --db "$UP" w k1
+expect_rc 0 "a command upgrades a version 1 schema first"
+expect_eq "$(pg_psql "$UP" "select value from wqrun.meta where key = 'schema_version'")" 2 \
+    "upgraded to version 2"
+expect_eq "$(pg_psql "$UP" "select wqrun.remove('w', 'k1')")" removed "the version 2 functions work"
+pg_psql "$UP" "update wqrun.meta set value = '1' where key = 'schema_version'; drop table wqrun.signals;
+  drop function wqrun.pause, wqrun.remove, wqrun.cancel, wqrun.retry_dead, wqrun.purge_dead,
+  wqrun.known_queue, wqrun.check_queue" >/dev/null
+run migrate --db "$UP"
+expect_rc 0 "migrate a version 1 schema"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 1 to 2' "migrate says what it did"
+
+# ---- the commands with only the URL ----------------------------------------------
+run add --db "$DB" w a '{"n":1}'
+run add --db "$DB" w b --after 3600
+run add --db "$DB" w c --priority 5
+run items --db "$DB" w
+expect_rc 0 "items"
+expect_eq "$(printf '%s\n' "$OUT" | awk 'NR > 1 { print $1, $2, $3 }')" "c queued 5
+a queued 0
+b waiting 0" "items in run order: priority, then FIFO, the delayed one last"
+run items --db "$DB" w --state waiting --json
+expect_eq "$(printf '%s' "$OUT" | python3 -c 'import json,sys; print([(i["key"], i["state"], i["ready_at"] > 0) for i in json.load(sys.stdin)])')" \
+    "[('b', 'waiting', True)]" "items --state waiting --json"
+run items --db "$DB" w --limit 1
+expect_in "$OUT" "... more (--limit 1 shows 1)" "items --limit says there is more"
+run remove --db "$DB" w b
+expect_rc 0 "remove"
+expect_eq "$OUT" "removed 'b' from queue 'w'" "remove says so"
+expect_eq "$(q "select count(*) from wqrun.jobs where key = 'b'")" 0 "the row is gone"
+run remove --db "$DB" w b
+expect_rc 1 "remove again"
+expect_in "$ERR" "no queued or delayed item 'b' in queue 'w'" "remove again: nothing there"
+run cancel --db "$DB" w a
+expect_rc 1 "cancel of a queued key"
+expect_in "$ERR" "'a' is not processing in queue 'w'" "cancel: not processing"
+run pause --db "$DB" nosuch
+expect_rc 1 "pause of an unknown queue"
+expect_in "$ERR" "no queue 'nosuch'" "unknown queue named"
+q "insert into wqrun.dead (queue, key, payload, error, attempts) values
+   ('w', 'd1', '{\"x\": 1}', 'boom', 3), ('w', 'd2', null, 'boom', 1), ('w', 'd3', null, 'e', 1)" >/dev/null
+q "insert into wqrun.jobs (queue, key, run_at, seq, requeues, last_error, running) values
+   ('w', 'd1', now() + interval '1 hour', 0, 0, null, false)" >/dev/null
+run retry --db "$DB" w d1
+expect_rc 0 "retry KEY"
+expect_eq "$OUT" "re-queued dead letter 'd1' of queue 'w'" "retry says so"
+expect_eq "$(q "select state, payload::text, requeues from wqrun.items where key = 'd1'")" 'queued|{"x": 1}|0' \
+    "the dead letter is queued now (its pending delayed row too), payload kept, count clean"
+run retry --db "$DB" w d1
+expect_rc 1 "retry of a key that is not dead"
+run retry --db "$DB" w --all
+expect_eq "$OUT" "re-queued 2 dead letters of queue 'w'" "retry --all"
+expect_eq "$(q "select count(*) from wqrun.dead")" 0 "no dead letters left"
+q "insert into wqrun.dead (queue, key, error, attempts) values ('w', 'd9', 'e', 1)" >/dev/null
+run purge-dead --db "$DB" w
+expect_eq "$OUT" "purged 1 dead letter of queue 'w'" "purge-dead"
+for k in d1 d2 d3 a c; do run remove --db "$DB" w "$k"; done
+expect_eq "$(q "select count(*) from wqrun.jobs")" 0 "all removed"
+
+# ---- two workers and an API runner -------------------------------------------------
+for i in $(seq 1 8); do run add --db "$DB" w "n$i"; done
+run pause --db "$DB" w
+expect_eq "$OUT" "paused queue 'w'" "pause before any runner"
+listen_start -- --serve --db "$DB" --runner-name api "$LUA/pg_ops_api.lua" || finish
+API=$BASE
+pg_bg w1 --quiet --serve --db "$DB" --runner-name w1 "$LUA/pg_ops.lua" "$LOG" w1
+W1=$BG_PID
+pg_bg w2 --quiet --serve --db "$DB" --runner-name w2 "$LUA/pg_ops.lua" "$LOG" w2
+W2=$BG_PID
+check "three runners registered" pg_wait "$DB" "select count(*) from wqrun.runners" 3 10
+sleep 1.5
+expect_eq "$(grep -c '^start' "$LOG")" 0 "paused: nothing starts on either worker"
+expect_eq "$(curl -s "$API/queues/w/items?state=queued" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["items"]))')" 8 \
+    "the API runner lists the database's items"
+run resume --db "$DB" w
+T=$(now)
+check "resumed: runs start" wait_for "$LOG" "start" 1 5
+FIRST=$(awk '/^start/ { print $3; exit }' "$LOG")
+expect_between "$(awk -v a="$FIRST" -v b="$T" 'BEGIN { printf "%.3f", a - b }')" -1 1 \
+    "the first start within 1 s of resume returning"
+check "all eight ran" wait_for "$LOG" "end n" 8 10
+expect_eq "$(awk '/^start/ { print $4 }' "$LOG" | sort -u | tr '\n' ' ')" "w1 w2 " "both workers ran them"
+
+# Pause over HTTP while items flow: no start from 1 s after the answer.
+for i in $(seq 1 40); do run add --db "$DB" w "m$i"; done
+check "m items start" wait_for "$LOG" "start m" 2 5
+expect_eq "$(curl -s -X POST "$API/queues/w/pause")" '{"paused":true,"changed":true}' "HTTP pause"
+T=$(now)
+sleep 2
+LATE=$(awk -v t="$T" '/^start m/ && $3 > t + 1 { n++ } END { print n + 0 }' "$LOG")
+expect_eq "$LATE" 0 "no start on any worker from 1 s after the HTTP pause answered"
+check "some m items are left" [ "$(grep -c '^start m' "$LOG")" -lt 40 ] || cat "$LOG" >&2
+expect_eq "$(q "select paused from wqrun.queues where name = 'w'")" t "paused in the database"
+expect_eq "$(curl -s -X POST "$API/queues/w/resume")" '{"paused":false,"changed":true}' "HTTP resume"
+check "every m item ran after the resume" wait_for "$LOG" "end m" 40 15
+
+# HTTP remove, 404 and 409.
+run pause --db "$DB" w
+run add --db "$DB" w r1
+expect_eq "$(curl -s -X DELETE "$API/queues/w/items/r1")" '{"removed":true}' "HTTP remove"
+expect_eq "$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$API/queues/w/items/r1")" 404 "HTTP remove again: 404"
+expect_eq "$(q "select count(*) from wqrun.jobs where key = 'r1'")" 0 "removed from the database"
+run resume --db "$DB" w
+
+# Cancel over HTTP: the runner that runs it stops it within 1 s.
+run add --db "$DB" w slow1
+check "slow1 started" wait_for "$LOG" "start slow1" 1 5
+T=$(now)
+CODE=$(curl -s -o "$TMP/cancel.json" -w '%{http_code}' -X POST "$API/queues/w/items/slow1/cancel")
+expect_eq "$CODE" 202 "HTTP cancel of a key another runner runs: 202"
+check "slow1 ended" wait_for "$LOG" "end slow1" 1 3
+END=$(awk '/^end slow1/ { print $3 }' "$LOG")
+expect_between "$(awk -v a="$END" -v b="$T" 'BEGIN { printf "%.3f", a - b }')" 0 1 "slow1 ended within 1 s of the cancel"
+expect_in "$(grep '^end slow1' "$LOG")" "cancelled" "its wait raised cancelled"
+check "slow1's row is gone" pg_wait "$DB" "select count(*) from wqrun.jobs where key = 'slow1'" 0 3
+expect_eq "$(q "select count(*) from wqrun.dead where key = 'slow1'")" 0 "not dead-lettered"
+expect_eq "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$API/queues/w/items/slow1/cancel")" 404 \
+    "HTTP cancel of a key that is gone: 404"
+
+# Cancel from the command line.
+run add --db "$DB" w slow2
+check "slow2 started" wait_for "$LOG" "start slow2" 1 5
+run cancel --db "$DB" w slow2
+expect_rc 0 "CLI cancel"
+expect_eq "$OUT" "cancelled 'slow2' in queue 'w'" "CLI cancel waits for the run to end"
+check "CLI cancel within 1 s" [ "$(awk -v e="$ELAPSED" 'BEGIN { print (e < 1.5) }')" = 1 ]
+expect_in "$(grep '^end slow2' "$LOG")" "cancelled" "slow2's wait raised cancelled"
+sleep 0.3
+expect_eq "$(grep -c '^start slow2' "$LOG")" 1 "slow2 not retried"
+
+# Dead letters over HTTP.
+run add --db "$DB" w fail1 '{"k":"v"}'
+check "fail1 is dead" pg_wait "$DB" "select count(*) from wqrun.dead where key = 'fail1'" 1 5
+expect_eq "$(curl -s "$API/queues/w/dead" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["total"], d["dead"][0]["key"], d["dead"][0]["payload"], "boom fail1" in d["dead"][0]["error"], d["dead"][0]["attempts"])')" \
+    "1 fail1 {'k': 'v'} True 1" "HTTP dead lists the database's dead letters"
+expect_eq "$(curl -s -X POST "$API/queues/w/dead/fail1/retry")" '{"retried":true}' "HTTP retry"
+check "fail1 ran again" wait_for "$LOG" "start fail1" 2 5
+check "and is dead again" pg_wait "$DB" "select count(*) from wqrun.dead where key = 'fail1'" 1 5
+expect_eq "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$API/queues/w/dead/nope/retry")" 404 "HTTP retry of no dead letter: 404"
+expect_eq "$(curl -s -X DELETE "$API/queues/w/dead")" '{"purged":1}' "HTTP purge"
+expect_eq "$(q "select count(*) from wqrun.dead")" 0 "purged in the database"
+
+for p in "$W1" "$W2" "$PID"; do kill -TERM "$p"; done
+for p in "$W1" "$W2" "$PID"; do wait_exit "$p" 10; expect_eq "$RC" 0 "runner $p stops cleanly"; done
+finish
