@@ -197,6 +197,18 @@ static void bq_paused(void *ud, int paused)
     lqops_pause_local(ud, paused);
 }
 
+static void bq_redefined(void *ud, const wq_queue_def *def, const char *by)
+{
+    lqueue *lq = ud;
+    if (def->max_retries < 0 || def->max_retries == lq->max_retries)
+        return;
+    wq_host_log(lq->host,
+                "wqrun: warning: queue '%s': max_retries is %lld as runner '%s' defined it since "
+                "(the last runner started wins); it was %lld here",
+                lq->name, (long long)def->max_retries, by, (long long)lq->max_retries);
+    lq->max_retries = def->max_retries;
+}
+
 static void bq_cancel(void *ud, const char *key, size_t len)
 {
     lqueue *lq = ud;
@@ -537,7 +549,8 @@ static int queue_new(lua_State *L)
         workers = lua_tointeger(L, 4);
     }
     lua_Integer max_retries = 5;
-    if (lua_getfield(L, 2, "max_retries") != LUA_TNIL) { /* 5 */
+    int has_max_retries = lua_getfield(L, 2, "max_retries") != LUA_TNIL; /* 5 */
+    if (has_max_retries) {
         if (!lua_isinteger(L, 5) || lua_tointeger(L, 5) < 0)
             wq_argerror(L, "queue", "max_retries", "integer >= 0 expected");
         max_retries = lua_tointeger(L, 5);
@@ -642,10 +655,17 @@ static int queue_new(lua_State *L)
                                  .changed = bq_changed,
                                  .paused = bq_paused,
                                  .cancel = bq_cancel,
+                                 .redefined = bq_redefined,
                                  .ud = lq};
         lq->bq = wq_bq_attach(h->backend, name, lq->q, &hooks);
         if (!lq->bq)
             return luaL_error(L, "queue: %s", wq_backend_errmsg(h->backend));
+        /* Shared options (SPEC 8.2): a queue with a handler, or with max_retries given,
+         * defines them; one without either (a producer's) takes what the others defined. */
+        if (handler == LUA_TFUNCTION || has_max_retries) {
+            wq_queue_def def = {.max_retries = max_retries};
+            wq_bq_define(lq->bq, &def);
+        }
         wq_bq_set_meta(lq->bq, item_meta, lq);
         lworker_restore ctx = {L, lq, 0};
         int r = wq_bq_restore(lq->bq, restore_item, lworker_restore_failure, lworker_restore_dead,

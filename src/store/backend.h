@@ -180,6 +180,12 @@ typedef struct wq_bop {
  */
 typedef void (*wq_bop_fn)(void *ud, int result, const char *text);
 
+/* The options of a queue that govern state runners share (SPEC 8.2), as one runner's script
+ * defines them. */
+typedef struct wq_queue_def {
+    int64_t max_retries;
+} wq_queue_def;
+
 /* An item this runner claimed, for the local engine (strings borrowed for the call). */
 typedef struct wq_claimed {
     const char *key;
@@ -216,6 +222,9 @@ typedef struct wq_bqueue_hooks {
     /* An operator cancelled key, which this runner claimed: stop its handler run ("cancelled"),
      * or drop it if no handler has started it. */
     void (*cancel)(void *ud, const char *key, size_t len);
+    /* Another runner started since with other options for the queue (the last one started
+     * wins): use def from now on; by names that runner. */
+    void (*redefined)(void *ud, const wq_queue_def *def, const char *by);
     void *ud;
 } wq_bqueue_hooks;
 
@@ -351,6 +360,9 @@ struct wq_backend_ops {
     int (*pending)(wq_bqueue *bq);
     /* A task began waiting for an item of the queue: a backend that claims claims now. */
     void (*want)(wq_bqueue *bq);
+    /* The script defines the queue's shared options (SPEC 8.2): stored with the queue, the
+     * last runner started winning; a runner whose value differs logs a warning naming both. */
+    void (*define)(wq_bqueue *bq, const wq_queue_def *def);
     /* An operator action: WQ_BACKEND_LOCAL (the engine is the authority: the runtime applies
      * it), or 0 and fn is called once the database answered, or a WQ_E* code at once (WQ_EIO:
      * unreachable; WQ_ENOENT: a key the database cannot hold). With fn NULL it only answers
@@ -534,6 +546,10 @@ static inline void wq_bq_want(wq_bqueue *bq)
     bq->b->ops->want(bq);
 }
 
+static inline void wq_bq_define(wq_bqueue *bq, const wq_queue_def *def)
+{
+    bq->b->ops->define(bq, def);
+}
 static inline int wq_bq_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
 {
     return bq->b->ops->op(bq, op, fn, ud);

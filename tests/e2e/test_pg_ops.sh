@@ -10,7 +10,10 @@
 #     after it returns; resume starts them within 1 s; an HTTP cancel and a
 #     CLI cancel reach the runner that runs the key within 1 s (its wait
 #     raises "cancelled"; no retry, no dead letter); HTTP remove, items,
-#     dead, retry and purge act on the whole database.
+#     dead, retry and purge act on the whole database;
+#   - shared options: two runners define max_retries differently, the last
+#     one started wins, both log a warning naming both values, and the first
+#     runner applies the winner's value.
 . "$(dirname "$0")/lib.sh"
 pg_need
 
@@ -171,4 +174,20 @@ expect_eq "$(q "select count(*) from wqrun.dead")" 0 "purged in the database"
 
 for p in "$W1" "$W2" "$PID"; do kill -TERM "$p"; done
 for p in "$W1" "$W2" "$PID"; do wait_exit "$p" 10; expect_eq "$RC" 0 "runner $p stops cleanly"; done
+
+# ---- shared options: the last runner started wins, both say so ---------------------
+pg_bg d1 --quiet --serve --db "$DB" --runner-name d1 "$LUA/pg_define.lua" 3
+D1=$BG_PID
+check "d1 stored max_retries 3" pg_wait "$DB" "select max_retries || ' ' || defined_by from wqrun.queues where name = 'dq'" "3 d1" 10
+pg_bg d2 --quiet --serve --db "$DB" --runner-name d2 "$LUA/pg_define.lua" 0
+D2=$BG_PID
+check "d2 (started last) stored max_retries 0" pg_wait "$DB" "select max_retries || ' ' || defined_by from wqrun.queues where name = 'dq'" "0 d2" 10
+check "d2 warns, naming both values and d1" wait_for "$TMP/d2.err" "max_retries is 0 in this runner's script and was 3 as runner 'd1' defined it" 1 5
+check "d1 warns that it follows d2" wait_for "$TMP/d1.err" "max_retries is 0 as runner 'd2' defined it since" 1 5
+kill -TERM "$D2"
+wait_exit "$D2" 10
+run add --db "$DB" dq x1
+check "x1 is dead after one run on d1 (max_retries 0 now)" pg_wait "$DB" "select attempts from wqrun.dead where key = 'x1'" 1 10
+kill -TERM "$D1"
+wait_exit "$D1" 10
 finish

@@ -168,9 +168,12 @@ typedef struct pgq {
     int64_t last_poll; /* real ns of the last claim */
     int64_t due_at;    /* real ns an item of it is due in the database (a delay), 0: none known */
     int stopped;
-    int paused;      /* paused for every runner, as the database last said */
-    int db_rows;     /* the database may hold rows of the queue */
-    size_t adds_out; /* adds to it not yet committed */
+    int paused;       /* paused for every runner, as the database last said */
+    wq_queue_def def; /* the shared options as this runner uses them */
+    int has_def;      /* the script defines them (else it takes the database's) */
+    int def_sent;     /* 1 sent, 2 stored (0 again if it did not get through) */
+    int db_rows;      /* the database may hold rows of the queue */
+    size_t adds_out;  /* adds to it not yet committed */
     struct pgq *next;
 } pgq;
 
@@ -418,6 +421,7 @@ static void outcomes_synced(void *ud, int ok);
 static void claims_synced(void *ud, int ok);
 static void next_at_result(void *ud, PGresult *res);
 static void send_control(pgb *b);
+static void send_define(pgb *b, pgq *q);
 
 static void free_add(padd *a)
 {
@@ -588,6 +592,8 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
     if (!b->registered || !wq_pgconn_up(b->c))
         return;
     int64_t now_real = real_ns();
+    for (pgq *q = b->queues; q; q = q->next)
+        send_define(b, q);
     if (b->control_again && !b->control_flight) {
         b->control_again = 0;
         send_control(b);
@@ -1095,20 +1101,30 @@ static pgq *queue_named(pgb *b, const char *name)
     return NULL;
 }
 
-static void paused_result(void *ud, PGresult *res)
+/* Follows another runner's definition of q's options (the last one started wins). */
+static void redefine(pgq *q, const wq_queue_def *def, const char *by)
+{
+    q->def = *def;
+    if (q->q && q->hooks.redefined)
+        q->hooks.redefined(q->hooks.ud, def, by);
+}
+
+static void queues_result(void *ud, PGresult *res)
 {
     pgb *b = ud;
-    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK)
         return;
-    const char *list = PQgetvalue(res, 0, 0);
     for (pgq *q = b->queues; q; q = q->next) {
-        size_t n = strlen(q->name);
         int p = 0;
-        for (const char *s = list; *s; s += strcspn(s, ",") + (s[strcspn(s, ",")] == ',')) {
-            if (strcspn(s, ",") == n && strncmp(s, q->name, n) == 0) {
-                p = 1;
-                break;
-            }
+        for (int i = 0; i < PQntuples(res); i++) {
+            if (strcmp(PQgetvalue(res, i, 0), q->name) != 0)
+                continue;
+            p = PQgetvalue(res, i, 1)[0] == 't';
+            /* Another runner started after this one's definition was stored. */
+            wq_queue_def d = {atoll(PQgetvalue(res, i, 2))};
+            if (q->has_def && q->def_sent == 2 && !PQgetisnull(res, i, 2) &&
+                d.max_retries != q->def.max_retries)
+                redefine(q, &d, PQgetvalue(res, i, 3));
         }
         if (p == q->paused)
             continue;
@@ -1118,6 +1134,35 @@ static void paused_result(void *ud, PGresult *res)
         if (!p)
             q->more = 1;
     }
+}
+
+static void define_result(void *ud, PGresult *res)
+{
+    pgq *q = ud;
+    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+        q->def_sent = 0; /* again after a reconnect */
+        return;
+    }
+    q->def_sent = 2; /* answers read after this one see it (or a later runner's) */
+    if (!PQgetisnull(res, 0, 0) && atoll(PQgetvalue(res, 0, 0)) != q->def.max_retries)
+        logf_(q->b,
+              "warning: queue '%s': max_retries is %lld in this runner's script and was %s as "
+              "runner '%s' defined it; the last runner started wins: %lld for every runner now",
+              q->name, (long long)q->def.max_retries, PQgetvalue(res, 0, 0),
+              PQgetisnull(res, 0, 1) ? "?" : PQgetvalue(res, 0, 1), (long long)q->def.max_retries);
+}
+
+/* Stores q's definition (at attach, and after a reconnect if it did not get through). */
+static void send_define(pgb *b, pgq *q)
+{
+    if (!q->has_def || q->def_sent || !b->registered || !wq_pgconn_up(b->c))
+        return;
+    char mr[24];
+    snprintf(mr, sizeof mr, "%lld", (long long)q->def.max_retries);
+    const char *v[3] = {q->name, mr, b->runner_name};
+    if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_DEFINE].name, NULL, 3, v, define_result, q) == 0 &&
+        wq_pgconn_sync(b->c, NULL, NULL) == 0)
+        q->def_sent = 1;
 }
 
 static void signals_result(void *ud, PGresult *res)
@@ -1154,7 +1199,7 @@ static void send_control(pgb *b)
         return;
     }
     const char *v[1] = {b->runner_id_s};
-    if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_PAUSED].name, NULL, 0, NULL, paused_result, b) < 0 ||
+    if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_QUEUES].name, NULL, 0, NULL, queues_result, b) < 0 ||
         wq_pgconn_send(b->c, wq_pg_stmts[PGS_SIGNALS].name, NULL, 1, v, signals_result, b) < 0 ||
         wq_pgconn_sync(b->c, control_synced, b) < 0)
         return;
@@ -1766,6 +1811,15 @@ static void pg_set_paused(wq_bqueue *bq, int paused)
     (void)paused;
 }
 
+static void pg_define(wq_bqueue *bq, const wq_queue_def *def)
+{
+    pgq *q = (pgq *)bq;
+    q->def = *def;
+    q->has_def = 1;
+    q->def_sent = 0;
+    kick(q->b);
+}
+
 static int pg_pending(wq_bqueue *bq)
 {
     const pgq *q = (const pgq *)bq;
@@ -1971,6 +2025,7 @@ static const wq_backend_ops pg_ops = {
     .set_paused = pg_set_paused,
     .pending = pg_pending,
     .want = pg_want,
+    .define = pg_define,
     .op = pg_op,
 };
 

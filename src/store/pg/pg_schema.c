@@ -446,9 +446,10 @@ const wq_pg_stmt wq_pg_stmts[PGS_COUNT] = {
                     "$3)\n"
                     "  ON CONFLICT (name) DO UPDATE SET max_retries = EXCLUDED.max_retries,\n"
                     "    defined_by = EXCLUDED.defined_by, updated_at = now()\n"
-                    "  RETURNING (SELECT max_retries FROM @S.queues WHERE name = $1)"},
-    [PGS_PAUSED] = {"wq_paused",
-                    "SELECT coalesce(string_agg(name, ','), '') FROM @S.queues WHERE paused"},
+                    "  RETURNING (SELECT max_retries FROM @S.queues WHERE name = $1),\n"
+                    "    (SELECT defined_by FROM @S.queues WHERE name = $1)"},
+    [PGS_QUEUES] = {"wq_queues", "SELECT name, paused, max_retries, coalesce(defined_by, '')\n"
+                                 "  FROM @S.queues"},
     /* This runner's signals; those of runners long gone go too (the table stays tiny). */
     [PGS_SIGNALS] = {"wq_signals", "WITH s AS (DELETE FROM @S.signals WHERE runner = $1\n"
                                    "    OR created_at < now() - interval '1 minute' RETURNING *)\n"

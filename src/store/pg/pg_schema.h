@@ -44,8 +44,8 @@ enum {
     PGS_WAITING,   /* $1 queue, $2 runner, $3 bool: this runner waits for work on the queue */
     PGS_NEXT_AT,   /* $1 queue: whether it has rows; seconds until its next delayed item */
     PGS_RELOCK,    /* $1 lock class, $2 runner: re-take the runner's lock after a reconnect */
-    PGS_DEFINE,    /* $1 queue, $2 max_retries, $3 runner name */
-    PGS_PAUSED,    /* the paused queues' names, comma-separated */
+    PGS_DEFINE,    /* $1 queue, $2 max_retries, $3 runner name: the values it replaced */
+    PGS_QUEUES,    /* every queue: name, paused, max_retries, defined_by */
     PGS_SIGNALS,   /* $1 runner: the cancels addressed to it (queue, key, token), consumed */
     PGS_COUNT
 };

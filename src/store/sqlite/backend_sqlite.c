@@ -196,6 +196,12 @@ static void q_want(wq_bqueue *bq)
     (void)bq;
 }
 
+static void q_define(wq_bqueue *bq, const wq_queue_def *def)
+{
+    (void)bq;
+    (void)def; /* one runner per file: its script's options are the only ones */
+}
+
 static int q_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
 {
     (void)bq;
@@ -245,5 +251,6 @@ const wq_backend_ops wq_sqlite_ops = {
     .set_paused = q_set_paused,
     .pending = q_pending,
     .want = q_want,
+    .define = q_define,
     .op = q_op,
 };
