@@ -200,13 +200,20 @@ static void bq_paused(void *ud, int paused)
 static void bq_redefined(void *ud, const wq_queue_def *def, const char *by)
 {
     lqueue *lq = ud;
-    if (def->max_retries < 0 || def->max_retries == lq->max_retries)
-        return;
-    wq_host_log(lq->host,
-                "wqrun: warning: queue '%s': max_retries is %lld as runner '%s' defined it since "
-                "(the last runner started wins); it was %lld here",
-                lq->name, (long long)def->max_retries, by, (long long)lq->max_retries);
-    lq->max_retries = def->max_retries;
+    if (def->max_retries >= 0 && def->max_retries != lq->max_retries) {
+        wq_host_log(lq->host,
+                    "wqrun: warning: queue '%s': max_retries is %lld as runner '%s' defined it "
+                    "since (the last runner started wins); it was %lld here",
+                    lq->name, (long long)def->max_retries, by, (long long)lq->max_retries);
+        lq->max_retries = def->max_retries;
+    }
+    if (def->keep_done >= 0 && def->keep_done != lq->keep_done) {
+        wq_host_log(lq->host,
+                    "wqrun: warning: queue '%s': keep_done is %g s as runner '%s' defined it "
+                    "since (the last runner started wins); it was %g s here",
+                    lq->name, def->keep_done, by, lq->keep_done);
+        lq->keep_done = def->keep_done; /* the database keeps the memories */
+    }
 }
 
 static void bq_cancel(void *ud, const char *key, size_t len)
@@ -634,8 +641,10 @@ static int queue_new(lua_State *L)
     }
     lq->q = wq_queue_new(&h->clock);
     lq->failures = wq_keymap_new();
-    lq->done_mem = keep_done > 0 ? wq_keymap_new() : NULL;
-    if (!lq->q || !lq->failures || (keep_done > 0 && !lq->done_mem) ||
+    /* Completed-job memory lives here, unless a shared database keeps it for every runner. */
+    int local_done = keep_done > 0 && !(h->backend && persist && wq_backend_shared(h->backend));
+    lq->done_mem = local_done ? wq_keymap_new() : NULL;
+    if (!lq->q || !lq->failures || (local_done && !lq->done_mem) ||
         wq_host_add_queue(h, &lqueue_ops, lq, lq->name, h->backend && persist) < 0) {
         wq_queue_free(lq->q);
         wq_keymap_free(lq->failures);
@@ -662,8 +671,8 @@ static int queue_new(lua_State *L)
             return luaL_error(L, "queue: %s", wq_backend_errmsg(h->backend));
         /* Shared options (SPEC 8.2): a queue with a handler, or with max_retries given,
          * defines them; one without either (a producer's) takes what the others defined. */
-        if (handler == LUA_TFUNCTION || has_max_retries) {
-            wq_queue_def def = {.max_retries = max_retries};
+        if (handler == LUA_TFUNCTION || has_max_retries || keep_done > 0) {
+            wq_queue_def def = {.max_retries = max_retries, .keep_done = keep_done};
             wq_bq_define(lq->bq, &def);
         }
         wq_bq_set_meta(lq->bq, item_meta, lq);
@@ -785,10 +794,10 @@ void lqueue_remember_done(lqueue *lq, const char *key, size_t len, const char *r
 void lqueue_remember_done_at(lqueue *lq, const char *key, size_t len, double at, const char *result,
                              size_t rlen, int persist)
 {
-    if (!lq->done_mem)
-        return;
-    if (persist && lq->bq)
+    if (persist && lq->bq && lq->keep_done > 0)
         wq_bq_done_put(lq->bq, key, len, at, result, rlen);
+    if (!lq->done_mem)
+        return; /* none here: the database remembers (or keep_done is off) */
     uint64_t nv;
     if (!result && isnormal(at) && at > 0) {
         memcpy(&nv, &at, sizeof nv);
@@ -1364,12 +1373,47 @@ static int queue_retry_dead(lua_State *L)
     return 1;
 }
 
+static int done_info_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    wq_task_check_interrupt(L, wq_task_of(L));
+    if (lua_tointeger(L, -2) == WQ_EIO)
+        return luaL_error(L, "q:done_info: %s", lua_tostring(L, -1));
+    if (lua_tointeger(L, -2) <= 0) {
+        lua_pushnil(L);
+        return 1;
+    }
+    size_t len;
+    const char *text = lua_tolstring(L, -1, &len);
+    int st = wq_ljson_decode(L, text, len);
+    if (st == LUA_ERRMEM)
+        return luaL_error(L, "q:done_info: out of memory");
+    if (st != LUA_OK)
+        return luaL_error(L, "q:done_info: the database answered %s", lua_tostring(L, -1));
+    return 1;
+}
+
+static int forget_done_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    wq_task_check_interrupt(L, wq_task_of(L));
+    if (lua_tointeger(L, -2) == WQ_EIO)
+        return luaL_error(L, "q:forget_done: %s", lua_tostring(L, -1));
+    lua_pushboolean(L, lua_tointeger(L, -2) > 0);
+    return 1;
+}
+
 /* q:done_info(key) -> {finished_at=, result=} or nil */
 static int queue_done_info(lua_State *L)
 {
     lqueue *lq = lqueue_check_op(L, "done_info", "keep_done");
     size_t len;
     const char *key = wq_checkkey(L, 2, "done_info", &len);
+    wq_bop op = {.kind = WQ_BOP_DONE_INFO, .key = key, .keylen = len};
+    if (lq->keep_done > 0)
+        lqueue_op(L, lq, "done_info", &op, 0, done_info_k);
     const uint64_t *v = done_get(lq, key, len);
     if (!v || wq_host_unix(lq->host, wq_host_now(lq->host)) - done_at(*v) > lq->keep_done) {
         lua_pushnil(L);
@@ -1392,6 +1436,9 @@ static int queue_forget_done(lua_State *L)
     lqueue *lq = lqueue_check_op(L, "forget_done", "keep_done");
     size_t len;
     const char *key = wq_checkkey(L, 2, "forget_done", &len);
+    wq_bop op = {.kind = WQ_BOP_FORGET_DONE, .key = key, .keylen = len};
+    if (lq->keep_done > 0)
+        lqueue_op(L, lq, "forget_done", &op, 0, forget_done_k);
     int had = done_get(lq, key, len) != NULL;
     done_forget(lq, key, len);
     if (!had && lq->bq)

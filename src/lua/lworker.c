@@ -363,7 +363,7 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
         lq->nsuccess++;
         lworker_forget(lq, key, klen);
         clear_dead(L, lq, key, klen);
-        if (lq->done_mem)
+        if (lq->keep_done > 0)
             remember(L, lq, key, klen, nres);
     }
     done_key(L, lq, key, klen);

@@ -156,8 +156,10 @@ typedef enum {
     WQ_BOP_CANCEL,     /* key */
     WQ_BOP_RETRY_DEAD, /* key, NULL: every dead letter */
     WQ_BOP_PURGE_DEAD,
-    WQ_BOP_ITEMS, /* state, limit, after_key */
-    WQ_BOP_DEAD   /* limit */
+    WQ_BOP_ITEMS,      /* state, limit, after_key */
+    WQ_BOP_DEAD,       /* limit */
+    WQ_BOP_DONE_INFO,  /* key (keep_done) */
+    WQ_BOP_FORGET_DONE /* key (keep_done) */
 } wq_bop_kind;
 
 typedef struct wq_bop {
@@ -175,8 +177,9 @@ typedef struct wq_bop {
  * already was; REMOVE 0, WQ_ENOENT (no pending item), WQ_EBUSY (processing); CANCEL 0 (its
  * runner was told), WQ_ENOENT, WQ_EBUSY (not processing); RETRY_DEAD, PURGE_DEAD the number;
  * ITEMS the number listed and DEAD the total, with text a JSON array of objects (fields of
- * q:items() / q:dead(), absent when null; ITEMS in key order, DEAD oldest first); or WQ_EIO
- * with text saying why.
+ * q:items() / q:dead(), absent when null; ITEMS in key order, DEAD oldest first); DONE_INFO 1
+ * with text the JSON object {finished_at, result} of q:done_info(), 0 not remembered;
+ * FORGET_DONE 1 forgotten, 0 not remembered; or WQ_EIO with text saying why.
  */
 typedef void (*wq_bop_fn)(void *ud, int result, const char *text);
 
@@ -184,6 +187,7 @@ typedef void (*wq_bop_fn)(void *ud, int result, const char *text);
  * defines them. */
 typedef struct wq_queue_def {
     int64_t max_retries;
+    double keep_done; /* seconds; 0: finished keys are forgotten at once */
 } wq_queue_def;
 
 /* An item this runner claimed, for the local engine (strings borrowed for the call). */
@@ -256,9 +260,15 @@ typedef struct wq_backend_stats {
 /* How long a commit waits for a lock another connection holds, unless set_busy_timeout says. */
 #define WQ_BACKEND_BUSY_MS 5000
 
+/* wq_backend_ops.flags */
+#define WQ_BACKEND_SHARED                                                                          \
+    1u /* several runners share it: the database decides adds, keep_done                           \
+        * and operator actions; the engine holds only what was claimed */
+
 struct wq_backend_ops {
     int version;      /* WQ_BACKEND_VERSION */
     const char *name; /* "sqlite", "postgres" */
+    unsigned flags;   /* WQ_BACKEND_* */
 
     /* ---- the backend ---- */
     /* Flushes what it can and closes. */
@@ -375,6 +385,10 @@ struct wq_backend_ops {
 static inline const char *wq_backend_name(const wq_backend *b)
 {
     return b->ops->name;
+}
+static inline int wq_backend_shared(const wq_backend *b)
+{
+    return (b->ops->flags & WQ_BACKEND_SHARED) != 0;
 }
 static inline void wq_backend_close(wq_backend *b)
 {

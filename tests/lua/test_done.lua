@@ -1,3 +1,4 @@
+-- backends: all
 -- Completed-job memory (SPEC 7.2): with keep_done, a key that succeeded is
 -- skipped by later adds until it is forgotten, forced, or the memory expires.
 local t = require "wqtest"

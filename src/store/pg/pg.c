@@ -37,6 +37,7 @@
 #define ADD_BUFFER_MAX 10000 /* adds held while the database is unreachable */
 #define POLL_MS 250          /* claim even without a notification this often */
 #define REAP_MS 500          /* look for dead runners this often */
+#define PRUNE_MS 5000        /* prune expired keep_done memories this often */
 
 /* ---- a growable byte buffer ---- */
 
@@ -131,6 +132,7 @@ typedef struct claim {
     int dead;             /* dead() was called */
     int64_t attempts;
     uint64_t payhash; /* of the payload as claimed */
+    char *result;     /* keep_done: what its success leaves in done (JSON; "null" for none) */
     int touched;
     int sent; /* its outcome is in flight */
     int used; /* slot in use */
@@ -144,6 +146,7 @@ typedef struct outcome {
     int64_t requeues;
     char *err;
     char *payload; /* a new payload (wq.requeue with one), else NULL */
+    char *done;    /* keep_done: what the success leaves in done (taken from the claim) */
 } outcome;
 
 typedef struct pgq {
@@ -180,9 +183,9 @@ typedef struct pgq {
 /* A pending add, until its transaction commits. */
 typedef struct padd {
     pgq *q;
-    int answered; /* 1: params[0] holds the outcome; -1: it holds the error */
-    int single;   /* sent alone (wq_add), not in the batch */
-    char *params[6];
+    int answered;    /* 1: params[0] holds the outcome; -1: it holds the error */
+    int single;      /* sent alone (wq_add), not in the batch */
+    char *params[7]; /* queue, key, payload, after, priority, group, force */
     wq_badd_fn fn;
     void *ud;
 } padd;
@@ -221,7 +224,10 @@ struct pgb {
     wq_timebase tb;
     int reregistering;
     int control_flight; /* the paused queues and this runner's signals are being read */
-    int control_again;  /* notified meanwhile: read them once more */
+    int keeps_done;     /* a queue of this runner keeps done keys: it prunes them too */
+    int prune_flight, prune_more;
+    int64_t last_prune;
+    int control_again; /* notified meanwhile: read them once more */
 };
 
 static const wq_backend_ops pg_ops;
@@ -366,6 +372,7 @@ static void drop_claim(pgq *q, uint32_t slot, int tell)
     }
     free(c->key);
     free(c->err);
+    free(c->result);
     memset(c, 0, sizeof *c);
     q->free[q->nfree++] = slot;
 }
@@ -405,6 +412,7 @@ static void lose_claims(pgq *q, const char *why)
     for (size_t i = 0; i < q->nsent; i++) {
         free(q->sent[i].err);
         free(q->sent[i].payload);
+        free(q->sent[i].done);
     }
     q->nsent = 0;
 }
@@ -425,7 +433,7 @@ static void send_define(pgb *b, pgq *q);
 
 static void free_add(padd *a)
 {
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 7; i++)
         free(a->params[i]);
 }
 
@@ -446,7 +454,7 @@ static void build_outcomes(pgq *q)
         int have = wq_queue_lookup(q->q, c->key, c->keylen, &info) == 1;
         if (have && (info.state & (WQ_ST_PROCESSING | WQ_ST_QUEUED)))
             continue; /* running, or claimed and not started yet */
-        outcome o = {slot, WQ_PGF_DONE, 0, c->requeues, NULL, NULL};
+        outcome o = {slot, WQ_PGF_DONE, 0, c->requeues, NULL, NULL, NULL};
         if (c->dead) {
             o.kind = WQ_PGF_DEAD;
             o.requeues = c->attempts;
@@ -468,6 +476,8 @@ static void build_outcomes(pgq *q)
             wq_queue_remove(q->q, c->key, c->keylen); /* the database holds the retry now */
         } else if (c->new_requeues == 0) {
             o.kind = WQ_PGF_SUCCESS;
+            o.done = c->result; /* the outcome owns it now */
+            c->result = NULL;
         }
         if (q->nsent == q->scap) {
             size_t ncap = q->scap ? q->scap * 2 : 64;
@@ -475,6 +485,7 @@ static void build_outcomes(pgq *q)
             if (!ns) {
                 free(o.err);
                 free(o.payload);
+                c->result = o.done;
                 touch_slot(q, slot); /* try again at the next cycle */
                 continue;
             }
@@ -507,7 +518,7 @@ static void release_unstarted(pgq *q)
             q->scap = ncap;
         }
         c->sent = 1;
-        q->sent[q->nsent++] = (outcome){i, WQ_PGF_RELEASE, 0, c->requeues, NULL, NULL};
+        q->sent[q->nsent++] = (outcome){i, WQ_PGF_RELEASE, 0, c->requeues, NULL, NULL, NULL};
     }
 }
 
@@ -515,7 +526,9 @@ static int send_finish(pgb *b, pgq *q, wq_pgconn *conn)
 {
     if (!q->nsent)
         return 0;
-    sbuf keys = {0}, toks = {0}, kinds = {0}, delays = {0}, reqs = {0}, errs = {0}, pays = {0};
+    sbuf keys = {0}, toks = {0}, kinds = {0}, delays = {0}, reqs = {0}, errs = {0}, pays = {0},
+         done = {0};
+    int any_done = 0;
     sb_str(&keys, "{");
     sb_str(&toks, "{");
     sb_str(&kinds, "{");
@@ -523,6 +536,7 @@ static int send_finish(pgb *b, pgq *q, wq_pgconn *conn)
     sb_str(&reqs, "{");
     sb_str(&errs, "{");
     sb_str(&pays, "{");
+    sb_str(&done, "{");
     for (size_t i = 0; i < q->nsent; i++) {
         outcome *o = &q->sent[i];
         claim *c = &q->claims[o->slot];
@@ -538,6 +552,8 @@ static int send_finish(pgb *b, pgq *q, wq_pgconn *conn)
         sb_elem(&reqs, num, strlen(num));
         sb_elem(&errs, o->err, o->err ? strlen(o->err) : 0);
         sb_elem(&pays, o->payload, o->payload ? strlen(o->payload) : 0);
+        sb_elem(&done, o->done, o->done ? strlen(o->done) : 0);
+        any_done |= o->done != NULL;
     }
     sb_str(&keys, "}");
     sb_str(&toks, "}");
@@ -546,12 +562,13 @@ static int send_finish(pgb *b, pgq *q, wq_pgconn *conn)
     sb_str(&reqs, "}");
     sb_str(&errs, "}");
     sb_str(&pays, "}");
+    sb_str(&done, "}");
     int r = -1;
     if (!keys.oom && !toks.oom && !kinds.oom && !delays.oom && !reqs.oom && !errs.oom &&
-        !pays.oom) {
-        const char *v[9] = {q->name,  b->runner_id_s, keys.p, toks.p, kinds.p,
-                            delays.p, reqs.p,         errs.p, pays.p};
-        r = wq_pgconn_send(conn, wq_pg_stmts[PGS_FINISH].name, NULL, 9, v, finish_result, q);
+        !pays.oom && !done.oom) {
+        const char *v[10] = {q->name,  b->runner_id_s, keys.p, toks.p, kinds.p,
+                             delays.p, reqs.p,         errs.p, pays.p, any_done ? done.p : NULL};
+        r = wq_pgconn_send(conn, wq_pg_stmts[PGS_FINISH].name, NULL, 10, v, finish_result, q);
     }
     free(keys.p);
     free(toks.p);
@@ -560,6 +577,7 @@ static int send_finish(pgb *b, pgq *q, wq_pgconn *conn)
     free(reqs.p);
     free(errs.p);
     free(pays.p);
+    free(done.p);
     return r;
 }
 
@@ -611,10 +629,11 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
                 continue;
             if (nbatch++)
                 sb_str(&js, ",");
-            /* params: queue, key, payload (JSON), after, priority (numbers), group */
-            static const char *const field[6] = {"{\"queue\":", ",\"key\":",      ",\"payload\":",
-                                                 ",\"after\":", ",\"priority\":", ",\"group\":"};
-            for (int f = 0; f < 6; f++) {
+            /* params: queue, key, payload (JSON), after, priority (numbers), group, force */
+            static const char *const field[7] = {
+                "{\"queue\":",    ",\"key\":",   ",\"payload\":", ",\"after\":",
+                ",\"priority\":", ",\"group\":", ",\"force\":"};
+            for (int f = 0; f < 7; f++) {
                 if (!a->params[f])
                     continue;
                 sb_str(&js, field[f]);
@@ -635,7 +654,7 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
         free(js.p);
         for (size_t i = 0; i < n && !down; i++) {
             padd *a = &b->adds[i];
-            if (a->single && wq_pgconn_send(b->c, "wq_add", NULL, 6, (const char *const *)a->params,
+            if (a->single && wq_pgconn_send(b->c, "wq_add", NULL, 7, (const char *const *)a->params,
                                             add_result, a) < 0)
                 down = 1;
         }
@@ -898,11 +917,13 @@ static void claim_result(void *ud, PGresult *res)
         memcpy(key, c.key, c.keylen);
         key[c.keylen] = '\0';
         *v = slot;
-        q->claims[slot] =
-            (claim){key,        c.keylen, atoll(PQgetvalue(res, i, 3)),
-                    c.requeues, -1,       NULL,
-                    0,          0,        c.payload ? hash_bytes(c.payload, c.paylen) : 0,
-                    0,          0,        1};
+        q->claims[slot] = (claim){.key = key,
+                                  .keylen = c.keylen,
+                                  .token = atoll(PQgetvalue(res, i, 3)),
+                                  .requeues = c.requeues,
+                                  .new_requeues = -1,
+                                  .payhash = c.payload ? hash_bytes(c.payload, c.paylen) : 0,
+                                  .used = 1};
         if (q->hooks.claimed(q->hooks.ud, &c) < 0) {
             drop_claim(q, slot, 1);
             continue;
@@ -971,6 +992,7 @@ static void outcomes_synced(void *ud, int ok)
                     due(q, real_ns() + (int64_t)(o->delay * 1e9));
                 free(o->err);
                 free(o->payload);
+                free(o->done);
                 drop_claim(q, o->slot, 1);
             }
             b->st.rows_written += q->nsent;
@@ -1121,10 +1143,10 @@ static void queues_result(void *ud, PGresult *res)
                 continue;
             p = PQgetvalue(res, i, 1)[0] == 't';
             /* Another runner started after this one's definition was stored. */
-            wq_queue_def d = {atoll(PQgetvalue(res, i, 2))};
+            wq_queue_def d = {atoll(PQgetvalue(res, i, 2)), atof(PQgetvalue(res, i, 3))};
             if (q->has_def && q->def_sent == 2 && !PQgetisnull(res, i, 2) &&
-                d.max_retries != q->def.max_retries)
-                redefine(q, &d, PQgetvalue(res, i, 3));
+                (d.max_retries != q->def.max_retries || d.keep_done != q->def.keep_done))
+                redefine(q, &d, PQgetvalue(res, i, 4));
         }
         if (p == q->paused)
             continue;
@@ -1144,12 +1166,18 @@ static void define_result(void *ud, PGresult *res)
         return;
     }
     q->def_sent = 2; /* answers read after this one see it (or a later runner's) */
+    const char *by = PQgetisnull(res, 0, 2) ? "?" : PQgetvalue(res, 0, 2);
     if (!PQgetisnull(res, 0, 0) && atoll(PQgetvalue(res, 0, 0)) != q->def.max_retries)
         logf_(q->b,
               "warning: queue '%s': max_retries is %lld in this runner's script and was %s as "
               "runner '%s' defined it; the last runner started wins: %lld for every runner now",
-              q->name, (long long)q->def.max_retries, PQgetvalue(res, 0, 0),
-              PQgetisnull(res, 0, 1) ? "?" : PQgetvalue(res, 0, 1), (long long)q->def.max_retries);
+              q->name, (long long)q->def.max_retries, PQgetvalue(res, 0, 0), by,
+              (long long)q->def.max_retries);
+    if (!PQgetisnull(res, 0, 1) && atof(PQgetvalue(res, 0, 1)) != q->def.keep_done)
+        logf_(q->b,
+              "warning: queue '%s': keep_done is %g s in this runner's script and was %s s as "
+              "runner '%s' defined it; the last runner started wins: %g s for every runner now",
+              q->name, q->def.keep_done, PQgetvalue(res, 0, 1), by, q->def.keep_done);
 }
 
 /* Stores q's definition (at attach, and after a reconnect if it did not get through). */
@@ -1157,10 +1185,11 @@ static void send_define(pgb *b, pgq *q)
 {
     if (!q->has_def || q->def_sent || !b->registered || !wq_pgconn_up(b->c))
         return;
-    char mr[24];
+    char mr[24], kd[40];
     snprintf(mr, sizeof mr, "%lld", (long long)q->def.max_retries);
-    const char *v[3] = {q->name, mr, b->runner_name};
-    if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_DEFINE].name, NULL, 3, v, define_result, q) == 0 &&
+    snprintf(kd, sizeof kd, "%.17g", q->def.keep_done);
+    const char *v[4] = {q->name, mr, kd, b->runner_name};
+    if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_DEFINE].name, NULL, 4, v, define_result, q) == 0 &&
         wq_pgconn_sync(b->c, NULL, NULL) == 0)
         q->def_sent = 1;
 }
@@ -1206,6 +1235,19 @@ static void send_control(pgb *b)
     b->control_flight = 1;
 }
 
+static void prune_result(void *ud, PGresult *res)
+{
+    pgb *b = ud;
+    b->prune_more = res && PQresultStatus(res) == PGRES_COMMAND_OK &&
+                    atol(PQcmdTuples(res)) >= 1000; /* a full batch: more may be due */
+}
+
+static void prune_synced(void *ud, int ok)
+{
+    (void)ok;
+    ((pgb *)ud)->prune_flight = 0;
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -1237,6 +1279,16 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         wq_pgconn_send(b->c, wq_pg_stmts[PGS_REAP].name, NULL, 1, v, reap_result, b);
         wq_pgconn_sync(b->c, NULL, NULL);
     }
+    /* Expired completed-job memories: a thousand per short transaction, again at once while
+     * there are more, else every PRUNE_MS. */
+    if (b->keeps_done && !b->prune_flight &&
+        (b->prune_more || now - b->last_prune > (int64_t)PRUNE_MS * 1000000)) {
+        b->last_prune = now;
+        if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_PRUNE_DONE].name, NULL, 0, NULL, prune_result,
+                           b) == 0 &&
+            wq_pgconn_sync(b->c, prune_synced, b) == 0)
+            b->prune_flight = 1;
+    }
     kick(b); /* the poll fallback */
 }
 
@@ -1250,7 +1302,8 @@ static void prepare_all(pgb *b, wq_pgconn *conn, int listen)
             wq_pgconn_prepare(conn, wq_pg_stmts[i].name, sql, NULL, NULL);
         free(sql);
     }
-    char *add = wq_pg_sql(pg, b->schema, "SELECT @S.add($1, $2, $3::jsonb, $4, $5, $6)");
+    char *add = wq_pg_sql(pg, b->schema,
+                          "SELECT @S.add($1, $2, $3::jsonb, $4, $5, $6, coalesce($7, false))");
     if (add)
         wq_pgconn_prepare(conn, "wq_add", add, NULL, NULL);
     free(add);
@@ -1396,10 +1449,12 @@ static void pg_close(wq_backend *base)
             if (q->claims[i].used) {
                 free(q->claims[i].key);
                 free(q->claims[i].err);
+                free(q->claims[i].result);
             }
         for (size_t i = 0; i < q->nsent; i++) {
             free(q->sent[i].err);
             free(q->sent[i].payload);
+            free(q->sent[i].done);
         }
         wq_keymap_free(q->keys);
         free(q->claims);
@@ -1509,8 +1564,8 @@ static const char *pg_refuse(wq_backend *base, const char *option)
 {
     (void)base;
     static char msg[200];
-    static const char *const unsupported[] = {"keep_done",    "group_limit", "group_of", "rate",
-                                              "cancel_after", "schedule",    NULL};
+    static const char *const unsupported[] = {"group_limit",  "group_of", "rate",
+                                              "cancel_after", "schedule", NULL};
     for (int i = 0; unsupported[i]; i++)
         if (strcmp(option, unsupported[i]) == 0) {
             snprintf(msg, sizeof msg,
@@ -1681,6 +1736,8 @@ static int pg_add(wq_bqueue *bq, const wq_badd *a, wq_badd_fn fn, void *ud)
     }
     if (a->grp && !(p->params[5] = dupn(a->grp, a->grplen)))
         oom = 1;
+    if (a->force && !(p->params[6] = strdup("true")))
+        oom = 1;
     if (oom) {
         free_add(p);
         return WQ_ENOMEM;
@@ -1745,12 +1802,15 @@ static void pg_undead(wq_bqueue *bq, const char *key, size_t len)
 static void pg_done_put(wq_bqueue *bq, const char *key, size_t len, double finished_at,
                         const char *result, size_t rlen)
 {
-    (void)bq;
-    (void)key;
-    (void)len;
-    (void)finished_at;
-    (void)result;
-    (void)rlen;
+    (void)finished_at; /* the database's clock decides (finish) */
+    pgq *q = (pgq *)bq;
+    uint32_t slot;
+    claim *c = slot_of(q, key, len, &slot);
+    if (!c)
+        return; /* not a claim of this runner (a q:get() done of another's?) */
+    free(c->result);
+    c->result = result && pg_text_ok(result, rlen) && !json_nul(result, rlen) ? dupn(result, rlen)
+                                                                              : strdup("null");
 }
 
 static void pg_done_del(wq_bqueue *bq, const char *key, size_t len)
@@ -1815,6 +1875,8 @@ static void pg_define(wq_bqueue *bq, const wq_queue_def *def)
 {
     pgq *q = (pgq *)bq;
     q->def = *def;
+    if (def->keep_done > 0)
+        q->b->keeps_done = 1;
     q->has_def = 1;
     q->def_sent = 0;
     kick(q->b);
@@ -1869,7 +1931,9 @@ static void op_result(void *ud, PGresult *res)
                                                  : WQ_EBUSY;
         break;
     case WQ_BOP_RETRY_DEAD:
+    case WQ_BOP_FORGET_DONE:
     case WQ_BOP_PURGE_DEAD: o->result = atoi(v); break;
+    case WQ_BOP_DONE_INFO:
     case WQ_BOP_ITEMS:
     case WQ_BOP_DEAD:
         o->result = atoi(v);
@@ -1922,6 +1986,15 @@ static int pg_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
                                                            "\"C\" > $3)"
                                                            " ORDER BY key COLLATE \"C\" LIMIT "
                                                            "$4::bigint) x",
+        [WQ_BOP_DONE_INFO] =
+            "SELECT (x.o IS NOT NULL)::int, coalesce(x.o::text, 'null') FROM (SELECT ("
+            "SELECT jsonb_build_object('finished_at', extract(epoch FROM d.finished_at))" PG_OPT(
+                "result", "d.result") " FROM @S.done d JOIN @S.queues q ON q.name = d.queue"
+                                      " WHERE d.queue = $1 AND d.key = $2 AND d.finished_at >"
+                                      " now() - make_interval(secs => coalesce(q.keep_done, 0))"
+                                      ") AS o) x",
+        [WQ_BOP_FORGET_DONE] = "WITH d AS (DELETE FROM @S.done WHERE queue = $1 AND key = $2"
+                               " RETURNING 1) SELECT count(*) FROM d",
         [WQ_BOP_DEAD] = "SELECT (SELECT count(*) FROM @S.dead WHERE queue = $1),"
                         " coalesce(jsonb_agg(x.o ORDER BY x.failed_at, x.k), '[]')::text FROM ("
                         "SELECT failed_at, key COLLATE \"C\" AS k, jsonb_build_object('key', key,"
@@ -1959,9 +2032,9 @@ static int pg_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
         /* $1 the queue, then: the key; or state, after_key, limit (ITEMS); or limit (DEAD) */
         const char *v[4] = {q->name, key, NULL, NULL};
         int n =
-            op->kind == WQ_BOP_REMOVE || op->kind == WQ_BOP_CANCEL || op->kind == WQ_BOP_RETRY_DEAD
-                ? 2
-                : 1;
+            op->kind == WQ_BOP_PAUSE || op->kind == WQ_BOP_RESUME || op->kind == WQ_BOP_PURGE_DEAD
+                ? 1
+                : 2;
         if (op->kind == WQ_BOP_ITEMS) {
             v[1] = op->state, v[2] = after, v[3] = lim;
             n = 4;
@@ -1988,6 +2061,7 @@ static int pg_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
 static const wq_backend_ops pg_ops = {
     .version = WQ_BACKEND_VERSION,
     .name = "postgres",
+    .flags = WQ_BACKEND_SHARED,
     .close = pg_close,
     .errmsg = pg_errmsg,
     .check = pg_check,

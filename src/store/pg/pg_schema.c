@@ -76,15 +76,45 @@ static const char *const schema_v1 =
     "  runner, token, claimed_at FROM @S.jobs;\n"
     "CREATE VIEW @S.failures AS SELECT queue, key, requeues, last_error FROM @S.jobs\n"
     "  WHERE requeues > 0;\n"
+    "INSERT INTO @S.meta VALUES ('schema_version', '1');\n";
+
+/*
+ * Version 2: operating the fleet and keep_done across runners (SPEC 7.2,
+ * 7.5, 8.2). A cancel is a row in `signals` for the runner that runs the
+ * key, which it reads with its heartbeat or at once when notified
+ * ('!control'); queues.keep_done is the queue's shared completed-job memory.
+ */
+static const char *const schema_v2 =
+    "CREATE TABLE @S.signals (id bigserial PRIMARY KEY, runner bigint NOT NULL,\n"
+    "  queue text NOT NULL, key text NOT NULL, token bigint NOT NULL,\n"
+    "  created_at timestamptz NOT NULL DEFAULT now());\n"
+    "CREATE INDEX signals_runner ON @S.signals (runner);\n"
+    "ALTER TABLE @S.queues ADD COLUMN keep_done double precision;\n"
+    "CREATE INDEX done_expiry ON @S.done (queue, finished_at);\n"
+    /* replaced by the functions below with new parameters (force, results) */
+    "DROP FUNCTION IF EXISTS @S.add(text, text, jsonb, double precision, integer, text);\n"
+    "DROP FUNCTION IF EXISTS @S.finish(text, bigint, text[], bigint[], smallint[],\n"
+    "  double precision[],\n"
+    "  integer[], text[], jsonb[]);\n"
+    "UPDATE @S.meta SET value = '2' WHERE key = 'schema_version';\n";
+
+/*
+ * The functions, as this version of wqrun defines them: created (or
+ * replaced) after every migration, so they always match the binary. A
+ * migration drops those whose parameters change.
+ */
+static const char *const functions =
     /* wqrun.add: the rules of q:add / q:add_after (WORKQUEUE.md) on the row. */
-    "CREATE FUNCTION @S.add(queue text, key text, payload jsonb DEFAULT NULL,\n"
+    "CREATE OR REPLACE FUNCTION @S.add(queue text, key text, payload jsonb DEFAULT NULL,\n"
     "    after_seconds double precision DEFAULT NULL, priority integer DEFAULT NULL,\n"
-    "    grp text DEFAULT NULL) RETURNS text LANGUAGE plpgsql AS $fn$\n"
+    "    grp text DEFAULT NULL, force boolean DEFAULT false) RETURNS text LANGUAGE plpgsql AS "
+    "$fn$\n"
     "DECLARE\n"
     "  v_now timestamptz := now();\n"
     "  v_ready timestamptz;\n"
     "  r @S.jobs%ROWTYPE;\n"
     "  v_out text;\n"
+    "  v_keep double precision;\n"
     "BEGIN\n"
     "  IF queue IS NULL OR queue !~ '^[A-Za-z0-9_.-]{1,64}$' THEN\n"
     "    RAISE EXCEPTION 'wqrun.add: bad argument ''queue'' (1-64 characters of "
@@ -101,6 +131,16 @@ static const char *const schema_v1 =
     "      USING ERRCODE = '22023';\n"
     "  END IF;\n"
     "  IF after_seconds > 0 THEN v_ready := v_now + make_interval(secs => after_seconds); END IF;\n"
+    /* keep_done (SPEC 7.2): finished within it and nothing pending: skipped; force forgets */
+    "  SELECT q.keep_done INTO v_keep FROM @S.queues q WHERE q.name = add.queue;\n"
+    "  IF v_keep > 0 AND coalesce(add.force, false) THEN\n"
+    "    DELETE FROM @S.done d WHERE d.queue = add.queue AND d.key = add.key;\n"
+    "  ELSIF v_keep > 0 AND EXISTS (SELECT 1 FROM @S.done d WHERE d.queue = add.queue\n"
+    "        AND d.key = add.key AND d.finished_at > v_now - make_interval(secs => v_keep))\n"
+    "      AND NOT EXISTS (SELECT 1 FROM @S.jobs j WHERE j.queue = add.queue AND j.key = "
+    "add.key) THEN\n"
+    "    RETURN 'skipped: done';\n"
+    "  END IF;\n"
     "  LOOP\n"
     "    INSERT INTO @S.jobs AS j (queue, key, payload, priority, grp, run_at, seq, enqueued_at)\n"
     "      VALUES (add.queue, add.key, add.payload, coalesce(add.priority, 0), add.grp,\n"
@@ -152,7 +192,7 @@ static const char *const schema_v1 =
     "  RETURN v_out;\n"
     "END $fn$;\n"
     /* add_many: new keys in one INSERT (the bulk case), every other item through add(). */
-    "CREATE FUNCTION @S.add_many(items jsonb) RETURNS jsonb LANGUAGE plpgsql AS $fn$\n"
+    "CREATE OR REPLACE FUNCTION @S.add_many(items jsonb) RETURNS jsonb LANGUAGE plpgsql AS $fn$\n"
     "DECLARE\n"
     "  v_now timestamptz := now(); v_bad bigint; v_new bigint[]; v_out text[];\n"
     "  e record; q text;\n"
@@ -180,7 +220,11 @@ static const char *const schema_v1 =
     "                  THEN v_now + make_interval(secs => (x.it->>'after')::float8) ELSE v_now "
     "END,\n"
     "             nextval('@S.seq'), v_now\n"
-    "        FROM x ORDER BY x.i\n"
+    "        FROM x WHERE NOT coalesce((x.it->>'force')::boolean, false)\n"
+    /* a key with a done row (keep_done) is add()'s to decide */
+    "          AND NOT EXISTS (SELECT 1 FROM @S.done d WHERE d.queue = x.it->>'queue'\n"
+    "                            AND d.key = x.it->>'key')\n"
+    "        ORDER BY x.i\n"
     "      ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING RETURNING j.queue, j.key)\n"
     "  SELECT array_agg(f.i) INTO v_new FROM (SELECT min(x.i) AS i FROM x\n"
     "      JOIN ins ON ins.queue = x.it->>'queue' AND ins.key = x.it->>'key' GROUP BY ins.queue, "
@@ -195,7 +239,8 @@ static const char *const schema_v1 =
     "      CONTINUE WHEN v_out[e.i] IS NOT NULL;\n"
     "      v_out[e.i] := @S.add(e.it->>'queue', e.it->>'key',\n"
     "        CASE WHEN e.it->'payload' <> 'null'::jsonb THEN e.it->'payload' END,\n"
-    "        (e.it->>'after')::double precision, (e.it->>'priority')::integer, e.it->>'group');\n"
+    "        (e.it->>'after')::double precision, (e.it->>'priority')::integer, e.it->>'group',\n"
+    "        coalesce((e.it->>'force')::boolean, false));\n"
     "    END LOOP;\n"
     "  END IF;\n"
     "  FOR q IN SELECT DISTINCT w.queue FROM @S.waiting w WHERE w.queue IN\n"
@@ -205,10 +250,14 @@ static const char *const schema_v1 =
     "  RETURN coalesce(to_jsonb(v_out), '[]'::jsonb);\n"
     "END $fn$;\n"
     /* finish: outcomes of claimed items, fenced by token; returns how many were stale. One
-     * primary-key statement per item: its plan cannot depend on statistics. */
-    "CREATE FUNCTION @S.finish(p_queue text, p_runner bigint, p_keys text[], p_tokens bigint[],\n"
+     * primary-key statement per item: its plan cannot depend on statistics. p_done (keep_done)
+     * holds, per item, what a success leaves in `done`: its result, JSON null for none, or
+     * SQL NULL for nothing (the whole array NULL when the queue keeps nothing). */
+    "CREATE OR REPLACE FUNCTION @S.finish(p_queue text, p_runner bigint, p_keys text[], p_tokens "
+    "bigint[],\n"
     "    p_kinds smallint[], p_delays double precision[], p_requeues integer[], p_errors text[],\n"
-    "    p_payloads jsonb[]) RETURNS integer LANGUAGE plpgsql AS $fn$\n"
+    "    p_payloads jsonb[], p_done jsonb[] DEFAULT NULL) RETURNS integer LANGUAGE plpgsql AS "
+    "$fn$\n"
     "DECLARE\n"
     "  v_now timestamptz := now();\n"
     "  v_dead boolean := EXISTS (SELECT 1 FROM @S.dead d WHERE d.queue = p_queue);\n"
@@ -227,12 +276,21 @@ static const char *const schema_v1 =
     "  IF v_dead AND n > 0 THEN\n"
     "    DELETE FROM @S.dead d WHERE d.queue = p_queue AND d.key = ANY (v_gone);\n"
     "  END IF;\n"
+    "  IF p_done IS NOT NULL AND n > 0 THEN\n"
+    "    INSERT INTO @S.done AS d (queue, key, finished_at, result)\n"
+    "      SELECT p_queue, u.key, v_now, nullif(u.res, 'null'::jsonb)\n"
+    "        FROM unnest(p_keys, p_kinds, p_done) AS u(key, kind, res)\n"
+    "       WHERE u.kind = 1 AND u.res IS NOT NULL AND u.key = ANY (v_gone)\n"
+    "      ON CONFLICT (queue, key) DO UPDATE SET finished_at = EXCLUDED.finished_at,\n"
+    "        result = EXCLUDED.result;\n"
+    "  END IF;\n"
     "  IF n = coalesce(cardinality(p_keys), 0) THEN RETURN 0; END IF;\n"
     "  -- the rest one by one (one pass over the arrays: subscripting one copies it)\n"
     "  FOR o IN SELECT * FROM unnest(p_keys, p_tokens, p_kinds, p_delays, p_requeues, "
     "p_errors,\n"
-    "                                p_payloads) AS u(key, token, kind, delay, requeues, err, "
-    "payload) LOOP\n"
+    "                                p_payloads, p_done) AS u(key, token, kind, delay, "
+    "requeues, err,\n"
+    "                                payload, res) LOOP\n"
     "    k := o.kind;\n"
     "    IF k IN (0, 1) AND o.key = ANY (v_gone) THEN CONTINUE; END IF;\n"
     "    IF k IN (0, 1, 3) THEN -- nothing else pending: the row goes\n"
@@ -276,12 +334,18 @@ static const char *const schema_v1 =
     "    ELSIF k = 1 AND v_dead THEN\n"
     "      DELETE FROM @S.dead d WHERE d.queue = p_queue AND d.key = o.key;\n"
     "    END IF;\n"
+    "    IF k = 1 AND o.res IS NOT NULL THEN\n"
+    "      INSERT INTO @S.done AS d (queue, key, finished_at, result)\n"
+    "        VALUES (p_queue, o.key, v_now, nullif(o.res, 'null'::jsonb))\n"
+    "        ON CONFLICT (queue, key) DO UPDATE SET finished_at = EXCLUDED.finished_at,\n"
+    "          result = EXCLUDED.result;\n"
+    "    END IF;\n"
     "  END LOOP;\n"
     "  RETURN coalesce(cardinality(p_keys), 0) - n;\n"
     "END $fn$;\n"
     /* reap: runners that died (their session lock is gone: killed, connection reset) or went
      * silent past their lease give their running items back. */
-    "CREATE FUNCTION @S.reap(p_class integer) RETURNS integer LANGUAGE plpgsql AS $fn$\n"
+    "CREATE OR REPLACE FUNCTION @S.reap(p_class integer) RETURNS integer LANGUAGE plpgsql AS $fn$\n"
     "DECLARE\n"
     "  v_dead bigint[]; n integer := 0; m integer := 0; q text;\n"
     "  v_up boolean;\n"
@@ -320,20 +384,8 @@ static const char *const schema_v1 =
     "  UPDATE @S.counters SET value = value + m WHERE name = 'crash_dead';\n"
     "  RETURN n + m;\n"
     "END $fn$;\n"
-    "INSERT INTO @S.meta VALUES ('schema_version', '1');\n";
-
-/*
- * Version 2: operating the fleet (SPEC 7.5, 8.2). The operator actions as
- * functions that psql users, the command line and the runners all call;
- * a cancel is a row in `signals` for the runner that runs the key, which
- * it reads with its heartbeat or at once when notified ('!control').
- */
-static const char *const schema_v2 =
-    "CREATE TABLE @S.signals (id bigserial PRIMARY KEY, runner bigint NOT NULL,\n"
-    "  queue text NOT NULL, key text NOT NULL, token bigint NOT NULL,\n"
-    "  created_at timestamptz NOT NULL DEFAULT now());\n"
-    "CREATE INDEX signals_runner ON @S.signals (runner);\n"
-    "CREATE FUNCTION @S.check_queue(fn text, queue text) RETURNS void LANGUAGE plpgsql AS $fn$\n"
+    "CREATE OR REPLACE FUNCTION @S.check_queue(fn text, queue text) RETURNS void LANGUAGE plpgsql "
+    "AS $fn$\n"
     "BEGIN\n"
     "  IF queue IS NULL OR queue !~ '^[A-Za-z0-9_.-]{1,64}$' THEN\n"
     "    RAISE EXCEPTION '%: bad argument ''queue'' (1-64 characters of [A-Za-z0-9_.-], got %)',\n"
@@ -341,12 +393,14 @@ static const char *const schema_v2 =
     "  END IF;\n"
     "END $fn$;\n"
     /* known_queue: a runner defined it, or it holds items or dead letters. */
-    "CREATE FUNCTION @S.known_queue(p_queue text) RETURNS boolean LANGUAGE sql STABLE AS $fn$\n"
+    "CREATE OR REPLACE FUNCTION @S.known_queue(p_queue text) RETURNS boolean LANGUAGE sql STABLE "
+    "AS $fn$\n"
     "  SELECT EXISTS (SELECT 1 FROM @S.queues q WHERE q.name = p_queue)\n"
     "      OR EXISTS (SELECT 1 FROM @S.jobs j WHERE j.queue = p_queue)\n"
     "      OR EXISTS (SELECT 1 FROM @S.dead d WHERE d.queue = p_queue) $fn$;\n"
     /* pause: whether it changed; every runner stops handing the queue's items out. */
-    "CREATE FUNCTION @S.pause(p_queue text, p_paused boolean DEFAULT true) RETURNS boolean\n"
+    "CREATE OR REPLACE FUNCTION @S.pause(p_queue text, p_paused boolean DEFAULT true) RETURNS "
+    "boolean\n"
     "LANGUAGE plpgsql AS $fn$\n"
     "DECLARE v_was boolean;\n"
     "BEGIN\n"
@@ -362,7 +416,8 @@ static const char *const schema_v2 =
     "  RETURN true;\n"
     "END $fn$;\n"
     /* remove: a pending item that no handler runs. */
-    "CREATE FUNCTION @S.remove(p_queue text, p_key text) RETURNS text LANGUAGE plpgsql AS $fn$\n"
+    "CREATE OR REPLACE FUNCTION @S.remove(p_queue text, p_key text) RETURNS text LANGUAGE plpgsql "
+    "AS $fn$\n"
     "BEGIN\n"
     "  DELETE FROM @S.jobs j WHERE j.queue = p_queue AND j.key = p_key AND NOT j.running;\n"
     "  IF FOUND THEN RETURN 'removed'; END IF;\n"
@@ -372,7 +427,8 @@ static const char *const schema_v2 =
     "  RETURN 'absent';\n"
     "END $fn$;\n"
     /* cancel: tells the runner that runs the key. */
-    "CREATE FUNCTION @S.cancel(p_queue text, p_key text) RETURNS text LANGUAGE plpgsql AS $fn$\n"
+    "CREATE OR REPLACE FUNCTION @S.cancel(p_queue text, p_key text) RETURNS text LANGUAGE plpgsql "
+    "AS $fn$\n"
     "DECLARE r record;\n"
     "BEGIN\n"
     "  SELECT j.running, j.runner, j.token INTO r FROM @S.jobs j\n"
@@ -385,7 +441,8 @@ static const char *const schema_v2 =
     "  RETURN 'cancelling';\n"
     "END $fn$;\n"
     /* retry_dead: dead letters back into the queue (all with p_key NULL), failure count clean. */
-    "CREATE FUNCTION @S.retry_dead(p_queue text, p_key text DEFAULT NULL) RETURNS integer\n"
+    "CREATE OR REPLACE FUNCTION @S.retry_dead(p_queue text, p_key text DEFAULT NULL) RETURNS "
+    "integer\n"
     "LANGUAGE plpgsql AS $fn$\n"
     "DECLARE d record; n integer := 0;\n"
     "BEGIN\n"
@@ -400,10 +457,9 @@ static const char *const schema_v2 =
     "  END LOOP;\n"
     "  RETURN n;\n"
     "END $fn$;\n"
-    "CREATE FUNCTION @S.purge_dead(p_queue text) RETURNS integer LANGUAGE sql AS $fn$\n"
+    "CREATE OR REPLACE FUNCTION @S.purge_dead(p_queue text) RETURNS integer LANGUAGE sql AS $fn$\n"
     "  WITH d AS (DELETE FROM @S.dead x WHERE x.queue = p_queue RETURNING 1)\n"
-    "  SELECT count(*)::integer FROM d $fn$;\n"
-    "UPDATE @S.meta SET value = '2' WHERE key = 'schema_version';\n";
+    "  SELECT count(*)::integer FROM d $fn$;\n";
 
 /* The migrations: migrations[v - 1] takes version v - 1 to v. */
 static const char *const *const migrations[] = {&schema_v1, &schema_v2};
@@ -425,7 +481,7 @@ const wq_pg_stmt wq_pg_stmts[PGS_COUNT] = {
                    "RETURNING j.key, j.payload, j.priority, j.token, j.requeues,\n"
                    "  extract(epoch FROM j.enqueued_at), j.grp, extract(epoch FROM j.run_at), "
                    "j.seq"},
-    [PGS_FINISH] = {"wq_finish", "SELECT @S.finish($1, $2, $3, $4, $5, $6, $7, $8, $9)"},
+    [PGS_FINISH] = {"wq_finish", "SELECT @S.finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"},
     [PGS_ADD_MANY] = {"wq_add_many", "SELECT @S.add_many($1::jsonb)"},
     [PGS_HEARTBEAT] = {"wq_heartbeat",
                        "UPDATE @S.runners SET heartbeat_at = now() WHERE id = $1 RETURNING id"},
@@ -442,14 +498,25 @@ const wq_pg_stmt wq_pg_stmts[PGS_COUNT] = {
                      "    AND NOT running AND run_at > now()) - now())"},
     [PGS_RELOCK] = {"wq_relock", "SELECT pg_try_advisory_lock($1, $2::integer)"},
     [PGS_DEFINE] = {"wq_define",
-                    "INSERT INTO @S.queues AS q (name, max_retries, defined_by) VALUES ($1, $2, "
-                    "$3)\n"
+                    "INSERT INTO @S.queues AS q (name, max_retries, keep_done, defined_by)\n"
+                    "  VALUES ($1, $2, nullif($3::float8, 0), $4)\n"
                     "  ON CONFLICT (name) DO UPDATE SET max_retries = EXCLUDED.max_retries,\n"
-                    "    defined_by = EXCLUDED.defined_by, updated_at = now()\n"
+                    "    keep_done = EXCLUDED.keep_done, defined_by = EXCLUDED.defined_by,\n"
+                    "    updated_at = now()\n"
                     "  RETURNING (SELECT max_retries FROM @S.queues WHERE name = $1),\n"
+                    "    (SELECT coalesce(keep_done, 0) FROM @S.queues WHERE name = $1),\n"
                     "    (SELECT defined_by FROM @S.queues WHERE name = $1)"},
-    [PGS_QUEUES] = {"wq_queues", "SELECT name, paused, max_retries, coalesce(defined_by, '')\n"
-                                 "  FROM @S.queues"},
+    [PGS_QUEUES] = {"wq_queues", "SELECT name, paused, max_retries, coalesce(keep_done, 0),\n"
+                                 "  coalesce(defined_by, '') FROM @S.queues"},
+    /* Completed-job memories past their queue's keep_done, a thousand at a time. */
+    [PGS_PRUNE_DONE] =
+        {"wq_prune_done",
+         "DELETE FROM @S.done WHERE ctid = ANY (ARRAY(\n"
+         "  SELECT d.ctid FROM @S.queues q CROSS JOIN LATERAL (\n"
+         "    SELECT d.ctid FROM @S.done d WHERE d.queue = q.name AND d.finished_at\n"
+         "      < now() - make_interval(secs => coalesce(q.keep_done, 0)) LIMIT "
+         "1000) d\n"
+         "  LIMIT 1000))"},
     /* This runner's signals; those of runners long gone go too (the table stays tiny). */
     [PGS_SIGNALS] = {"wq_signals", "WITH s AS (DELETE FROM @S.signals WHERE runner = $1\n"
                                    "    OR created_at < now() - interval '1 minute' RETURNING *)\n"
@@ -573,6 +640,9 @@ int wq_pg_migrate(PGconn *pg, const char *schema, char *out, size_t outlen, char
 {
     if (exec(pg, "BEGIN", "cannot begin", err, errlen) < 0)
         return -1;
+    /* IF EXISTS drops of what a fresh schema never had say so: not worth a line of output */
+    if (exec(pg, "SET LOCAL client_min_messages = warning", "cannot set", err, errlen) < 0)
+        goto fail;
     /* Concurrent starts wait here for the first to finish. */
     char lock[96];
     snprintf(lock, sizeof lock, "SELECT pg_advisory_xact_lock(%d, 0)", WQ_PG_LOCK_CLASS + 1);
@@ -606,6 +676,17 @@ int wq_pg_migrate(PGconn *pg, const char *schema, char *out, size_t outlen, char
         if (r < 0)
             goto fail;
     }
+    char *sql = wq_pg_sql(pg, schema, functions);
+    if (!sql) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    char what[200];
+    snprintf(what, sizeof what, "cannot create the functions of schema \"%s\"", schema);
+    int r = exec(pg, sql, what, err, errlen);
+    free(sql);
+    if (r < 0)
+        goto fail;
     if (exec(pg, "COMMIT", "cannot commit the new schema", err, errlen) < 0)
         return -1;
     if (v == 0)

@@ -37,16 +37,18 @@ typedef struct wq_pg_stmt {
 } wq_pg_stmt;
 enum {
     PGS_CLAIM,     /* $1 queue, $2 limit, $3 runner: key, payload, priority, token, requeues, ... */
-    PGS_FINISH,    /* $1 queue, $2 runner, arrays: keys, tokens, kinds, delays, requeues, errors */
+    PGS_FINISH,    /* $1 queue, $2 runner, arrays: keys, tokens, kinds, delays, requeues, errors,
+                    * payloads, done results */
     PGS_ADD_MANY,  /* $1 jsonb array of items: jsonb array of outcomes */
     PGS_HEARTBEAT, /* $1 runner: the row, or none when declared dead */
     PGS_REAP,      /* $1 lock class: items taken over */
     PGS_WAITING,   /* $1 queue, $2 runner, $3 bool: this runner waits for work on the queue */
     PGS_NEXT_AT,   /* $1 queue: whether it has rows; seconds until its next delayed item */
     PGS_RELOCK,    /* $1 lock class, $2 runner: re-take the runner's lock after a reconnect */
-    PGS_DEFINE,    /* $1 queue, $2 max_retries, $3 runner name: the values it replaced */
-    PGS_QUEUES,    /* every queue: name, paused, max_retries, defined_by */
-    PGS_SIGNALS,   /* $1 runner: the cancels addressed to it (queue, key, token), consumed */
+    PGS_DEFINE,    /* $1 queue, $2 max_retries, $3 keep_done, $4 runner: the values replaced */
+    PGS_QUEUES,    /* every queue: name, paused, max_retries, keep_done, defined_by */
+    PGS_PRUNE_DONE, /* expired completed-job memories (at most 1000) */
+    PGS_SIGNALS,    /* $1 runner: the cancels addressed to it (queue, key, token), consumed */
     PGS_COUNT
 };
 extern const wq_pg_stmt wq_pg_stmts[PGS_COUNT];
