@@ -7,7 +7,11 @@
  * dedup keeps a slow job from piling up. A firing that comes late (the
  * loop was held, the process was down) adds once and the next time is
  * counted from now: catch_up = "once"; with catch_up = "skip", a time
- * missed while the process was down is not added at all.
+ * missed while the process was down is not added at all. With a database
+ * shared by runners (PostgreSQL), the database decides: each runner that
+ * defines the schedule keeps its own timer, and a firing is a
+ * compare-and-set on the schedule's row, so each time is added once,
+ * by the first runner to fire (wq_bq_schedule_fire).
  */
 #include "lua/lcron.h"
 
@@ -93,16 +97,22 @@ static void fire(wq_host *h, void *data, uint64_t id)
         arm(c);
         return;
     }
+    double next = wq_cron_next(c->cron, now, c->local);
+    wq_schedule_row row = {.name = c->name, .last_at = c->next, .next_at = next > 0 ? next : 0};
+    /* A database shared by runners adds it once for all of them (the first to fire). */
+    int shared = c->lq->bq && c->lq->q && !wq_queue_shutting_down(c->lq->q) &&
+                 wq_bq_schedule_fire(c->lq->bq, &row) != WQ_BACKEND_LOCAL;
     wq_ext_item it = {
         .key = c->key, .keylen = c->keylen, .payload = c->payload, .paylen = c->paylen};
-    if (c->lq->q && !wq_queue_shutting_down(c->lq->q)) {
+    if (!shared && c->lq->q && !wq_queue_shutting_down(c->lq->q)) {
         const wq_hqueue *hq = wq_host_find_queue(h, c->lq->name);
         if (hq && hq->ops->add(hq->q, &it) < 0)
             wq_host_log(h, "wqrun: schedule '%s' of %s: the add failed", c->name, c->lq->name);
     }
     c->last = c->next;
-    c->next = wq_cron_next(c->cron, now, c->local);
-    persist(c);
+    c->next = next;
+    if (!shared)
+        persist(c);
     arm(c);
     wq_host_settle(h);
 }

@@ -360,6 +360,10 @@ struct wq_backend_ops {
     /* Schedules (SPEC 7.3). */
     void (*schedule_put)(wq_bqueue *bq, const wq_schedule_row *row);
     void (*schedule_del)(wq_bqueue *bq, const char *name);
+    /* The time row->last_at of schedule row->name came (row->next_at the one after): a backend
+     * shared by runners adds row's key at most once per time, whichever runner fires first,
+     * and returns 0; WQ_BACKEND_LOCAL: the runtime adds it itself. */
+    int (*schedule_fire)(wq_bqueue *bq, const wq_schedule_row *row);
     int (*restore_schedules)(wq_bqueue *bq, void (*fn)(void *ud, const wq_schedule_row *row),
                              void *ud);
     /* Paused flag (SPEC 7.5): 1, 0 or a WQ_E* code; set with the next commit. */
@@ -537,6 +541,10 @@ static inline void wq_bq_schedule_put(wq_bqueue *bq, const wq_schedule_row *row)
 static inline void wq_bq_schedule_del(wq_bqueue *bq, const char *name)
 {
     bq->b->ops->schedule_del(bq, name);
+}
+static inline int wq_bq_schedule_fire(wq_bqueue *bq, const wq_schedule_row *row)
+{
+    return bq->b->ops->schedule_fire(bq, row);
 }
 static inline int
 wq_bq_restore_schedules(wq_bqueue *bq, void (*fn)(void *ud, const wq_schedule_row *row), void *ud)

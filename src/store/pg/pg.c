@@ -180,6 +180,16 @@ typedef struct pgq {
     struct pgq *next;
 } pgq;
 
+/* A statement of the outbox. */
+typedef struct pstmt {
+    pgb *b;
+    const char *what; /* for messages: "schedule", ... */
+    char *sql;        /* with @S expanded */
+    int n;
+    char *params[8];
+    int failed; /* the database refused it: dropped, not sent again */
+} pstmt;
+
 /* A pending add, until its transaction commits. */
 typedef struct padd {
     pgq *q;
@@ -212,6 +222,12 @@ struct pgb {
     /* Transactions under way, one of each kind at a time: the adds and the claims on c, the
      * outcomes on c2 (a second connection, so that the database works on both at once). */
     int adds_flight, claim_flight, out_flight;
+    /* Statements that must get through, in order (schedule definitions, firings, deletes):
+     * idempotent, so a transaction lost at commit simply goes again. */
+    struct pstmt *outbox;
+    size_t nout, outcap;
+    int outbox_flight;  /* the first outbox_flight of them are in the transaction under way */
+    size_t outbox_seen; /* answers read of those */
     wq_pgconn *c2;
     int stopping;
     int lost_claims;    /* told the runtime its claims are gone (lease lost) */
@@ -430,6 +446,8 @@ static void claims_synced(void *ud, int ok);
 static void next_at_result(void *ud, PGresult *res);
 static void send_control(pgb *b);
 static void send_define(pgb *b, pgq *q);
+static void outbox_result(void *ud, PGresult *res);
+static void outbox_synced(void *ud, int ok);
 
 static void free_add(padd *a)
 {
@@ -612,6 +630,16 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
     int64_t now_real = real_ns();
     for (pgq *q = b->queues; q; q = q->next)
         send_define(b, q);
+    if (b->nout && !b->outbox_flight) {
+        size_t n = 0;
+        while (n < b->nout &&
+               wq_pgconn_send(b->c, NULL, b->outbox[n].sql, b->outbox[n].n,
+                              (const char *const *)b->outbox[n].params, outbox_result, b) == 0)
+            n++;
+        b->outbox_seen = 0;
+        if (n && wq_pgconn_sync(b->c, outbox_synced, b) == 0)
+            b->outbox_flight = (int)n;
+    }
     if (b->control_again && !b->control_flight) {
         b->control_again = 0;
         send_control(b);
@@ -1248,6 +1276,83 @@ static void prune_synced(void *ud, int ok)
     ((pgb *)ud)->prune_flight = 0;
 }
 
+/* ---- the outbox (schedules) ---- */
+
+static void pstmt_free(pstmt *p)
+{
+    free(p->sql);
+    for (int i = 0; i < p->n; i++)
+        free(p->params[i]);
+}
+
+/* Queues sql (with @S) and its n text parameters (NULL: SQL NULL); 0 or WQ_ENOMEM. */
+static int outbox_put(pgb *b, const char *what, const char *sql, int n, const char *const *v)
+{
+    if (b->nout == b->outcap) {
+        size_t ncap = b->outcap ? b->outcap * 2 : 16;
+        pstmt *np = realloc(b->outbox, ncap * sizeof *np);
+        if (!np)
+            return WQ_ENOMEM;
+        b->outbox = np;
+        b->outcap = ncap;
+    }
+    pstmt *p = &b->outbox[b->nout];
+    memset(p, 0, sizeof *p);
+    p->what = what;
+    p->n = n;
+    p->sql = wq_pg_sql(wq_pgconn_pg(b->c), b->schema, sql);
+    int oom = !p->sql;
+    for (int i = 0; i < n; i++)
+        if (v[i] && !(p->params[i] = strdup(v[i])))
+            oom = 1;
+    if (oom) {
+        pstmt_free(p);
+        return WQ_ENOMEM;
+    }
+    b->nout++;
+    kick(b);
+    return 0;
+}
+
+/* The answers come in the order sent: the i-th is outbox[i]'s (an index: the array may grow
+ * meanwhile). */
+static void outbox_result(void *ud, PGresult *res)
+{
+    pgb *b = ud;
+    pstmt *p = &b->outbox[b->outbox_seen++];
+    if (res && PQresultStatus(res) == PGRES_FATAL_ERROR) {
+        char msg[400];
+        wq_pg_msg(msg, sizeof msg, PQresultErrorMessage(res));
+        logf_(b, "%s: the database refused it: %s", p->what, msg);
+        p->failed = 1;
+    } else if (res && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+               strncmp(PQgetvalue(res, 0, 0), "caught up", 9) == 0) {
+        logf_(b, "%s '%s' of %s: %s (a time missed while no runner ran it)", p->what,
+              p->params[1] ? p->params[1] : "?", p->params[0] ? p->params[0] : "?",
+              PQgetvalue(res, 0, 0));
+    }
+}
+
+static void outbox_synced(void *ud, int ok)
+{
+    pgb *b = ud;
+    size_t n = (size_t)b->outbox_flight;
+    b->outbox_flight = 0;
+    size_t drop = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ok || b->outbox[i].failed) {
+            pstmt_free(&b->outbox[i]);
+            drop++;
+        } else {
+            b->outbox[i - drop] = b->outbox[i];
+        }
+    /* the ones kept (not committed) stay first, in order */
+    memmove(b->outbox + (n - drop), b->outbox + n, (b->nout - n) * sizeof *b->outbox);
+    b->nout -= drop;
+    if (b->nout)
+        kick(b);
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -1436,6 +1541,9 @@ static void pg_close(wq_backend *base)
         free_add(&b->adds[i]);
     }
     free(b->adds);
+    for (size_t i = 0; i < b->nout; i++)
+        pstmt_free(&b->outbox[i]);
+    free(b->outbox);
     if (b->cycle_ev)
         event_free(b->cycle_ev);
     if (b->tick_ev)
@@ -1564,8 +1672,8 @@ static const char *pg_refuse(wq_backend *base, const char *option)
 {
     (void)base;
     static char msg[200];
-    static const char *const unsupported[] = {"group_limit",  "group_of", "rate",
-                                              "cancel_after", "schedule", NULL};
+    static const char *const unsupported[] = {"group_limit", "group_of", "rate", "cancel_after",
+                                              NULL};
     for (int i = 0; unsupported[i]; i++)
         if (strcmp(option, unsupported[i]) == 0) {
             snprintf(msg, sizeof msg,
@@ -1840,14 +1948,45 @@ static int pg_restore_done(wq_bqueue *bq,
 
 static void pg_schedule_put(wq_bqueue *bq, const wq_schedule_row *row)
 {
-    (void)bq;
-    (void)row;
+    pgq *q = (pgq *)bq;
+    char next[40];
+    snprintf(next, sizeof next, "%.6f", row->next_at);
+    char *key = row->key ? dupn(row->key, row->keylen) : NULL;
+    char *payload = row->payload ? dupn(row->payload, row->paylen) : NULL;
+    const char *v[8] = {q->name,
+                        row->name,
+                        row->spec,
+                        key,
+                        payload,
+                        row->tz == WQ_SCHED_LOCAL ? "local" : "utc",
+                        row->catch_up == WQ_SCHED_CATCH_UP_SKIP ? "skip" : "once",
+                        next};
+    if ((row->key && !key) || (row->payload && !payload) ||
+        outbox_put(q->b, "schedule",
+                   "SELECT @S.define_schedule($1, $2, $3, $4, $5::jsonb, $6, $7, $8::float8)", 8,
+                   v) < 0)
+        logf_(q->b, "schedule '%s' of %s: out of memory: not stored", row->name, q->name);
+    free(key);
+    free(payload);
 }
 
 static void pg_schedule_del(wq_bqueue *bq, const char *name)
 {
-    (void)bq;
-    (void)name;
+    pgq *q = (pgq *)bq;
+    const char *v[2] = {q->name, name};
+    if (outbox_put(q->b, "schedule", "DELETE FROM @S.schedules WHERE queue = $1 AND name = $2", 2,
+                   v) < 0)
+        logf_(q->b, "schedule '%s' of %s: out of memory: not deleted", name, q->name);
+}
+
+static int pg_schedule_fire(wq_bqueue *bq, const wq_schedule_row *row)
+{
+    pgq *q = (pgq *)bq;
+    char at[40], next[40];
+    snprintf(at, sizeof at, "%.6f", row->last_at);
+    snprintf(next, sizeof next, "%.6f", row->next_at);
+    const char *v[4] = {q->name, row->name, at, next};
+    return outbox_put(q->b, "schedule", "SELECT @S.fire($1, $2, $3::float8, $4::float8)", 4, v);
 }
 
 static int pg_restore_schedules(wq_bqueue *bq, void (*fn)(void *ud, const wq_schedule_row *row),
@@ -2094,6 +2233,7 @@ static const wq_backend_ops pg_ops = {
     .restore_done = pg_restore_done,
     .schedule_put = pg_schedule_put,
     .schedule_del = pg_schedule_del,
+    .schedule_fire = pg_schedule_fire,
     .restore_schedules = pg_restore_schedules,
     .paused = pg_paused,
     .set_paused = pg_set_paused,

@@ -159,6 +159,13 @@ static void q_schedule_put(wq_bqueue *bq, const wq_schedule_row *row)
 {
     wq_store_schedule_put(Q(bq), row);
 }
+static int q_schedule_fire(wq_bqueue *bq, const wq_schedule_row *row)
+{
+    (void)bq;
+    (void)row;
+    return WQ_BACKEND_LOCAL; /* one runner: its engine adds, the row is written behind */
+}
+
 static void q_schedule_del(wq_bqueue *bq, const char *name)
 {
     wq_store_schedule_del(Q(bq), name);
@@ -246,6 +253,7 @@ const wq_backend_ops wq_sqlite_ops = {
     .restore_done = q_restore_done,
     .schedule_put = q_schedule_put,
     .schedule_del = q_schedule_del,
+    .schedule_fire = q_schedule_fire,
     .restore_schedules = q_restore_schedules,
     .paused = q_paused,
     .set_paused = q_set_paused,

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Schedules across runners (SPEC 7.3, 8.2), read back with psql: three
+# runners define the same schedules; each time is added once, whichever
+# runner fires first (a compare-and-set on the schedule's row, no leader),
+# also while runners are killed with kill -9 and started again; a time that
+# passed while no runner ran is added once at the next start with
+# catch_up = "once" (by one runner of three starting at once) and not at all
+# with "skip".
+. "$(dirname "$0")/lib.sh"
+pg_need
+
+LUA=$E2E_DIR/lua
+DB=$(pg_fresh_db)
+LOG=$TMP/runs.log
+: >"$LOG"
+q() { pg_psql "$DB" "$1"; }
+
+start() { # start NAME: a runner of the schedules
+    pg_bg "$1" --quiet --serve --db "$DB" --runner-name "$1" "$LUA/pg_sched.lua" "$LOG" "$1"
+    eval "PID_$1=\$BG_PID"
+}
+start r1
+start r2
+start r3
+check "three runners" pg_wait "$DB" "select count(*) from wqrun.runners" 3 10
+check "one row per schedule" pg_wait "$DB" "select count(*) from wqrun.schedules" 3 5
+sleep 3
+kill -9 "$PID_r1"
+wait "$PID_r1" 2>/dev/null
+sleep 1.5
+start r1
+sleep 1.5
+kill -9 "$PID_r2"
+wait "$PID_r2" 2>/dev/null
+sleep 2
+start r2
+sleep 3
+T_END=$(now)
+N=$(grep -c '^run tick ' "$LOG")
+LAST_CMD="tick runs" OUT=$(cat "$LOG") ERR=""
+check "tick ran about once a second over 12 s ($N runs)" [ "$N" -ge 9 ] && [ "$N" -le 13 ]
+expect_eq "$(awk '/^run tick / { if (p && $3 - p < 0.5) print "double at " $3; p = $3 }' "$LOG")" "" \
+    "never twice for one time (no two runs within 0.5 s)"
+expect_eq "$(awk '/^run tick / { if (p && $3 - p > 2.5) print "gap before " $3; p = $3 }' "$LOG")" "" \
+    "none lost while runners die and start (no gap over 2.5 s)"
+expect_eq "$(awk '/^run tick / { print $4 }' "$LOG" | sort -u | wc -l | tr -d ' ')" 3 \
+    "the runs are spread over the runners (no leader)"
+
+# Downtime: every runner stops; the minute schedules' times pass meanwhile.
+for r in r1 r2 r3; do eval "kill -TERM \$PID_$r"; done
+for r in r1 r2 r3; do eval "wait_exit \$PID_$r 10"; done
+q "update wqrun.schedules set next_at = now() - interval '30 seconds' where name in ('tock', 'tockskip')" >/dev/null
+: >"$LOG"
+start r1
+start r2
+start r3
+check "tock's missed time was added at the start" wait_for "$LOG" "run tock " 1 5
+sleep 1
+expect_eq "$(grep -c '^run tock ' "$LOG")" 1 "added once, though three runners started at once"
+expect_eq "$(grep -c '^run tockskip ' "$LOG")" 0 "catch_up = skip: the missed time is not added"
+expect_eq "$(cat "$TMP"/r1.err "$TMP"/r2.err "$TMP"/r3.err | grep -c "schedule 'tock' of sq: caught up")" 1 \
+    "one runner says it caught up"
+expect_eq "$(q "select count(*) from wqrun.schedules where name in ('tock', 'tockskip') and next_at > now()")" 2 \
+    "both minute schedules wait for their next time"
+
+for r in r1 r2 r3; do eval "kill -TERM \$PID_$r"; done
+for r in r1 r2 r3; do eval "wait_exit \$PID_$r 10"; expect_eq "$RC" 0 "runner $r stops cleanly"; done
+finish
