@@ -280,7 +280,9 @@ static void remote_answered(void *ud, int result, const char *text)
         case WQ_BOP_ITEMS:
         case WQ_BOP_DEAD: reply_listing(rr, result, text ? text : "[]"); break;
         case WQ_BOP_DONE_INFO:
-        case WQ_BOP_FORGET_DONE: /* not HTTP routes */
+        case WQ_BOP_FORGET_DONE:
+        case WQ_BOP_SET_GROUP_LIMIT:
+        case WQ_BOP_GROUP_LIMIT: /* not HTTP routes */
             wq_http_reply_error(req, 500, "Internal Server Error", "unexpected answer");
             break;
         }

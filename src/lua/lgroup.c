@@ -5,8 +5,11 @@
  */
 #include "lua/lgroup.h"
 
+#include "lua/ljson.h"
 #include "lua/lqueue.h"
 #include "lua/lwq.h"
+
+#include "engine/common.h"
 
 #include <lauxlib.h>
 #include <math.h>
@@ -191,6 +194,25 @@ int lgroup_resolve_ext(lqueue *lq, const char *key, size_t keylen, const char *p
     return r;
 }
 
+/* An answer of the database (result, text) to a group limit call: raises its error. */
+static void check_answer(lua_State *L, const char *fn)
+{
+    wq_task_check_interrupt(L, wq_task_of(L));
+    lua_Integer r = lua_tointeger(L, -2);
+    if (r == WQ_EIO)
+        luaL_error(L, "q:%s: %s", fn, lua_tostring(L, -1));
+    if (r < 0)
+        wq_argerror(L, fn, "group", "PostgreSQL holds UTF-8 text without NUL bytes only");
+}
+
+static int set_group_limit_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    check_answer(L, "set_group_limit");
+    return 0;
+}
+
 /* q:set_group_limit(group, limit | nil) */
 static int set_group_limit(lua_State *L)
 {
@@ -200,10 +222,31 @@ static int set_group_limit(lua_State *L)
     wq_limit lim;
     if (!lua_isnoneornil(L, 3))
         checklimit(L, 3, "set_group_limit", "limit", &lim);
+    /* On a database shared by runners the limit is the database's, for every runner. */
+    wq_bop op = {.kind = WQ_BOP_SET_GROUP_LIMIT,
+                 .key = g,
+                 .keylen = len,
+                 .glimit = lua_isnoneornil(L, 3) ? NULL : &lim};
+    lqueue_op(L, lq, "set_group_limit", &op, 0, set_group_limit_k);
     int r = wq_queue_set_group_limit(lq->q, g, len, lua_isnoneornil(L, 3) ? NULL : &lim);
     if (r < 0)
         return lqueue_raise(L, "set_group_limit", r);
     return 0;
+}
+
+static int group_limit_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    check_answer(L, "group_limit");
+    int own = lua_tointeger(L, -2) > 0;
+    size_t n;
+    const char *text = lua_tolstring(L, -1, &n);
+    int st = wq_ljson_decode(L, text, n);
+    if (st != LUA_OK)
+        return luaL_error(L, "q:group_limit: the database answered %s", lua_tostring(L, -1));
+    lua_pushboolean(L, own);
+    return 2;
 }
 
 /* q:group_limit(group) -> {concurrency=, rate=, burst=}, own (true when set for this group) */
@@ -212,6 +255,8 @@ static int group_limit(lua_State *L)
     lqueue *lq = lqueue_check_op(L, "group_limit", "group_limit");
     size_t len;
     const char *g = lgroup_checkname(L, 2, "group_limit", "group", &len);
+    wq_bop op = {.kind = WQ_BOP_GROUP_LIMIT, .key = g, .keylen = len};
+    lqueue_op(L, lq, "group_limit", &op, 0, group_limit_k);
     wq_limit lim;
     int own = wq_queue_group_limit(lq->q, g, len, &lim);
     lua_createtable(L, 0, 3);

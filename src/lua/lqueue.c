@@ -655,7 +655,13 @@ static int queue_new(lua_State *L)
         return luaL_error(L, "queue: out of memory");
     }
     wq_queue_set_observer(lq->q, observe, lq);
-    lgroup_apply_options(L, lq, 2, &gopts); /* before restoring: restored items obey them */
+    /* Limits a shared database enforces for every runner (its claims count them) are not
+     * applied again here; group_of still names the groups of this runner's adds. */
+    int shared = h->backend && persist && wq_backend_shared(h->backend);
+    lgroup_opts local = gopts;
+    if (shared)
+        local.has_limit = local.has_rate = 0;
+    lgroup_apply_options(L, lq, 2, &local); /* before restoring: restored items obey them */
     if (h->backend && persist) {
         wq_bqueue_hooks hooks = {.demand = bq_demand,
                                  .claimed = bq_claimed,
@@ -671,8 +677,18 @@ static int queue_new(lua_State *L)
             return luaL_error(L, "queue: %s", wq_backend_errmsg(h->backend));
         /* Shared options (SPEC 8.2): a queue with a handler, or with max_retries given,
          * defines them; one without either (a producer's) takes what the others defined. */
-        if (handler == LUA_TFUNCTION || has_max_retries || keep_done > 0) {
+        if (handler == LUA_TFUNCTION || has_max_retries || keep_done > 0 || gopts.has_limit ||
+            gopts.has_rate) {
             wq_queue_def def = {.max_retries = max_retries, .keep_done = keep_done};
+            if (gopts.has_limit) {
+                def.group_concurrency = gopts.limit.concurrency;
+                def.group_rate = gopts.limit.rate;
+                def.group_burst = gopts.limit.burst;
+            }
+            if (gopts.has_rate) {
+                def.rate = gopts.rate;
+                def.burst = gopts.burst;
+            }
             wq_bq_define(lq->bq, &def);
         }
         wq_bq_set_meta(lq->bq, item_meta, lq);

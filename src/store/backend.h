@@ -20,6 +20,7 @@
 #ifndef WQ_BACKEND_H
 #define WQ_BACKEND_H
 
+#include "engine/group.h"
 #include "engine/metrics.h"
 #include "engine/queue.h"
 
@@ -156,10 +157,12 @@ typedef enum {
     WQ_BOP_CANCEL,     /* key */
     WQ_BOP_RETRY_DEAD, /* key, NULL: every dead letter */
     WQ_BOP_PURGE_DEAD,
-    WQ_BOP_ITEMS,      /* state, limit, after_key */
-    WQ_BOP_DEAD,       /* limit */
-    WQ_BOP_DONE_INFO,  /* key (keep_done) */
-    WQ_BOP_FORGET_DONE /* key (keep_done) */
+    WQ_BOP_ITEMS,           /* state, limit, after_key */
+    WQ_BOP_DEAD,            /* limit */
+    WQ_BOP_DONE_INFO,       /* key (keep_done) */
+    WQ_BOP_FORGET_DONE,     /* key (keep_done) */
+    WQ_BOP_SET_GROUP_LIMIT, /* key: the group; limit (NULL: back to the queue's default) */
+    WQ_BOP_GROUP_LIMIT      /* key: the group */
 } wq_bop_kind;
 
 typedef struct wq_bop {
@@ -170,6 +173,7 @@ typedef struct wq_bop {
     size_t limit;      /* ITEMS, DEAD: at most this many */
     const char *after_key;
     size_t after_len;
+    const wq_limit *glimit; /* SET_GROUP_LIMIT */
 } wq_bop;
 
 /*
@@ -179,7 +183,9 @@ typedef struct wq_bop {
  * ITEMS the number listed and DEAD the total, with text a JSON array of objects (fields of
  * q:items() / q:dead(), absent when null; ITEMS in key order, DEAD oldest first); DONE_INFO 1
  * with text the JSON object {finished_at, result} of q:done_info(), 0 not remembered;
- * FORGET_DONE 1 forgotten, 0 not remembered; or WQ_EIO with text saying why.
+ * FORGET_DONE 1 forgotten, 0 not remembered; SET_GROUP_LIMIT 0; GROUP_LIMIT 1 (the group's
+ * own) or 0 (the queue's default) with text the JSON object {concurrency, rate, burst}; or
+ * WQ_EIO with text saying why.
  */
 typedef void (*wq_bop_fn)(void *ud, int result, const char *text);
 
@@ -188,6 +194,10 @@ typedef void (*wq_bop_fn)(void *ud, int result, const char *text);
 typedef struct wq_queue_def {
     int64_t max_retries;
     double keep_done; /* seconds; 0: finished keys are forgotten at once */
+    /* group_limit (SPEC 7.4): per group, 0 for none */
+    int64_t group_concurrency;
+    double group_rate, group_burst;
+    double rate, burst; /* the queue's own rate, 0 for none */
 } wq_queue_def;
 
 /* An item this runner claimed, for the local engine (strings borrowed for the call). */

@@ -28,9 +28,13 @@ UP=$(pg_fresh_db)
 run migrate --db "$UP"
 expect_eq "$OUT" 'schema "wqrun" created (version 2)' "a new schema is version 2"
 # Back to version 1's tables (the functions are made anew by every migration).
-V1="drop table wqrun.signals; drop function wqrun.pause, wqrun.remove, wqrun.cancel,
+V1="drop table wqrun.signals, wqrun.groups; drop function wqrun.pause, wqrun.remove, wqrun.cancel,
   wqrun.retry_dead, wqrun.purge_dead, wqrun.known_queue, wqrun.check_queue;
-  alter table wqrun.queues drop column keep_done; drop index wqrun.done_expiry;
+  alter table wqrun.queues drop column keep_done, drop column g_conc, drop column g_rate,
+    drop column g_burst, drop column q_rate, drop column q_burst, drop column q_tat;
+  alter table wqrun.jobs drop column held;
+  create index jobs_claim on wqrun.jobs (queue, priority desc, run_at, seq) where not running;
+  drop index wqrun.done_expiry;
   update wqrun.meta set value = '1' where key = 'schema_version'"
 pg_psql "$UP" "$V1" >/dev/null
 run add --db "$UP" w k1

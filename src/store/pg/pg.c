@@ -175,6 +175,7 @@ typedef struct pgq {
     wq_queue_def def; /* the shared options as this runner uses them */
     int has_def;      /* the script defines them (else it takes the database's) */
     int def_sent;     /* 1 sent, 2 stored (0 again if it did not get through) */
+    int limited;      /* group limits or a rate: claims count them (PGS_CLAIM_GROUPED) */
     int db_rows;      /* the database may hold rows of the queue */
     size_t adds_out;  /* adds to it not yet committed */
     struct pgq *next;
@@ -604,7 +605,8 @@ static void send_claim(pgb *b, pgq *q, size_t want)
     char lim[24];
     snprintf(lim, sizeof lim, "%zu", want > CLAIM_MAX ? (size_t)CLAIM_MAX : want);
     const char *v[3] = {q->name, lim, b->runner_id_s};
-    if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_CLAIM].name, NULL, 3, v, claim_result, q) == 0) {
+    int st = q->limited ? PGS_CLAIM_GROUPED : PGS_CLAIM;
+    if (wq_pgconn_send(b->c, wq_pg_stmts[st].name, NULL, 3, v, claim_result, q) == 0) {
         q->claiming = 1;
         q->more = 0;
         q->last_poll = real_ns();
@@ -1077,8 +1079,7 @@ static void heartbeat_result(void *ud, PGresult *res)
             /* Back within reach but our handlers were cancelled (cut off past the lease) and
              * nobody declared us dead: give their items back ourselves. */
             char *sql = wq_pg_sql(wq_pgconn_pg(b->c), b->schema,
-                                  "UPDATE @S.jobs SET running = false, runner = NULL, token = "
-                                  "NULL, claimed_at = NULL WHERE running AND runner = $1");
+                                  "SELECT @S.release(ARRAY[$1::bigint], false)");
             const char *v[1] = {b->runner_id_s};
             if (sql && wq_pgconn_send(b->c, NULL, sql, 1, v, NULL, NULL) == 0 &&
                 wq_pgconn_sync(b->c, NULL, NULL) == 0)
@@ -1170,8 +1171,11 @@ static void queues_result(void *ud, PGresult *res)
             if (strcmp(PQgetvalue(res, i, 0), q->name) != 0)
                 continue;
             p = PQgetvalue(res, i, 1)[0] == 't';
+            q->limited = PQgetvalue(res, i, 5)[0] == 't';
             /* Another runner started after this one's definition was stored. */
-            wq_queue_def d = {atoll(PQgetvalue(res, i, 2)), atof(PQgetvalue(res, i, 3))};
+            wq_queue_def d = q->def;
+            d.max_retries = atoll(PQgetvalue(res, i, 2));
+            d.keep_done = atof(PQgetvalue(res, i, 3));
             if (q->has_def && q->def_sent == 2 && !PQgetisnull(res, i, 2) &&
                 (d.max_retries != q->def.max_retries || d.keep_done != q->def.keep_done))
                 redefine(q, &d, PQgetvalue(res, i, 4));
@@ -1213,11 +1217,17 @@ static void send_define(pgb *b, pgq *q)
 {
     if (!q->has_def || q->def_sent || !b->registered || !wq_pgconn_up(b->c))
         return;
-    char mr[24], kd[40];
-    snprintf(mr, sizeof mr, "%lld", (long long)q->def.max_retries);
-    snprintf(kd, sizeof kd, "%.17g", q->def.keep_done);
-    const char *v[4] = {q->name, mr, kd, b->runner_name};
-    if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_DEFINE].name, NULL, 4, v, define_result, q) == 0 &&
+    char mr[24], kd[40], gc[24], gr[40], gb[40], qr[40], qb[40];
+    const wq_queue_def *d = &q->def;
+    snprintf(mr, sizeof mr, "%lld", (long long)d->max_retries);
+    snprintf(kd, sizeof kd, "%.17g", d->keep_done);
+    snprintf(gc, sizeof gc, "%lld", (long long)d->group_concurrency);
+    snprintf(gr, sizeof gr, "%.17g", d->group_rate);
+    snprintf(gb, sizeof gb, "%.17g", d->group_burst);
+    snprintf(qr, sizeof qr, "%.17g", d->rate);
+    snprintf(qb, sizeof qb, "%.17g", d->burst);
+    const char *v[9] = {q->name, mr, kd, b->runner_name, gc, gr, gb, qr, qb};
+    if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_DEFINE].name, NULL, 9, v, define_result, q) == 0 &&
         wq_pgconn_sync(b->c, NULL, NULL) == 0)
         q->def_sent = 1;
 }
@@ -1521,10 +1531,9 @@ static void pg_close(wq_backend *base)
         /* Last outcomes, then leave: what still runs goes back to the queue. */
         pg_drain(base, 5000);
         char *sql = wq_pg_sql(wq_pgconn_pg(b->c), b->schema,
-                              "WITH r AS (UPDATE @S.jobs SET running = false, runner = NULL, "
-                              "token = NULL, claimed_at = NULL WHERE running AND runner = $1 "
-                              "RETURNING queue), w AS (DELETE FROM @S.waiting WHERE runner = $1) "
-                              "DELETE FROM @S.runners WHERE id = $1");
+                              "WITH w AS (DELETE FROM @S.waiting WHERE runner = $1), "
+                              "r AS (DELETE FROM @S.runners WHERE id = $1) "
+                              "SELECT @S.release(ARRAY[$1::bigint], false)");
         const char *v[1] = {b->runner_id_s};
         if (sql && wq_pgconn_send(b->c, NULL, sql, 1, v, NULL, NULL) == 0 &&
             wq_pgconn_sync(b->c, NULL, NULL) == 0)
@@ -1672,8 +1681,7 @@ static const char *pg_refuse(wq_backend *base, const char *option)
 {
     (void)base;
     static char msg[200];
-    static const char *const unsupported[] = {"group_limit", "group_of", "rate", "cancel_after",
-                                              NULL};
+    static const char *const unsupported[] = {"cancel_after", NULL};
     for (int i = 0; unsupported[i]; i++)
         if (strcmp(option, unsupported[i]) == 0) {
             snprintf(msg, sizeof msg,
@@ -2016,6 +2024,7 @@ static void pg_define(wq_bqueue *bq, const wq_queue_def *def)
     q->def = *def;
     if (def->keep_done > 0)
         q->b->keeps_done = 1;
+    q->limited = def->group_concurrency > 0 || def->group_rate > 0 || def->rate > 0;
     q->has_def = 1;
     q->def_sent = 0;
     kick(q->b);
@@ -2072,6 +2081,8 @@ static void op_result(void *ud, PGresult *res)
     case WQ_BOP_RETRY_DEAD:
     case WQ_BOP_FORGET_DONE:
     case WQ_BOP_PURGE_DEAD: o->result = atoi(v); break;
+    case WQ_BOP_SET_GROUP_LIMIT: o->result = 0; break;
+    case WQ_BOP_GROUP_LIMIT:
     case WQ_BOP_DONE_INFO:
     case WQ_BOP_ITEMS:
     case WQ_BOP_DEAD:
@@ -2132,6 +2143,16 @@ static int pg_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
                                       " WHERE d.queue = $1 AND d.key = $2 AND d.finished_at >"
                                       " now() - make_interval(secs => coalesce(q.keep_done, 0))"
                                       ") AS o) x",
+        [WQ_BOP_SET_GROUP_LIMIT] = "SELECT @S.set_group_limit($1, $2, $3::boolean,"
+                                   " nullif($4::integer, 0), nullif($5::float8, 0),"
+                                   " nullif($6::float8, 0)), 0",
+        [WQ_BOP_GROUP_LIMIT] =
+            "SELECT coalesce(g.own, false)::int, jsonb_strip_nulls(jsonb_build_object("
+            "'concurrency', CASE WHEN g.own THEN g.conc ELSE q.g_conc END,"
+            " 'rate', CASE WHEN g.own THEN g.rate ELSE q.g_rate END,"
+            " 'burst', CASE WHEN g.own THEN g.burst ELSE q.g_burst END))::text"
+            " FROM (SELECT 1) one LEFT JOIN @S.queues q ON q.name = $1"
+            " LEFT JOIN @S.groups g ON g.queue = $1 AND g.grp = $2",
         [WQ_BOP_FORGET_DONE] = "WITH d AS (DELETE FROM @S.done WHERE queue = $1 AND key = $2"
                                " RETURNING 1) SELECT count(*) FROM d",
         [WQ_BOP_DEAD] = "SELECT (SELECT count(*) FROM @S.dead WHERE queue = $1),"
@@ -2169,12 +2190,23 @@ static int pg_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
         o->fn = fn;
         o->ud = ud;
         /* $1 the queue, then: the key; or state, after_key, limit (ITEMS); or limit (DEAD) */
-        const char *v[4] = {q->name, key, NULL, NULL};
+        const char *v[6] = {q->name, key, NULL, NULL, NULL, NULL};
         int n =
             op->kind == WQ_BOP_PAUSE || op->kind == WQ_BOP_RESUME || op->kind == WQ_BOP_PURGE_DEAD
                 ? 1
                 : 2;
-        if (op->kind == WQ_BOP_ITEMS) {
+        char conc[24] = "0", rate[40] = "0", burst[40] = "0";
+        if (op->kind == WQ_BOP_SET_GROUP_LIMIT) {
+            if (op->glimit) {
+                snprintf(conc, sizeof conc, "%u", op->glimit->concurrency);
+                snprintf(rate, sizeof rate, "%.17g", op->glimit->rate);
+                snprintf(burst, sizeof burst, "%.17g", op->glimit->burst);
+            }
+            const char *w[6] = {q->name, key, op->glimit ? "true" : "false", conc, rate, burst};
+            memcpy(v, w, sizeof v);
+            n = 6;
+            q->limited = 1; /* this runner's claims count them at once, the others' when told */
+        } else if (op->kind == WQ_BOP_ITEMS) {
             v[1] = op->state, v[2] = after, v[3] = lim;
             n = 4;
         } else if (op->kind == WQ_BOP_DEAD) {

@@ -45,10 +45,13 @@ enum {
     PGS_WAITING,   /* $1 queue, $2 runner, $3 bool: this runner waits for work on the queue */
     PGS_NEXT_AT,   /* $1 queue: whether it has rows; seconds until its next delayed item */
     PGS_RELOCK,    /* $1 lock class, $2 runner: re-take the runner's lock after a reconnect */
-    PGS_DEFINE,    /* $1 queue, $2 max_retries, $3 keep_done, $4 runner: the values replaced */
-    PGS_QUEUES,    /* every queue: name, paused, max_retries, keep_done, defined_by */
-    PGS_PRUNE_DONE, /* expired completed-job memories (at most 1000) */
-    PGS_SIGNALS,    /* $1 runner: the cancels addressed to it (queue, key, token), consumed */
+    PGS_DEFINE,    /* $1 queue, $2 max_retries, $3 keep_done, $4 runner, $5-$9 group_limit and
+                    * rate: the values replaced */
+    PGS_QUEUES,    /* every queue: name, paused, max_retries, keep_done, defined_by, limited,
+                    * q_rate */
+    PGS_PRUNE_DONE,    /* expired completed-job memories (at most 1000) */
+    PGS_CLAIM_GROUPED, /* as PGS_CLAIM, counting group limits and the queue's rate */
+    PGS_SIGNALS,       /* $1 runner: the cancels addressed to it (queue, key, token), consumed */
     PGS_COUNT
 };
 extern const wq_pg_stmt wq_pg_stmts[PGS_COUNT];
