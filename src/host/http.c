@@ -195,10 +195,32 @@ static void get_dashboard(struct evhttp_request *req)
     evbuffer_free(b);
 }
 
-json_object *wq_http_queue_summary(const wq_hqueue *hq)
+/* The database-wide numbers of queue name, when its backend is shared by runners. */
+static const wq_db_queue *db_queue(wq_host *h, const wq_hqueue *hq)
+{
+    const wq_db_view *v = hq->persist && h->backend ? wq_backend_db_view(h->backend) : NULL;
+    for (size_t i = 0; v && i < v->nqueues; i++)
+        if (strcmp(v->queues[i].name, hq->name) == 0)
+            return &v->queues[i];
+    return NULL;
+}
+
+json_object *wq_http_queue_summary(wq_host *h, const wq_hqueue *hq)
 {
     wq_qstats st;
     hq->ops->stats(hq->q, &st);
+    /* Shared by runners: what is pending, running and dead is the database's (every runner's);
+     * the counters of runs (adds, done, failures, ...) stay this runner's. */
+    const wq_db_queue *d = db_queue(h, hq);
+    if (d) {
+        st.depth = st.queued = d->queued + d->held;
+        st.processing = d->processing;
+        st.waiting = d->waiting;
+        st.dead = d->dead;
+        st.retrying = d->retrying;
+        st.throttled = d->held;
+        st.paused = d->paused;
+    }
     json_object *o = json_object_new_object();
     if (!o)
         return NULL;
@@ -206,14 +228,53 @@ json_object *wq_http_queue_summary(const wq_hqueue *hq)
     for (const wq_qstat_field *f = wq_qstat_fields; f->name; f++)
         add_uint(o, f->name, wq_qstat_value(&st, f));
     json_object_object_add(o, "paused", json_object_new_boolean(st.paused));
+    if (d)
+        json_object_object_add(o, "scope", json_object_new_string("database"));
     return o;
+}
+
+/* GET /runners: the runners sharing the database (404 when the backend is not shared). */
+static void get_runners(wq_host *h, struct evhttp_request *req)
+{
+    const wq_db_view *v = h->backend ? wq_backend_db_view(h->backend) : NULL;
+    if (!h->backend || !wq_backend_shared(h->backend)) {
+        reply_error(req, 404, "Not Found", "no runners: this runner's --db is not shared");
+        return;
+    }
+    json_object *body = json_object_new_object(), *a = json_object_new_array();
+    for (size_t i = 0; v && a && i < v->nrunners; i++) {
+        const wq_db_runner *r = &v->runners[i];
+        json_object *o = json_object_new_object();
+        if (!o)
+            break;
+        json_object_object_add(o, "id", json_object_new_int64(r->id));
+        json_object_object_add(o, "name", json_object_new_string(r->name));
+        json_object_object_add(o, "host", json_object_new_string(r->host));
+        json_object_object_add(o, "pid", json_object_new_int(r->pid));
+        json_object_object_add(o, "started_at", json_object_new_double(r->started_at));
+        json_object_object_add(o, "heartbeat_age", json_object_new_double(r->heartbeat_age));
+        add_uint(o, "running", r->running);
+        add_uint(o, "done", r->done);
+        json_object_object_add(o, "self", json_object_new_boolean(r->self));
+        json_object_array_add(a, o);
+    }
+    if (body && a) {
+        json_object_object_add(body, "runners", a);
+        /* null until the first read, a moment after the first request */
+        json_object_object_add(body, "at", v ? json_object_new_double(v->at) : NULL);
+        reply_json(req, 200, "OK", body);
+        return;
+    }
+    json_object_put(a);
+    json_object_put(body);
+    reply_error(req, 500, "Internal Server Error", "out of memory");
 }
 
 static void get_queues(wq_host *h, struct evhttp_request *req)
 {
     json_object *a = json_object_new_array_ext(h->nqueues);
     for (int i = 0; a && i < h->nqueues; i++) {
-        json_object *q = wq_http_queue_summary(&h->queues[i]);
+        json_object *q = wq_http_queue_summary(h, &h->queues[i]);
         if (!q || json_object_array_add(a, q) < 0) {
             json_object_put(q);
             json_object_put(a);
@@ -668,6 +729,11 @@ static void handle(struct evhttp_request *req, void *arg)
     } else if (strcmp(path, "/metrics") == 0) {
         if (get)
             get_metrics(h, req);
+        else
+            wq_http_not_allowed(req, "GET, HEAD");
+    } else if (strcmp(path, "/runners") == 0) {
+        if (get)
+            get_runners(h, req);
         else
             wq_http_not_allowed(req, "GET, HEAD");
     } else if (strcmp(path, "/queues") == 0 || strcmp(path, "/queues/") == 0) {

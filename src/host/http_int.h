@@ -29,7 +29,9 @@ void wq_http_reply_durable(wq_host *h, struct evhttp_request *req, int code, con
  * port of its own). 0, or -1 after printing why. */
 int wq_http_serve(wq_host *h, struct evconnlistener *lev);
 
-/* One queue's summary: name, the q:stats() fields, paused. NULL on OOM. */
-json_object *wq_http_queue_summary(const wq_hqueue *hq);
+/* One queue's summary: name, the q:stats() fields, paused; with a backend shared by runners,
+ * the pending, running and dead counts of the whole database (and "scope": "database"). NULL
+ * on OOM. */
+json_object *wq_http_queue_summary(wq_host *h, const wq_hqueue *hq);
 
 #endif

@@ -639,7 +639,7 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
         }
     }
     switch (route) {
-    case R_QUEUE: wq_http_reply_json(req, 200, "OK", wq_http_queue_summary(hq)); break;
+    case R_QUEUE: wq_http_reply_json(req, 200, "OK", wq_http_queue_summary(h, hq)); break;
     case R_PAUSE:
     case R_RESUME: {
         int pause = route == R_PAUSE;

@@ -104,6 +104,57 @@ static double v_longest(const wq_hqueue *hq, const wq_qstats *st)
     return longest;
 }
 
+/*
+ * The database's numbers (a backend shared by runners): the same on every runner, a snapshot
+ * at most a few seconds old, so a Prometheus server scraping every runner aggregates them
+ * with max(), never sum().
+ */
+static void db_view(wq_host *h, struct evbuffer *out)
+{
+    const wq_db_view *v = wq_backend_db_view(h->backend);
+    if (!v)
+        return; /* the first read is under way */
+    family(out, "wqrun_db_queue_items", GAUGE,
+           "Items of the queue in the database by state, every runner's (use max() across "
+           "runners).");
+    for (size_t i = 0; i < v->nqueues; i++) {
+        const wq_db_queue *q = &v->queues[i];
+        static const char *const state[] = {"queued", "processing", "waiting", "held"};
+        uint64_t n[] = {q->queued, q->processing, q->waiting, q->held};
+        for (int k = 0; k < 4; k++)
+            evbuffer_add_printf(out, "wqrun_db_queue_items{queue=\"%s\",state=\"%s\"} %llu\n",
+                                q->name, state[k], (unsigned long long)n[k]);
+    }
+    family(out, "wqrun_db_queue_dead", GAUGE, "Dead letters of the queue in the database.");
+    for (size_t i = 0; i < v->nqueues; i++)
+        evbuffer_add_printf(out, "wqrun_db_queue_dead{queue=\"%s\"} %llu\n", v->queues[i].name,
+                            (unsigned long long)v->queues[i].dead);
+    family(out, "wqrun_db_queue_retrying", GAUGE, "Items of the queue with a failure count.");
+    for (size_t i = 0; i < v->nqueues; i++)
+        evbuffer_add_printf(out, "wqrun_db_queue_retrying{queue=\"%s\"} %llu\n", v->queues[i].name,
+                            (unsigned long long)v->queues[i].retrying);
+    family(out, "wqrun_db_queue_paused", GAUGE, "1 while the queue is paused for every runner.");
+    for (size_t i = 0; i < v->nqueues; i++)
+        evbuffer_add_printf(out, "wqrun_db_queue_paused{queue=\"%s\"} %d\n", v->queues[i].name,
+                            v->queues[i].paused);
+    family(out, "wqrun_db_runners", GAUGE, "Runners registered in the database.");
+    evbuffer_add_printf(out, "wqrun_db_runners %zu\n", v->nrunners);
+    family(out, "wqrun_db_takeovers_total", COUNTER,
+           "Items taken back from dead runners, by every runner.");
+    evbuffer_add_printf(out, "wqrun_db_takeovers_total %llu\n", (unsigned long long)v->takeovers);
+    family(out, "wqrun_db_crash_dead_total", COUNTER,
+           "Items dead-lettered because their runners died running them too often.");
+    evbuffer_add_printf(out, "wqrun_db_crash_dead_total %llu\n", (unsigned long long)v->crash_dead);
+    family(out, "wqrun_db_jobs_dead_tuples", GAUGE,
+           "Dead row versions in the hot table (pg_stat_user_tables.n_dead_tup of jobs).");
+    evbuffer_add_printf(out, "wqrun_db_jobs_dead_tuples %lld\n", (long long)v->jobs_dead_tuples);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    family(out, "wqrun_db_view_age_seconds", GAUGE, "How old these wqrun_db_* numbers are.");
+    evbuffer_add_printf(out, "wqrun_db_view_age_seconds %.3f\n",
+                        (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 - v->at);
+}
+
 void wq_prom_render(wq_host *h, struct evbuffer *out)
 {
     per_queue(h, out, "workqueue_depth", GAUGE, "Current depth of the workqueue.", v_depth);
@@ -186,6 +237,11 @@ void wq_prom_render(wq_host *h, struct evbuffer *out)
             family(out, "wqrun_pg_reconnects_total", COUNTER, "Connections re-established.");
             evbuffer_add_printf(out, "wqrun_pg_reconnects_total %llu\n",
                                 (unsigned long long)st.reconnects);
+            evbuffer_add_printf(
+                out, "# HELP %s %s\n# TYPE %s histogram\n", "wqrun_pg_claim_duration_seconds",
+                "Round trips of this runner's claims.", "wqrun_pg_claim_duration_seconds");
+            histogram_samples(out, "wqrun_pg_claim_duration_seconds", "", &st.claim_latency);
+            db_view(h, out);
         }
     }
 }

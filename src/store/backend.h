@@ -265,6 +265,41 @@ typedef struct wq_backend_stats {
     wq_histogram claim_latency; /* seconds per claim round trip */
 } wq_backend_stats;
 
+/* What a backend shared by runners shows of the whole database (dashboards, /metrics): a
+ * snapshot read in the background, at most a few seconds old. */
+typedef struct wq_db_queue {
+    const char *name;
+    uint64_t queued;     /* due, not claimed, not held */
+    uint64_t processing; /* claimed by a runner */
+    uint64_t waiting;    /* delayed: not due yet */
+    uint64_t held;       /* due, held back by their group's limits */
+    uint64_t retrying;   /* with a failure count */
+    uint64_t dead;
+    int paused;
+} wq_db_queue;
+
+typedef struct wq_db_runner {
+    int64_t id;
+    const char *name, *host;
+    int pid;
+    double started_at;    /* Unix seconds */
+    double heartbeat_age; /* seconds since its last heartbeat */
+    uint64_t running;     /* items it holds now */
+    uint64_t done;        /* outcomes it has written since it started */
+    int self;             /* this runner */
+} wq_db_runner;
+
+typedef struct wq_db_view {
+    double at; /* Unix seconds the snapshot was read */
+    size_t nqueues;
+    const wq_db_queue *queues;
+    size_t nrunners;
+    const wq_db_runner *runners;
+    int64_t jobs_dead_tuples; /* of the hot table (pg_stat_user_tables.n_dead_tup) */
+    uint64_t takeovers;       /* items taken back from dead runners, by every runner */
+    uint64_t crash_dead;      /* items dead-lettered for killing their runners */
+} wq_db_view;
+
 #define WQ_BACKEND_VERSION 1
 
 /* How long a commit waits for a lock another connection holds, unless set_busy_timeout says. */
@@ -384,6 +419,10 @@ struct wq_backend_ops {
     int (*pending)(wq_bqueue *bq);
     /* A task began waiting for an item of the queue: a backend that claims claims now. */
     void (*want)(wq_bqueue *bq);
+    /* The database-wide view: NULL for a backend not shared by runners, or before the first
+     * read (the first call starts reading it in the background); valid until the loop runs
+     * again. */
+    const wq_db_view *(*db_view)(wq_backend *b);
     /* The script defines the queue's shared options (SPEC 8.2): stored with the queue, the
      * last runner started winning; a runner whose value differs logs a warning naming both. */
     void (*define)(wq_bqueue *bq, const wq_queue_def *def);
@@ -578,6 +617,10 @@ static inline void wq_bq_want(wq_bqueue *bq)
     bq->b->ops->want(bq);
 }
 
+static inline const wq_db_view *wq_backend_db_view(wq_backend *b)
+{
+    return b->ops->db_view ? b->ops->db_view(b) : NULL;
+}
 static inline void wq_bq_define(wq_bqueue *bq, const wq_queue_def *def)
 {
     bq->b->ops->define(bq, def);

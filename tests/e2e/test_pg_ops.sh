@@ -32,7 +32,7 @@ V1="drop table wqrun.signals, wqrun.groups; drop function wqrun.pause, wqrun.rem
   wqrun.retry_dead, wqrun.purge_dead, wqrun.known_queue, wqrun.check_queue;
   alter table wqrun.queues drop column keep_done, drop column g_conc, drop column g_rate,
     drop column g_burst, drop column q_rate, drop column q_burst, drop column q_tat;
-  alter table wqrun.jobs drop column held;
+  alter table wqrun.jobs drop column held; alter table wqrun.runners drop column done;
   create index jobs_claim on wqrun.jobs (queue, priority desc, run_at, seq) where not running;
   drop index wqrun.done_expiry;
   update wqrun.meta set value = '1' where key = 'schema_version'"

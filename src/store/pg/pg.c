@@ -168,8 +168,9 @@ typedef struct pgq {
     int more;       /* claim again without waiting for the poll (notified, or came back full) */
     int waiting_db; /* the waiting row says we want work: 1, 0, -1 unknown */
     int want_waiting;
-    int64_t last_poll; /* real ns of the last claim */
-    int64_t due_at;    /* real ns an item of it is due in the database (a delay), 0: none known */
+    int64_t last_poll;  /* real ns of the last claim */
+    int64_t claim_sent; /* real ns the claim in flight was sent */
+    int64_t due_at;     /* real ns an item of it is due in the database (a delay), 0: none known */
     int stopped;
     int paused;       /* paused for every runner, as the database last said */
     wq_queue_def def; /* the shared options as this runner uses them */
@@ -242,6 +243,12 @@ struct pgb {
     int reregistering;
     int control_flight; /* the paused queues and this runner's signals are being read */
     int keeps_done;     /* a queue of this runner keeps done keys: it prunes them too */
+    /* The database-wide view (db_view), read while someone looks at it: the one shown and
+     * the one being read. */
+    struct view *view, *view_next_v;
+    int view_wanted, view_flight;
+    int64_t view_next; /* real ns of the next read */
+    int64_t view_sent;
     int prune_flight, prune_more;
     int64_t last_prune;
     int control_again; /* notified meanwhile: read them once more */
@@ -449,6 +456,7 @@ static void send_control(pgb *b);
 static void send_define(pgb *b, pgq *q);
 static void outbox_result(void *ud, PGresult *res);
 static void outbox_synced(void *ud, int ok);
+static void send_view(pgb *b);
 
 static void free_add(padd *a)
 {
@@ -607,6 +615,7 @@ static void send_claim(pgb *b, pgq *q, size_t want)
     const char *v[3] = {q->name, lim, b->runner_id_s};
     int st = q->limited ? PGS_CLAIM_GROUPED : PGS_CLAIM;
     if (wq_pgconn_send(b->c, wq_pg_stmts[st].name, NULL, 3, v, claim_result, q) == 0) {
+        q->claim_sent = real_ns();
         q->claiming = 1;
         q->more = 0;
         q->last_poll = real_ns();
@@ -909,6 +918,7 @@ static void claim_result(void *ud, PGresult *res)
     }
     int n = PQntuples(res);
     q->b->st.claims += (uint64_t)n;
+    wq_histogram_observe(&q->b->st.claim_latency, (double)(real_ns() - q->claim_sent) / 1e9);
     if (!q->q || !q->hooks.claimed)
         return; /* detached meanwhile: the release at close hands them back */
     claim_row *rows = n ? malloc((size_t)n * sizeof *rows) : NULL;
@@ -1363,6 +1373,212 @@ static void outbox_synced(void *ud, int ok)
         kick(b);
 }
 
+/* ---- the database-wide view (dashboards, /metrics) ---- */
+
+#define VIEW_MS 2000 /* read it this often while wanted (less often when it is slow) */
+
+typedef struct view {
+    wq_db_view pub;
+    wq_db_queue *queues;
+    size_t nq, qcap;
+    wq_db_runner *runners;
+    size_t nr, rcap;
+    char **strs; /* names it owns */
+    size_t ns, scap;
+    int oom;
+} view;
+
+static void view_free(view *v)
+{
+    if (!v)
+        return;
+    for (size_t i = 0; i < v->ns; i++)
+        free(v->strs[i]);
+    free(v->strs);
+    free(v->queues);
+    free(v->runners);
+    free(v);
+}
+
+static const char *view_str(view *v, const char *s)
+{
+    if (v->ns == v->scap) {
+        size_t ncap = v->scap ? v->scap * 2 : 32;
+        char **n = realloc(v->strs, ncap * sizeof *n);
+        if (!n) {
+            v->oom = 1;
+            return "";
+        }
+        v->strs = n;
+        v->scap = ncap;
+    }
+    char *d = strdup(s);
+    if (!d) {
+        v->oom = 1;
+        return "";
+    }
+    return v->strs[v->ns++] = d;
+}
+
+static wq_db_queue *view_queue(view *v, const char *name)
+{
+    for (size_t i = 0; i < v->nq; i++)
+        if (strcmp(v->queues[i].name, name) == 0)
+            return &v->queues[i];
+    if (v->nq == v->qcap) {
+        size_t ncap = v->qcap ? v->qcap * 2 : 16;
+        wq_db_queue *n = realloc(v->queues, ncap * sizeof *n);
+        if (!n) {
+            v->oom = 1;
+            return NULL;
+        }
+        v->queues = n;
+        v->qcap = ncap;
+    }
+    wq_db_queue *q = &v->queues[v->nq++];
+    memset(q, 0, sizeof *q);
+    q->name = view_str(v, name);
+    return q;
+}
+
+static wq_db_runner *view_runner(view *v, int64_t id)
+{
+    for (size_t i = 0; i < v->nr; i++)
+        if (v->runners[i].id == id)
+            return &v->runners[i];
+    return NULL;
+}
+
+static void view_rest_result(void *ud, PGresult *res)
+{
+    pgb *b = ud;
+    view *v = b->view_next_v;
+    if (!v || !res || PQresultStatus(res) != PGRES_TUPLES_OK) {
+        if (v)
+            v->oom = 1; /* not complete: not shown */
+        return;
+    }
+    for (int i = 0; i < PQntuples(res); i++) {
+        const char *kind = PQgetvalue(res, i, 0);
+        if (kind[0] == 'q') {
+            wq_db_queue *q = view_queue(v, PQgetvalue(res, i, 1));
+            if (q) {
+                q->paused = atoi(PQgetvalue(res, i, 2));
+                q->dead = strtoull(PQgetvalue(res, i, 3), NULL, 10);
+            }
+        } else if (kind[0] == 'r') {
+            if (v->nr == v->rcap) {
+                size_t ncap = v->rcap ? v->rcap * 2 : 8;
+                wq_db_runner *n = realloc(v->runners, ncap * sizeof *n);
+                if (!n) {
+                    v->oom = 1;
+                    continue;
+                }
+                v->runners = n;
+                v->rcap = ncap;
+            }
+            wq_db_runner *r = &v->runners[v->nr++];
+            memset(r, 0, sizeof *r);
+            r->id = atoll(PQgetvalue(res, i, 1));
+            r->name = view_str(v, PQgetvalue(res, i, 2));
+            r->host = view_str(v, PQgetvalue(res, i, 3));
+            r->pid = atoi(PQgetvalue(res, i, 4));
+            r->started_at = atof(PQgetvalue(res, i, 5));
+            r->heartbeat_age = atof(PQgetvalue(res, i, 6));
+            r->done = strtoull(PQgetvalue(res, i, 7), NULL, 10);
+            r->self = r->id == b->runner_id;
+        } else if (kind[0] == 'm') {
+            v->pub.jobs_dead_tuples = atoll(PQgetvalue(res, i, 1));
+            v->pub.takeovers = strtoull(PQgetvalue(res, i, 2), NULL, 10);
+            v->pub.crash_dead = strtoull(PQgetvalue(res, i, 3), NULL, 10);
+        }
+    }
+}
+
+static void view_jobs_result(void *ud, PGresult *res)
+{
+    pgb *b = ud;
+    view *v = b->view_next_v;
+    if (!v || !res || PQresultStatus(res) != PGRES_TUPLES_OK) {
+        if (v)
+            v->oom = 1;
+        return;
+    }
+    for (int i = 0; i < PQntuples(res); i++) {
+        wq_db_queue *q = view_queue(v, PQgetvalue(res, i, 0));
+        if (!q)
+            continue;
+        uint64_t c[5];
+        for (int k = 0; k < 5; k++)
+            c[k] = strtoull(PQgetvalue(res, i, 2 + k), NULL, 10);
+        q->queued += c[0];
+        q->processing += c[1];
+        q->waiting += c[2];
+        q->held += c[3];
+        q->retrying += c[4];
+        wq_db_runner *r =
+            PQgetisnull(res, i, 1) ? NULL : view_runner(v, atoll(PQgetvalue(res, i, 1)));
+        if (r)
+            r->running += c[1];
+    }
+}
+
+static void view_synced(void *ud, int ok)
+{
+    pgb *b = ud;
+    view *v = b->view_next_v;
+    b->view_next_v = NULL;
+    b->view_flight = 0;
+    int64_t took = real_ns() - b->view_sent;
+    /* a slow read (a big table) is made less often: at most a tenth of the time */
+    int64_t wait = (int64_t)VIEW_MS * 1000000;
+    if (took * 10 > wait)
+        wait = took * 10;
+    b->view_next = real_ns() + wait;
+    if (!ok || !v || v->oom) {
+        view_free(v);
+        return;
+    }
+    v->pub.at = wall_s();
+    v->pub.nqueues = v->nq;
+    v->pub.queues = v->queues;
+    v->pub.nrunners = v->nr;
+    v->pub.runners = v->runners;
+    view_free(b->view);
+    b->view = v;
+}
+
+static void send_view(pgb *b)
+{
+    view *v = calloc(1, sizeof *v);
+    if (!v)
+        return;
+    const char *s[1] = {b->schema};
+    /* the small tables first: the runners' rows are there when jobs' counts come */
+    b->view_next_v = v;
+    if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_VIEW_REST].name, NULL, 1, s, view_rest_result, b) <
+            0 ||
+        wq_pgconn_send(b->c, wq_pg_stmts[PGS_VIEW_JOBS].name, NULL, 0, NULL, view_jobs_result, b) <
+            0 ||
+        wq_pgconn_sync(b->c, view_synced, b) < 0) {
+        b->view_next_v = NULL;
+        view_free(v);
+        return; /* the loss handler answers what was sent; the next tick tries again */
+    }
+    b->view_flight = 1;
+    b->view_sent = real_ns();
+}
+
+static const wq_db_view *pg_db_view(wq_backend *base)
+{
+    pgb *b = (pgb *)base;
+    if (!b->view_wanted) {
+        b->view_wanted = 1; /* from now on, every VIEW_MS */
+        b->view_next = 0;
+    }
+    return b->view ? &b->view->pub : NULL;
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -1381,11 +1597,15 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     }
     if (now - b->last_heartbeat > (int64_t)(b->lease * 1e9 / 5) ||
         now - b->last_heartbeat > WQ_NS_PER_S) {
-        const char *v[1] = {b->runner_id_s};
-        wq_pgconn_send(b->c, wq_pg_stmts[PGS_HEARTBEAT].name, NULL, 1, v, heartbeat_result, b);
+        char done[24];
+        snprintf(done, sizeof done, "%llu", (unsigned long long)b->st.rows_written);
+        const char *v[2] = {b->runner_id_s, done};
+        wq_pgconn_send(b->c, wq_pg_stmts[PGS_HEARTBEAT].name, NULL, 2, v, heartbeat_result, b);
         wq_pgconn_sync(b->c, NULL, NULL);
         send_control(b); /* the fallback for a notification missed (reconnect) */
     }
+    if (b->view_wanted && !b->view_flight && now >= b->view_next)
+        send_view(b);
     if (now - b->last_reap > (int64_t)REAP_MS * 1000000) {
         b->last_reap = now;
         char cls[24];
@@ -1456,8 +1676,10 @@ static void on_up(void *ud)
     snprintf(cls, sizeof cls, "%d", WQ_PG_LOCK_CLASS);
     const char *v[2] = {cls, b->runner_id_s};
     wq_pgconn_send(b->c, wq_pg_stmts[PGS_RELOCK].name, NULL, 2, v, relock_result, b);
-    const char *h[1] = {b->runner_id_s};
-    wq_pgconn_send(b->c, wq_pg_stmts[PGS_HEARTBEAT].name, NULL, 1, h, heartbeat_result, b);
+    char done[24];
+    snprintf(done, sizeof done, "%llu", (unsigned long long)b->st.rows_written);
+    const char *h[2] = {b->runner_id_s, done};
+    wq_pgconn_send(b->c, wq_pg_stmts[PGS_HEARTBEAT].name, NULL, 2, h, heartbeat_result, b);
     wq_pgconn_sync(b->c, NULL, NULL);
     b->control_again = 1; /* pauses and cancels notified while it was down */
     for (pgq *q = b->queues; q; q = q->next) {
@@ -1553,6 +1775,8 @@ static void pg_close(wq_backend *base)
     for (size_t i = 0; i < b->nout; i++)
         pstmt_free(&b->outbox[i]);
     free(b->outbox);
+    view_free(b->view);
+    view_free(b->view_next_v);
     if (b->cycle_ev)
         event_free(b->cycle_ev);
     if (b->tick_ev)
@@ -2271,6 +2495,7 @@ static const wq_backend_ops pg_ops = {
     .set_paused = pg_set_paused,
     .pending = pg_pending,
     .want = pg_want,
+    .db_view = pg_db_view,
     .define = pg_define,
     .op = pg_op,
 };

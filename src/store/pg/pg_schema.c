@@ -104,6 +104,8 @@ static const char *const schema_v2 =
     "CREATE INDEX groups_wake ON @S.groups (queue, wake_at) WHERE wake_at IS NOT NULL;\n"
     /* held: a due item of a saturated group, kept out of the claim index */
     "ALTER TABLE @S.jobs ADD COLUMN held boolean NOT NULL DEFAULT false;\n"
+    /* outcomes each runner wrote (the dashboard's jobs/s per runner) */
+    "ALTER TABLE @S.runners ADD COLUMN done bigint NOT NULL DEFAULT 0;\n"
     "DROP INDEX @S.jobs_claim;\n"
     "CREATE INDEX jobs_claim ON @S.jobs (queue, priority DESC, run_at, seq)\n"
     "  WHERE NOT running AND NOT held;\n"
@@ -721,8 +723,33 @@ const wq_pg_stmt wq_pg_stmts[PGS_COUNT] = {
                    "j.seq"},
     [PGS_FINISH] = {"wq_finish", "SELECT @S.finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"},
     [PGS_ADD_MANY] = {"wq_add_many", "SELECT @S.add_many($1::jsonb)"},
-    [PGS_HEARTBEAT] = {"wq_heartbeat",
-                       "UPDATE @S.runners SET heartbeat_at = now() WHERE id = $1 RETURNING id"},
+    [PGS_HEARTBEAT] = {"wq_heartbeat", "UPDATE @S.runners SET heartbeat_at = now(), done = $2\n"
+                                       "  WHERE id = $1 RETURNING id"},
+    /* The database-wide view (dashboards, /metrics): one pass over jobs... */
+    [PGS_VIEW_JOBS] = {"wq_view_jobs",
+                       "SELECT queue, runner,\n"
+                       "  count(*) FILTER (WHERE NOT running AND NOT held AND run_at <= now()),\n"
+                       "  count(*) FILTER (WHERE running),\n"
+                       "  count(*) FILTER (WHERE NOT running AND run_at > now()),\n"
+                       "  count(*) FILTER (WHERE held), count(*) FILTER (WHERE requeues > 0)\n"
+                       "FROM @S.jobs GROUP BY queue, runner"},
+    /* ...then the small tables */
+    [PGS_VIEW_REST] =
+        {"wq_view_rest",
+         "SELECT 'q', n.name, coalesce(q.paused, false)::int::text,\n"
+         "    (SELECT count(*) FROM @S.dead d WHERE d.queue = n.name)::text,\n"
+         "    NULL, NULL, NULL, NULL\n"
+         "  FROM (SELECT name FROM @S.queues UNION SELECT queue FROM @S.dead) n\n"
+         "  LEFT JOIN @S.queues q ON q.name = n.name\n"
+         "UNION ALL SELECT 'r', r.id::text, r.name, r.host, r.pid::text,\n"
+         "    extract(epoch FROM r.started_at)::text,\n"
+         "    extract(epoch FROM now() - r.heartbeat_at)::text, r.done::text\n"
+         "  FROM @S.runners r\n"
+         "UNION ALL SELECT 'm', coalesce((SELECT n_dead_tup FROM pg_stat_user_tables\n"
+         "    WHERE schemaname = $1 AND relname = 'jobs'), 0)::text,\n"
+         "  (SELECT value FROM @S.counters WHERE name = 'takeovers')::text,\n"
+         "  (SELECT value FROM @S.counters WHERE name = 'crash_dead')::text,\n"
+         "  NULL, NULL, NULL, NULL"},
     [PGS_REAP] = {"wq_reap", "SELECT @S.reap($1)"},
     [PGS_WAITING] = {"wq_waiting",
                      "WITH i AS (INSERT INTO @S.waiting SELECT $1, $2 WHERE $3::boolean\n"

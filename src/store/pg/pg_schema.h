@@ -40,7 +40,7 @@ enum {
     PGS_FINISH,    /* $1 queue, $2 runner, arrays: keys, tokens, kinds, delays, requeues, errors,
                     * payloads, done results */
     PGS_ADD_MANY,  /* $1 jsonb array of items: jsonb array of outcomes */
-    PGS_HEARTBEAT, /* $1 runner: the row, or none when declared dead */
+    PGS_HEARTBEAT, /* $1 runner, $2 outcomes written: the row, or none when declared dead */
     PGS_REAP,      /* $1 lock class: items taken over */
     PGS_WAITING,   /* $1 queue, $2 runner, $3 bool: this runner waits for work on the queue */
     PGS_NEXT_AT,   /* $1 queue: whether it has rows; seconds until its next delayed item */
@@ -51,6 +51,8 @@ enum {
                     * q_rate */
     PGS_PRUNE_DONE,    /* expired completed-job memories (at most 1000) */
     PGS_CLAIM_GROUPED, /* as PGS_CLAIM, counting group limits and the queue's rate */
+    PGS_VIEW_JOBS,     /* per queue and runner: queued, processing, waiting, held, retrying */
+    PGS_VIEW_REST,     /* $1 schema: 'q' queues, 'r' runners, 'm' table health and counters */
     PGS_SIGNALS,       /* $1 runner: the cancels addressed to it (queue, key, token), consumed */
     PGS_COUNT
 };

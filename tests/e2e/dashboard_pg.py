@@ -1,0 +1,149 @@
+#!/usr/bin/python3
+"""The dashboard of a runner sharing a PostgreSQL database, in headless Chromium.
+
+Run by tests/e2e/test_pg_dashboard.sh with BASE (runner dash-a's --listen),
+the database URL and the name of the other runner (dash-b). Checks that the
+overview shows the database's numbers (compared with psql), lists both
+runners with their heartbeats and running items (compared with GET /runners
+and psql), shows a jobs/s for the runner that runs the feed, and that a
+pause clicked on dash-a's page pauses the queue for every runner.
+Prints one line per check; exits 1 on the first failure.
+
+usage: dashboard_pg.py BASE DATABASE_URL OTHER_RUNNER
+"""
+import atexit
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from selenium import webdriver
+from selenium.common.exceptions import (NoSuchElementException, StaleElementReferenceException,
+                                        WebDriverException)
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+BASE, DB, OTHER = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.stdout.reconfigure(line_buffering=True)
+driver = None
+checks = 0
+
+
+def fail(msg):
+    print("FAIL: " + msg, file=sys.stderr)
+    if driver is not None:
+        try:
+            print("     text: " + driver.find_element(By.TAG_NAME, "body").text[:1500]
+                  .replace("\n", "\n           "), file=sys.stderr)
+        except WebDriverException:
+            pass
+    sys.exit(1)
+
+
+def ok(msg):
+    global checks
+    checks += 1
+    print("ok - " + msg)
+
+
+def psql(sql):
+    pgbin = os.environ.get("WQ_PG_BIN", "/usr/lib/postgresql/15/bin")
+    return subprocess.run([pgbin + "/psql", "-qXAt", "-v", "ON_ERROR_STOP=1", DB, "-c", sql],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def api(path):
+    with urllib.request.urlopen(BASE + path, timeout=5) as r:
+        return json.loads(r.read().decode())
+
+
+def wait(what, cond, timeout=10.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            v = cond()
+            if v:
+                return v
+        except (StaleElementReferenceException, NoSuchElementException, AttributeError, KeyError):
+            pass
+        time.sleep(0.1)
+    fail("timed out waiting for: " + what)
+
+
+def cell(css_row, field):
+    return driver.find_element(By.CSS_SELECTOR, css_row + ' [data-field="%s"]' % field).text.strip()
+
+
+opts = webdriver.ChromeOptions()
+opts.binary_location = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+          "--disable-extensions", "--no-first-run", "--window-size=1280,900"):
+    opts.add_argument(a)
+try:
+    driver = webdriver.Chrome(service=Service(os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")),
+                              options=opts)
+except WebDriverException as e:
+    driver = None
+    fail("cannot start headless chromium: %s" % e.msg)
+atexit.register(driver.quit)
+driver.set_page_load_timeout(10)
+driver.get(BASE + "/")
+
+# The database's numbers, not this runner's: idle has 30 items no runner claims; w's two slow
+# items run on whichever runners claimed them.
+wait("the overview shows idle's 30 queued items",
+     lambda: cell('tr[data-queue="idle"]', "depth") == psql("select count(*) from wqrun.jobs where queue = 'idle'") == "30")
+ok("idle's depth is the database's (30)")
+wait("w's processing count is the database's",
+     lambda: cell('tr[data-queue="w"]', "processing") ==
+     psql("select count(*) from wqrun.jobs where queue = 'w' and running"))
+ok("w's processing count matches psql (every runner's running items)")
+wait("w's dead count is the database's (3)",
+     lambda: cell('tr[data-queue="w"]', "dead") == psql("select count(*) from wqrun.dead where queue = 'w'") == "3")
+ok("w's dead count matches psql (3)")
+
+# The runners.
+def runner_rows():
+    return {r.get_attribute("data-runner"): r for r in driver.find_elements(By.CSS_SELECTOR, "#runners tbody tr")}
+
+wait("both runners are listed", lambda: {"dash-a", OTHER} <= set(runner_rows()))
+ok("the runners view lists dash-a and " + OTHER)
+wait("dash-a is marked as this runner", lambda: "(this one)" in cell('tr[data-runner="dash-a"]', "name"))
+ok("dash-a is marked (this one)")
+slow_db = dict(r.split("|") for r in psql(
+    "select r.name, count(j.key) from wqrun.runners r left join wqrun.jobs j "
+    "on j.runner = r.id and j.running and j.key like 'slow%' group by r.name").splitlines())
+ok("psql says the slow items run on: %s" % slow_db)
+for name in ("dash-a", OTHER):
+    wait("%s's running count is the database's" % name,
+         lambda: int(cell('tr[data-runner="%s"]' % name, "running")) >= int(slow_db.get(name, "0")))
+    hb = cell('tr[data-runner="%s"]' % name, "heartbeat")
+    if not hb.endswith("s ago") or float(hb.split()[0]) > 3:
+        fail("%s's heartbeat reads %r" % (name, hb))
+ok("both runners: a running count and a heartbeat under 3 s")
+api_runners = {r["name"]: r for r in api("/runners")["runners"]}
+if set(api_runners) != {"dash-a", OTHER} or not api_runners["dash-a"]["self"]:
+    fail("GET /runners: %s" % api_runners)
+ok("GET /runners agrees: two runners, dash-a is self")
+feeder = wait("a jobs/s shows for the runners that run the feed",
+              lambda: [n for n in ("dash-a", OTHER)
+                       if cell('tr[data-runner="%s"]' % n, "rate") not in ("…", "0.0")])
+ok("jobs/s shown for %s (%s)" % (feeder, [cell('tr[data-runner="%s"]' % n, "rate") for n in feeder]))
+
+# A pause clicked here pauses the queue for every runner.
+driver.get(BASE + "/#/queue/w")
+btn = wait("the pause button", lambda: [b for b in driver.find_elements(By.TAG_NAME, "button")
+                                         if b.text.strip().lower() == "pause"])
+btn[0].click()
+wait("the database says w is paused", lambda: psql("select paused from wqrun.queues where name = 'w'") == "t")
+ok("the pause button paused w in the database")
+before = psql("select count(*) from wqrun.jobs where queue = 'w' and key like 'f%' and running")
+time.sleep(1.5)
+started = psql("select count(*) from wqrun.jobs where queue = 'w' and key like 'f%' and running")
+if started != "0":
+    fail("feed items still start 1.5 s after the pause (%s running, %s before)" % (started, before))
+ok("no feed item runs on any runner 1.5 s after the pause")
+print("dashboard_pg: %d checks passed" % checks)
