@@ -250,7 +250,7 @@ struct pgb {
     int64_t view_next; /* real ns of the next read */
     int64_t view_sent;
     int prune_flight, prune_more;
-    int64_t last_prune;
+    int64_t last_prune, last_sweep;
     int control_again; /* notified meanwhile: read them once more */
 };
 
@@ -1613,6 +1613,19 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         const char *v[1] = {cls};
         wq_pgconn_send(b->c, wq_pg_stmts[PGS_REAP].name, NULL, 1, v, reap_result, b);
         wq_pgconn_sync(b->c, NULL, NULL);
+    }
+    /* Queues with group limits: held items of groups with room (see wqrun.sweep). */
+    if (now - b->last_sweep > (int64_t)PRUNE_MS * 1000000) {
+        b->last_sweep = now;
+        int any = 0;
+        for (pgq *q = b->queues; q; q = q->next) {
+            const char *v[1] = {q->name};
+            if (q->limited && q->q &&
+                wq_pgconn_send(b->c, wq_pg_stmts[PGS_SWEEP].name, NULL, 1, v, NULL, NULL) == 0)
+                any = 1;
+        }
+        if (any)
+            wq_pgconn_sync(b->c, NULL, NULL);
     }
     /* Expired completed-job memories: a thousand per short transaction, again at once while
      * there are more, else every PRUNE_MS. */

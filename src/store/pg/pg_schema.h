@@ -51,6 +51,7 @@ enum {
                     * q_rate */
     PGS_PRUNE_DONE,    /* expired completed-job memories (at most 1000) */
     PGS_CLAIM_GROUPED, /* as PGS_CLAIM, counting group limits and the queue's rate */
+    PGS_SWEEP,         /* $1 queue: held items of groups with room made claimable */
     PGS_VIEW_JOBS,     /* per queue and runner: queued, processing, waiting, held, retrying */
     PGS_VIEW_REST,     /* $1 schema: 'q' queues, 'r' runners, 'm' table health and counters */
     PGS_SIGNALS,       /* $1 runner: the cancels addressed to it (queue, key, token), consumed */

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The fleet benchmark (issue 17): several wqrun runners on one throwaway
+# PostgreSQL 15 cluster (scripts/pg.sh), the measures interleaved round by
+# round (fleet_bench.sh does each one); medians at the end.
+#
+#   WQRUN=build/wqrun bench/pg/fleet.sh [--rounds R] [--quick]
+#
+#   scale-out  16,000 jobs that wait 50 ms, 1, 2 and 4 runners x 50 workers
+#   groups     100,000 no-op jobs over 1,000 groups, 2 runners: concurrency 1
+#              per group against no limit
+#   delays     4 runners each add 500 items with add_after 1-5 s: lateness
+#   saturated  (once) the claim of the one eligible item among 1,000,000
+#              queued items in 100,000 groups, all but one saturated
+# --quick: a tenth of the jobs, 1 round, 100,000 items for `saturated`.
+# Output: `<name> <value> <unit>` lines and `#` notes, also in
+# bench/pg/fleet-last-run.txt.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+: "${WQRUN:?WQRUN must name the wqrun binary (build/wqrun)}"
+case $WQRUN in /*) ;; *) WQRUN=$PWD/$WQRUN ;; esac
+export WQRUN
+rounds=3 scale=16000 grouped=100000 sat_items=1000000 sat_groups=100000
+while [ $# -gt 0 ]; do
+  case $1 in
+  --rounds) rounds=$2; shift 2 ;;
+  --quick) rounds=1 scale=1600 grouped=10000 sat_items=100000 sat_groups=10000; shift ;;
+  -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
+  *) echo "fleet.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+pgbin=/usr/lib/postgresql/15/bin
+pgsh=$root/scripts/pg.sh
+eval "$("$pgsh" start)"
+trap '"$pgsh" stop' EXIT
+export PGOPTIONS='-c client_min_messages=warning'
+log=$here/fleet-last-run.txt
+: >"$log"
+say() { echo "$@" | tee -a "$log"; }
+cpu_jiffies() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t, $5 + $6 }' /proc/stat; }
+measure() {
+  local name=$1 url
+  shift
+  url=$("$pgsh" createdb "fleet_$name")
+  say "# -- $name (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+  local s0 s1
+  s0=$(cpu_jiffies)
+  DATABASE_URL=$url "$here/fleet_bench.sh" "$@" 2>&1 | tee -a "$log" || { echo "fleet.sh: $name failed" >&2; exit 1; }
+  s1=$(cpu_jiffies)
+  say "# $name: machine CPU busy $(awk -v a="$s0" -v b="$s1" 'BEGIN {
+    split(a, x, " "); split(b, y, " "); t = y[1] - x[1]; if (t <= 0) t = 1
+    printf "%.0f%% of %d CPUs", 100 * (1 - (y[2] - x[2]) / t), '"$(nproc)"' }')"
+  "$pgbin/psql" -qX -c "DROP DATABASE \"fleet_$name\"" postgres
+}
+measures=(
+  "scale1 scaleout $scale 1" "scale2 scaleout $scale 2" "scale4 scaleout $scale 4"
+  "grp_free grouped $grouped 2 1000 0" "grp_limited grouped $grouped 2 1000 1"
+  "delays delays 500 4"
+)
+say "# bench/pg/fleet.sh: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $rounds round(s)"
+say "# machine: nproc $(nproc), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)," \
+  "$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+say "# $("$pgbin/postgres" --version), $("$WQRUN" --version 2>&1 | head -1), cluster from scripts/pg.sh"
+for ((r = 1; r <= rounds; r++)); do
+  say "# ==== round $r of $rounds"
+  k=$(((r - 1) % ${#measures[@]}))
+  for ((i = 0; i < ${#measures[@]}; i++)); do
+    # shellcheck disable=SC2086
+    measure ${measures[$(((k + i) % ${#measures[@]}))]}
+  done
+done
+measure saturated saturated "$sat_items" "$sat_groups"
+say "# ==== medians over $rounds round(s)"
+awk '!/^#/ && NF == 3 { v[$1] = v[$1] " " $2; u[$1] = $3 } END {
+  for (k in v) { n = split(v[k], a, " "); asort(a); printf "%s %s %s (of %d: %s)\n", k, a[int((n + 1) / 2)], u[k], n, v[k] } }' "$log" |
+  sort | tee -a "$log"
+awk '!/^#/ && NF == 3 { v[$1] = v[$1] " " $2 } END {
+  for (k in v) { n = split(v[k], a, " "); asort(a); m[k] = a[int((n + 1) / 2)] }
+  if (m["fleet_scaleout_r1_jobs_per_s"]) printf "# scale-out: 2 runners %.2fx, 4 runners %.2fx one runner (bar: 4 runners >= 3.6x)\n",
+    m["fleet_scaleout_r2_jobs_per_s"] / m["fleet_scaleout_r1_jobs_per_s"], m["fleet_scaleout_r4_jobs_per_s"] / m["fleet_scaleout_r1_jobs_per_s"]
+  if (m["fleet_grouped_free_r2_jobs_per_s"]) printf "# groups: concurrency 1 over 1,000 groups = %.2f of the same jobs without a limit (bar >= 0.60)\n",
+    m["fleet_grouped_limited_r2_jobs_per_s"] / m["fleet_grouped_free_r2_jobs_per_s"] }' "$log" | tee -a "$log"
