@@ -5,7 +5,6 @@
  */
 #include "lua/lgroup.h"
 
-#include "lua/ljson.h"
 #include "lua/lqueue.h"
 #include "lua/lwq.h"
 
@@ -194,15 +193,14 @@ int lgroup_resolve_ext(lqueue *lq, const char *key, size_t keylen, const char *p
     return r;
 }
 
-/* An answer of the database (result, text) to a group limit call: raises its error. */
-static void check_answer(lua_State *L, const char *fn)
+/* An answer of the database to a group limit call: raises its error (a group name the
+ * database cannot hold is a bad argument). */
+static lua_Integer check_answer(lua_State *L, const char *fn)
 {
-    wq_task_check_interrupt(L, wq_task_of(L));
-    lua_Integer r = lua_tointeger(L, -2);
-    if (r == WQ_EIO)
-        luaL_error(L, "q:%s: %s", fn, lua_tostring(L, -1));
+    lua_Integer r = lqueue_check_answer(L, fn);
     if (r < 0)
         wq_argerror(L, fn, "group", "PostgreSQL holds UTF-8 text without NUL bytes only");
+    return r;
 }
 
 static int set_group_limit_k(lua_State *L, int status, lua_KContext ctx)
@@ -238,13 +236,8 @@ static int group_limit_k(lua_State *L, int status, lua_KContext ctx)
 {
     (void)status;
     (void)ctx;
-    check_answer(L, "group_limit");
-    int own = lua_tointeger(L, -2) > 0;
-    size_t n;
-    const char *text = lua_tolstring(L, -1, &n);
-    int st = wq_ljson_decode(L, text, n);
-    if (st != LUA_OK)
-        return luaL_error(L, "q:group_limit: the database answered %s", lua_tostring(L, -1));
+    int own = check_answer(L, "group_limit") > 0;
+    lqueue_push_answer(L, "group_limit");
     lua_pushboolean(L, own);
     return 2;
 }

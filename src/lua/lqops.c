@@ -10,7 +10,6 @@
 #include "lua/lqops.h"
 
 #include "lua/lgroup.h"
-#include "lua/ljson.h"
 #include "lua/lqueue.h"
 #include "lua/lworker.h"
 #include "lua/lwq.h"
@@ -75,21 +74,13 @@ int lqops_restore(lqueue *lq)
     return 0;
 }
 
-/* An operator action's answer (result, text) is on the stack: raises an error it holds. */
-static void check_answer(lua_State *L, const char *fn)
-{
-    wq_task_check_interrupt(L, wq_task_of(L));
-    if (lua_tointeger(L, -2) == WQ_EIO)
-        luaL_error(L, "q:%s: %s", fn, lua_tostring(L, -1));
-}
-
 /* After a pause or resume the database applied: this runner follows at once (the others when
  * notified). */
 static int pause_k(lua_State *L, int status, lua_KContext ctx)
 {
     (void)status;
     int paused = (int)ctx;
-    check_answer(L, paused ? "pause" : "resume");
+    lqueue_check_answer(L, paused ? "pause" : "resume");
     lqueue *lq = lua_touserdata(L, 1);
     lqops_pause_local(lq, paused);
     return 0;
@@ -142,7 +133,7 @@ int lqops_cancel(void *q, const char *key, size_t len)
 static int keyed_k(lua_State *L, int status, lua_KContext ctx)
 {
     (void)status;
-    check_answer(L, (const char *)ctx);
+    lqueue_check_answer(L, (const char *)ctx);
     lua_pushboolean(L, lua_tointeger(L, -2) == 0);
     return 1;
 }
@@ -299,8 +290,7 @@ static int purge_k(lua_State *L, int status, lua_KContext ctx)
 {
     (void)status;
     (void)ctx;
-    check_answer(L, "purge_dead");
-    lua_pushinteger(L, lua_tointeger(L, -2));
+    lua_pushinteger(L, lqueue_check_answer(L, "purge_dead"));
     return 1;
 }
 
@@ -592,14 +582,8 @@ static int items_k(lua_State *L, int status, lua_KContext ctx)
 {
     (void)status;
     (void)ctx;
-    check_answer(L, "items");
-    size_t len;
-    const char *text = lua_tolstring(L, -1, &len);
-    int st = wq_ljson_decode(L, text ? text : "[]", text ? len : 2);
-    if (st == LUA_ERRMEM)
-        return luaL_error(L, "q:items: out of memory");
-    if (st != LUA_OK)
-        return luaL_error(L, "q:items: the database answered %s", lua_tostring(L, -1));
+    lqueue_check_answer(L, "items");
+    lqueue_push_answer(L, "items");
     return 1;
 }
 

@@ -1307,33 +1307,32 @@ static int queue_stats(lua_State *L)
     return 1;
 }
 
-/* Pushes the value of the JSON text an operator action answered with (a list). */
-static void push_answer(lua_State *L, const char *fn)
+void lqueue_push_answer(lua_State *L, const char *fn)
 {
     size_t len;
     const char *text = lua_tolstring(L, -1, &len);
-    int st = wq_ljson_decode(L, text ? text : "[]", text ? len : 2);
+    int st = wq_ljson_decode(L, text ? text : "null", text ? len : 4);
     if (st == LUA_ERRMEM)
         luaL_error(L, "q:%s: out of memory", fn);
     if (st != LUA_OK)
         luaL_error(L, "q:%s: the database answered %s", fn, lua_tostring(L, -1));
 }
 
-/* Whether an operator action's answer is an error: raises it. */
-static void check_answer(lua_State *L, const char *fn)
+lua_Integer lqueue_check_answer(lua_State *L, const char *fn)
 {
     wq_task_check_interrupt(L, wq_task_of(L));
-    int r = (int)lua_tointeger(L, -2);
+    lua_Integer r = lua_tointeger(L, -2);
     if (r == WQ_EIO)
         luaL_error(L, "q:%s: %s", fn, lua_tostring(L, -1));
+    return r;
 }
 
 static int dead_k(lua_State *L, int status, lua_KContext ctx)
 {
     (void)status;
     (void)ctx;
-    check_answer(L, "dead");
-    push_answer(L, "dead");
+    lqueue_check_answer(L, "dead");
+    lqueue_push_answer(L, "dead");
     return 1;
 }
 
@@ -1373,8 +1372,7 @@ static int retry_dead_k(lua_State *L, int status, lua_KContext ctx)
 {
     (void)status;
     (void)ctx;
-    check_answer(L, "retry_dead");
-    lua_pushboolean(L, lua_tointeger(L, -2) > 0);
+    lua_pushboolean(L, lqueue_check_answer(L, "retry_dead") > 0);
     return 1;
 }
 
@@ -1393,20 +1391,11 @@ static int done_info_k(lua_State *L, int status, lua_KContext ctx)
 {
     (void)status;
     (void)ctx;
-    wq_task_check_interrupt(L, wq_task_of(L));
-    if (lua_tointeger(L, -2) == WQ_EIO)
-        return luaL_error(L, "q:done_info: %s", lua_tostring(L, -1));
-    if (lua_tointeger(L, -2) <= 0) {
+    if (lqueue_check_answer(L, "done_info") <= 0) {
         lua_pushnil(L);
         return 1;
     }
-    size_t len;
-    const char *text = lua_tolstring(L, -1, &len);
-    int st = wq_ljson_decode(L, text, len);
-    if (st == LUA_ERRMEM)
-        return luaL_error(L, "q:done_info: out of memory");
-    if (st != LUA_OK)
-        return luaL_error(L, "q:done_info: the database answered %s", lua_tostring(L, -1));
+    lqueue_push_answer(L, "done_info");
     return 1;
 }
 
@@ -1414,10 +1403,7 @@ static int forget_done_k(lua_State *L, int status, lua_KContext ctx)
 {
     (void)status;
     (void)ctx;
-    wq_task_check_interrupt(L, wq_task_of(L));
-    if (lua_tointeger(L, -2) == WQ_EIO)
-        return luaL_error(L, "q:forget_done: %s", lua_tostring(L, -1));
-    lua_pushboolean(L, lua_tointeger(L, -2) > 0);
+    lua_pushboolean(L, lqueue_check_answer(L, "forget_done") > 0);
     return 1;
 }
 

@@ -88,6 +88,11 @@ lqueue *lqueue_check_op(lua_State *L, const char *fn, const char *op);
  */
 int lqueue_op(lua_State *L, lqueue *lq, const char *fn, const wq_bop *op, lua_KContext ctx,
               lua_KFunction k);
+/* In a continuation of lqueue_op, with (result, text) on the stack: raises the error of a
+ * failed action (or an interrupted wait) naming q:fn; else returns the result. */
+lua_Integer lqueue_check_answer(lua_State *L, const char *fn);
+/* Pushes the value of the answer's JSON text (raises naming q:fn if it is not JSON). */
+void lqueue_push_answer(lua_State *L, const char *fn);
 /* Cancels a task's wait in get (its wait data is the queue). */
 void lqueue_get_cancel(wq_task *t);
 /* Wall-clock Unix time the pending item of record id was first added. */
