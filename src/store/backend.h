@@ -420,8 +420,8 @@ struct wq_backend_ops {
     /* A task began waiting for an item of the queue: a backend that claims claims now. */
     void (*want)(wq_bqueue *bq);
     /* The database-wide view: NULL for a backend not shared by runners, or before the first
-     * read (the first call starts reading it in the background); valid until the loop runs
-     * again. */
+     * read (a call starts reading it in the background, every few seconds until nobody has
+     * asked for a minute); valid until the loop runs again. */
     const wq_db_view *(*db_view)(wq_backend *b);
     /* The script defines the queue's shared options (SPEC 8.2): stored with the queue, the
      * last runner started winning; a runner whose value differs logs a warning naming both. */

@@ -249,6 +249,7 @@ struct pgb {
     int view_wanted, view_flight;
     int64_t view_next; /* real ns of the next read */
     int64_t view_sent;
+    int64_t view_asked; /* real ns of the last db_view call */
     int prune_flight, prune_more;
     int64_t last_prune, last_sweep;
     int control_again; /* notified meanwhile: read them once more */
@@ -1375,7 +1376,8 @@ static void outbox_synced(void *ud, int ok)
 
 /* ---- the database-wide view (dashboards, /metrics) ---- */
 
-#define VIEW_MS 2000 /* read it this often while wanted (less often when it is slow) */
+#define VIEW_MS 2000   /* read it this often while wanted (less often when it is slow) */
+#define VIEW_IDLE_S 60 /* and stop when nobody asked for it this long */
 
 typedef struct view {
     wq_db_view pub;
@@ -1572,6 +1574,7 @@ static void send_view(pgb *b)
 static const wq_db_view *pg_db_view(wq_backend *base)
 {
     pgb *b = (pgb *)base;
+    b->view_asked = real_ns();
     if (!b->view_wanted) {
         b->view_wanted = 1; /* from now on, every VIEW_MS */
         b->view_next = 0;
@@ -1604,6 +1607,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         wq_pgconn_sync(b->c, NULL, NULL);
         send_control(b); /* the fallback for a notification missed (reconnect) */
     }
+    if (b->view_wanted && now - b->view_asked > (int64_t)VIEW_IDLE_S * WQ_NS_PER_S)
+        b->view_wanted = 0; /* nobody looked for a while: no more passes over jobs */
     if (b->view_wanted && !b->view_flight && now >= b->view_next)
         send_view(b);
     if (now - b->last_reap > (int64_t)REAP_MS * 1000000) {
