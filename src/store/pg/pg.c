@@ -186,7 +186,7 @@ typedef struct pgq {
 typedef struct pstmt {
     pgb *b;
     const char *what; /* for messages: "schedule", ... */
-    char *sql;        /* with @S expanded */
+    char *sql;        /* with @S (expanded when sent) */
     int n;
     char *params[8];
     int failed; /* the database refused it: dropped, not sent again */
@@ -644,11 +644,16 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
         send_define(b, q);
     if (b->nout && !b->outbox_flight) {
         size_t n = 0;
-        while (n < b->nout &&
-               wq_pgconn_send(b->c, NULL, b->outbox[n].sql, b->outbox[n].n,
-                              (const char *const *)b->outbox[n].params, outbox_result, b) == 0)
-            n++;
-        b->outbox_seen = 0;
+        b->outbox_seen = 0; /* before sending: a loss answers the sent ones at once */
+        for (; n < b->nout; n++) {
+            char *sql = wq_pg_sql(wq_pgconn_pg(b->c), b->schema, b->outbox[n].sql);
+            int r = sql ? wq_pgconn_send(b->c, NULL, sql, b->outbox[n].n,
+                                         (const char *const *)b->outbox[n].params, outbox_result, b)
+                        : -1;
+            free(sql);
+            if (r < 0)
+                break;
+        }
         if (n && wq_pgconn_sync(b->c, outbox_synced, b) == 0)
             b->outbox_flight = (int)n;
     }
@@ -1321,7 +1326,7 @@ static int outbox_put(pgb *b, const char *what, const char *sql, int n, const ch
     memset(p, 0, sizeof *p);
     p->what = what;
     p->n = n;
-    p->sql = wq_pg_sql(wq_pgconn_pg(b->c), b->schema, sql);
+    p->sql = strdup(sql); /* @S is expanded when it is sent: the connection may be down now */
     int oom = !p->sql;
     for (int i = 0; i < n; i++)
         if (v[i] && !(p->params[i] = strdup(v[i])))
@@ -1340,6 +1345,8 @@ static int outbox_put(pgb *b, const char *what, const char *sql, int n, const ch
 static void outbox_result(void *ud, PGresult *res)
 {
     pgb *b = ud;
+    if (b->outbox_seen >= b->nout)
+        return;
     pstmt *p = &b->outbox[b->outbox_seen++];
     if (res && PQresultStatus(res) == PGRES_FATAL_ERROR) {
         char msg[400];
