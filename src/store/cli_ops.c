@@ -5,6 +5,8 @@
  */
 #include "store/cli_ops.h"
 
+#include "engine/common.h"
+
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,4 +164,38 @@ int wq_cli_parse(const char *cmd, int argc, char **argv, wq_cli_args *a, FILE *o
             return usage(err, cmd, "--limit needs a number from 1 to 1000000, got '%s'", limit);
     }
     return 0;
+}
+
+void wq_cli_items_head(const wq_cli_args *a, FILE *out)
+{
+    if (a->json)
+        fputs("[", out);
+    else
+        fprintf(out, "%-24s  %-10s  %8s  %7s  %-19s  %s\n", "KEY", "STATE", "PRIORITY", "ATTEMPT",
+                "READY AT (UTC)", "PAYLOAD");
+}
+
+int wq_cli_items_row(const wq_cli_args *a, FILE *out, long i, const wq_cli_item *it)
+{
+    if (i >= a->limit) {
+        if (!a->json)
+            fprintf(out, "... more (--limit %ld shows %ld)\n", a->limit, a->limit);
+        return 1;
+    }
+    if (a->json) {
+        fprintf(out, "%s\n%s", i ? "," : "", it->json);
+        return 0;
+    }
+    char key[WQ_SHOWN_KEY];
+    wq_show_key(key, it->key ? it->key : "", it->key ? strlen(it->key) : 0);
+    const char *payload = it->payload ? it->payload : "-";
+    fprintf(out, "%-24s  %-10s  %8s  %7s  %-19s  %.60s%s\n", key, it->state, it->priority,
+            it->attempt, it->ready ? it->ready : "-", payload, strlen(payload) > 60 ? "..." : "");
+    return 0;
+}
+
+void wq_cli_items_tail(const wq_cli_args *a, FILE *out, long printed)
+{
+    if (a->json)
+        fputs(printed ? "\n]\n" : "]\n", out);
 }

@@ -45,4 +45,16 @@ const char *wq_cli_op_name(wq_cli_op op);
 int wq_cli_parse(const char *cmd, int argc, char **argv, wq_cli_args *a, FILE *out, FILE *err,
                  int *done);
 
+/* One row of `wqrun items` as text (NULL ready or payload: none), and its JSON object. */
+typedef struct wq_cli_item {
+    const char *key, *state, *priority, *attempt, *ready, *payload, *json;
+} wq_cli_item;
+
+/* The listing of `wqrun items`, the same for both backends (a text table, or --json): the
+ * head, then row i (0-based) of the rows read (at most --limit + 1: 1 when i is the one past
+ * the limit, which says so and ends the listing, else 0), then the tail (printed: rows shown). */
+void wq_cli_items_head(const wq_cli_args *a, FILE *out);
+int wq_cli_items_row(const wq_cli_args *a, FILE *out, long i, const wq_cli_item *it);
+void wq_cli_items_tail(const wq_cli_args *a, FILE *out, long printed);
+
 #endif

@@ -374,33 +374,17 @@ static int list_items(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
                         3, v, err);
     if (!r)
         return 1;
-    long n = PQntuples(r);
-    if (a->json)
-        fputs("[", out);
-    else
-        fprintf(out, "%-24s  %-10s  %8s  %7s  %-19s  %s\n", "KEY", "STATE", "PRIORITY", "ATTEMPT",
-                "READY AT (UTC)", "PAYLOAD");
-    for (long i = 0; i < n; i++) {
-        if (i == a->limit) {
-            if (!a->json)
-                fprintf(out, "... more (--limit %ld shows %ld)\n", a->limit, a->limit);
+    long n = PQntuples(r), i;
+    wq_cli_items_head(a, out);
+    for (i = 0; i < n; i++) {
+        int t = (int)i;
+#define COL(c) (PQgetisnull(r, t, c) ? NULL : PQgetvalue(r, t, c))
+        wq_cli_item it = {COL(0), COL(1), COL(2), COL(3), COL(4), COL(5), COL(6)};
+#undef COL
+        if (wq_cli_items_row(a, out, i, &it))
             break;
-        }
-        if (a->json) {
-            fprintf(out, "%s\n%s", i ? "," : "", PQgetvalue(r, (int)i, 6));
-            continue;
-        }
-        char key[WQ_SHOWN_KEY];
-        const char *k = PQgetvalue(r, (int)i, 0);
-        wq_show_key(key, k, strlen(k));
-        const char *payload = PQgetisnull(r, (int)i, 5) ? "-" : PQgetvalue(r, (int)i, 5);
-        fprintf(out, "%-24s  %-10s  %8s  %7s  %-19s  %.60s%s\n", key, PQgetvalue(r, (int)i, 1),
-                PQgetvalue(r, (int)i, 2), PQgetvalue(r, (int)i, 3),
-                PQgetisnull(r, (int)i, 4) ? "-" : PQgetvalue(r, (int)i, 4), payload,
-                strlen(payload) > 60 ? "..." : "");
     }
-    if (a->json)
-        fputs(n ? "\n]\n" : "]\n", out);
+    wq_cli_items_tail(a, out, i);
     PQclear(r);
     return 0;
 }

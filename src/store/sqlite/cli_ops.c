@@ -401,33 +401,16 @@ static int list_items(sqlite3 *db, const char *path, const wq_cli_args *a, FILE 
     sqlite3_bind_int64(st, 3, a->limit + 1);
     int rc;
     long n = 0;
-    if (a->json)
-        fputs("[", out);
-    else
-        fprintf(out, "%-24s  %-10s  %8s  %7s  %-19s  %s\n", "KEY", "STATE", "PRIORITY", "ATTEMPT",
-                "READY AT (UTC)", "PAYLOAD");
+    wq_cli_items_head(a, out);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (++n > a->limit) {
-            if (!a->json)
-                fprintf(out, "... more (--limit %ld shows %ld)\n", a->limit, a->limit);
+#define COL(c) ((const char *)sqlite3_column_text(st, c))
+        wq_cli_item it = {COL(0), COL(1), COL(2), COL(3), COL(4), COL(5), COL(6)};
+#undef COL
+        if (wq_cli_items_row(a, out, n, &it))
             break;
-        }
-        if (a->json) {
-            fprintf(out, "%s\n%s", n > 1 ? "," : "", (const char *)sqlite3_column_text(st, 6));
-            continue;
-        }
-        char key[WQ_SHOWN_KEY];
-        const char *k = (const char *)sqlite3_column_text(st, 0);
-        wq_show_key(key, k ? k : "", k ? strlen(k) : 0);
-        const char *ready = (const char *)sqlite3_column_text(st, 4);
-        const char *payload = (const char *)sqlite3_column_text(st, 5);
-        fprintf(out, "%-24s  %-10s  %8lld  %7lld  %-19s  %.60s%s\n", key,
-                (const char *)sqlite3_column_text(st, 1), sqlite3_column_int64(st, 2),
-                sqlite3_column_int64(st, 3), ready ? ready : "-", payload ? payload : "-",
-                payload && strlen(payload) > 60 ? "..." : "");
+        n++;
     }
-    if (a->json)
-        fputs(n ? "\n]\n" : "]\n", out);
+    wq_cli_items_tail(a, out, n);
     int failed = rc != SQLITE_DONE && rc != SQLITE_ROW;
     if (failed)
         fprintf(err, "wqrun: items: cannot read %s: %s\n", path, sqlite3_errmsg(db));
