@@ -36,21 +36,14 @@ trap '"$pgsh" stop' EXIT
 export PGOPTIONS='-c client_min_messages=warning'
 log=$here/fleet-last-run.txt
 : >"$log"
-say() { echo "$@" | tee -a "$log"; }
-cpu_jiffies() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t, $5 + $6 }' /proc/stat; }
+# shellcheck source=lib.sh
+. "$here/lib.sh"
+fb() { "$here/fleet_bench.sh" "$@"; }
+# measure NAME MODE ARGS...: fleet_bench.sh MODE ARGS on a fresh database fleet_NAME.
 measure() {
-  local name=$1 url
+  local name=$1
   shift
-  url=$("$pgsh" createdb "fleet_$name")
-  say "# -- $name (load average $(cut -d' ' -f1-3 /proc/loadavg))"
-  local s0 s1
-  s0=$(cpu_jiffies)
-  DATABASE_URL=$url "$here/fleet_bench.sh" "$@" 2>&1 | tee -a "$log" || { echo "fleet.sh: $name failed" >&2; exit 1; }
-  s1=$(cpu_jiffies)
-  say "# $name: machine CPU busy $(awk -v a="$s0" -v b="$s1" 'BEGIN {
-    split(a, x, " "); split(b, y, " "); t = y[1] - x[1]; if (t <= 0) t = 1
-    printf "%.0f%% of %d CPUs", 100 * (1 - (y[2] - x[2]) / t), '"$(nproc)"' }')"
-  "$pgbin/psql" -qX -c "DROP DATABASE \"fleet_$name\"" postgres
+  measure_on "fleet_$name" fb "$@"
 }
 measures=(
   "scale1 scaleout $scale 1" "scale2 scaleout $scale 2" "scale4 scaleout $scale 4"

@@ -14,19 +14,12 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 : "${WQRUN:?WQRUN must name the wqrun binary}" "${DATABASE_URL:?}"
-pgbin=${WQ_PG_BIN:-/usr/lib/postgresql/15/bin}
-psql() { "$pgbin/psql" -qXAt -v ON_ERROR_STOP=1 "$DATABASE_URL" "$@"; }
-now() { date +%s.%N; }
+# shellcheck source=lib.sh
+. "$here/lib.sh"
 
-# load QUEUE N [GROUPS]: N items k1..kN (group g(i mod GROUPS) when GROUPS > 0)
+# load QUEUE N [GROUPS]: lib.sh's load_items, then ANALYZE
 load() {
-  local queue=$1 n=$2 groups=${3:-0} b=10000 i
-  "$WQRUN" migrate --db "$DATABASE_URL" >/dev/null
-  for ((i = 0; i < n; i += b)); do
-    psql -c "select wqrun.add_many((select jsonb_agg(jsonb_build_object('queue', '$queue', 'key', 'k' || g)
-               || case when $groups > 0 then jsonb_build_object('group', 'g' || (g % greatest($groups, 1))) else '{}' end)
-               from generate_series($i + 1, least($i + $b, $n)) g))" >/dev/null
-  done
+  load_items "$@"
   psql -c "analyze wqrun.jobs"
 }
 

@@ -54,30 +54,14 @@ export PGOPTIONS='-c client_min_messages=warning'
 
 log=$here/last-run.txt
 : >"$log"
-say() { echo "$@" | tee -a "$log"; }
+# shellcheck source=lib.sh
+. "$here/lib.sh"
 
-# cpu_jiffies: "<total> <idle+iowait>" of all CPUs, from /proc/stat.
-cpu_jiffies() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t, $5 + $6 }' /proc/stat; }
-
-# measure NAME COMMAND...: runs COMMAND with DATABASE_URL set to a fresh
-# database, its output into the log, then drops the database.
+# measure NAME COMMAND...: COMMAND on a fresh database bench_NAME (lib.sh's measure_on).
 measure() {
-  local name=$1 url
+  local name=$1
   shift
-  url=$("$pgsh" createdb "bench_$name")
-  say "# -- $name (load average $(cut -d' ' -f1-3 /proc/loadavg))"
-  local s0 s1
-  s0=$(cpu_jiffies)
-  if ! DATABASE_URL=$url "$@" 2>&1 | tee -a "$log"; then
-    echo "run.sh: $name failed" >&2
-    exit 1
-  fi
-  s1=$(cpu_jiffies)
-  # How busy the whole machine was (every process, ours and others').
-  say "# $name: machine CPU busy $(awk -v a="$s0" -v b="$s1" 'BEGIN {
-    split(a, x, " "); split(b, y, " "); t = y[1] - x[1]; if (t <= 0) t = 1
-    printf "%.0f%% of %d CPUs", 100 * (1 - (y[2] - x[2]) / t), '"$(nproc)"' }')"
-  "$pgbin/psql" -qX -c "DROP DATABASE \"bench_$name\"" postgres
+  measure_on "bench_$name" "$@"
 }
 
 gw() { "$node" "$here/graphile.mjs" "$@"; }

@@ -11,9 +11,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 : "${WQRUN:?WQRUN must name the wqrun binary}" "${DATABASE_URL:?}"
-pgbin=${WQ_PG_BIN:-/usr/lib/postgresql/15/bin}
-psql() { "$pgbin/psql" -qXAt -v ON_ERROR_STOP=1 "$DATABASE_URL" "$@"; }
-now() { date +%s.%N; }
+# shellcheck source=lib.sh
+. "$here/lib.sh"
 
 # CPU seconds (user+system) the cluster's server processes used so far: the
 # postmaster's own and its reaped children's (backends that exited), plus
@@ -27,14 +26,7 @@ pg_cpu() {
   } | awk -v hz="$(getconf CLK_TCK)" '{ t += $1 } END { printf "%.3f\n", t / hz }'
 }
 
-load() { # N jobs into queue noop, add_many in batches of 10,000
-  local n=$1 b=10000 i
-  "$WQRUN" migrate --db "$DATABASE_URL" >/dev/null
-  for ((i = 0; i < n; i += b)); do
-    psql -c "select wqrun.add_many((select jsonb_agg(jsonb_build_object('queue', 'noop', 'key', 'k' || g))
-               from generate_series($i + 1, least($i + $b, $n)) g))" >/dev/null
-  done
-}
+load() { load_items noop "$1"; } # N jobs into queue noop
 
 burndown() {
   local n=$1 runners=$2 workers=${3:-500} t0 t1 c0 c1 i
