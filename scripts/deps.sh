@@ -11,6 +11,7 @@ packages=(
   libevent-dev
   libsqlite3-dev sqlite3
   libjson-c-dev # payload and HTTP JSON (src/lua/ljson.c)
+  libcurl4-openssl-dev libssl-dev # wq.http (src/host/httpc.c), wq.hmac_sha256 (src/lua/lcrypto.c)
   libcriterion-dev
   lua-cjson lua-cjson-dev # lua-cjson-dev ships the lua5.4-cjson pkg-config file
   curl procps clang-format wrk prometheus # wrk: bench/bench_http.sh; prometheus: promtool for tests/e2e/test_http.sh

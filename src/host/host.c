@@ -10,6 +10,7 @@
 #include "host/commands.h"
 
 #include "host/http.h"
+#include "host/httpc.h"
 #include "host/inbox.h"
 #include "host/monotime.h"
 #include "host/proc.h"
@@ -129,10 +130,16 @@ static int runnable(const wq_host *h)
     return h->hooks.runnable && h->hooks.runnable(h->hooks.ud);
 }
 
+/* Child processes and HTTP transfers: work that progresses in real time, on its own. */
+static int outside_work(const wq_host *h)
+{
+    return h->children + wq_httpc_active(h);
+}
+
 /* Nothing can make progress any more (SPEC section 2). */
 static int idle(wq_host *h)
 {
-    if (runnable(h) || h->children || h->http || h->opts.serve)
+    if (runnable(h) || outside_work(h) || h->http || h->opts.serve)
         return 0;
     for (int i = 0; i < h->nqueues; i++)
         if (h->queues[i].ops->busy(h->queues[i].q))
@@ -400,7 +407,7 @@ void wq_host_settle(wq_host *h)
      * fire when their time comes, but do not keep the process alive. */
     int64_t alive = next == WQ_NEVER ? WQ_NEVER : wq_timer_next_awaited(h);
     if (h->opts.virtual_time) {
-        if (alive != WQ_NEVER && (busy ? next <= h->vnow : h->children == 0)) {
+        if (alive != WQ_NEVER && (busy ? next <= h->vnow : outside_work(h) == 0)) {
             if (h->armed != WQ_NEVER) {
                 evtimer_del(h->timer_ev);
                 h->armed = WQ_NEVER;
@@ -410,10 +417,10 @@ void wq_host_settle(wq_host *h)
             event_active(h->timer_ev, EV_TIMEOUT, 0);
             return;
         }
-        /* A child process runs in real time: while only children can make
-         * progress, the clock follows the real one to the next deadline (so
-         * exec and handler timeouts still fire). */
-        if (!busy && h->children && next != WQ_NEVER && next != h->armed) {
+        /* A child process or a transfer runs in real time: while only they
+         * can make progress, the clock follows the real one to the next
+         * deadline (so exec and handler timeouts still fire). */
+        if (!busy && outside_work(h) && next != WQ_NEVER && next != h->armed) {
             arm_real(h, next - h->vnow);
             h->armed = next;
         }
@@ -827,6 +834,7 @@ void wq_host_shutdown(wq_host *h)
 {
     wq_http_stop(h);
     wq_proc_kill_all(h);
+    wq_httpc_shutdown(h);
 }
 
 void wq_host_free(wq_host *h)

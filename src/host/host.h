@@ -218,6 +218,7 @@ struct wq_host {
 
     int children; /* running child processes */
     void *procs;  /* list of running child process records (proc.c) */
+    void *httpc;  /* the HTTP client of wq.http, once used (httpc.c) */
 
     int store_failed;               /* a commit failed: no more writes, exit 1 */
     char ack_error[512];            /* why the last waiters released with 0 were not acknowledged */

@@ -9,7 +9,9 @@
 
 #include "host/timer.h"
 #include "lua/embedded.h"
+#include "lua/lcrypto.h"
 #include "lua/lexec.h"
+#include "lua/lhttp.h"
 #include "lua/ljson.h"
 #include "lua/llimiter.h"
 #include "lua/lqueue.h"
@@ -509,6 +511,8 @@ void wq_lua_open(lua_State *L)
     wq_lua_open_queue(L, internals);
     wq_lua_open_limiter(L);
     wq_lua_open_exec(L);
+    wq_lua_open_http(L);
+    wq_lua_open_crypto(L);
     open_json(L);
     run_embedded(L, wq, internals);
     lua_setglobal(L, "wq");
