@@ -21,6 +21,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct bucket {
@@ -48,9 +49,13 @@ struct wq_limiter {
             size_t n;
             int owns; /* free the children with the limiter (default()) */
         } max_of;
-        struct {
+        struct { /* one child: with_max_wait, with_jitter */
             wq_limiter *child;
             int64_t max;
+            double jitter;
+            wq_rand_fn rand;
+            void *rand_ud;
+            int owns;
         } wait;
     } u;
 };
@@ -149,6 +154,32 @@ wq_limiter *wq_limiter_with_max_wait(wq_limiter *child, int64_t max_ns)
     return l;
 }
 
+wq_limiter *wq_limiter_with_jitter(wq_limiter *child, double fraction, wq_rand_fn rand,
+                                   void *rand_ud, int owns)
+{
+    wq_limiter *l = alloc(WQ_LIMITER_JITTER, 0);
+    if (!l)
+        return NULL;
+    l->u.wait.child = child;
+    l->u.wait.jitter = fraction > 1 ? 1 : fraction > 0 ? fraction : 0;
+    l->u.wait.rand = rand;
+    l->u.wait.rand_ud = rand_ud;
+    l->u.wait.owns = owns;
+    return l;
+}
+
+/* d moved by (2u - 1) * fraction * d, u uniform in [0, 1): within +-fraction. */
+static int64_t spread(const wq_limiter *l, int64_t d)
+{
+    if (d == WQ_NEVER || d <= 0 || l->u.wait.jitter <= 0)
+        return d;
+    double u = l->u.wait.rand ? l->u.wait.rand(l->u.wait.rand_ud) : (double)rand() / RAND_MAX;
+    double v = (double)d * (1.0 + l->u.wait.jitter * (2.0 * u - 1.0));
+    if (v >= TWO_63)
+        return WQ_NEVER - 1;
+    return v <= 0 ? 0 : (int64_t)v;
+}
+
 wq_limiter *wq_limiter_default(const wq_clock *clock)
 {
     wq_limiter *c[2];
@@ -172,6 +203,8 @@ void wq_limiter_free(wq_limiter *l)
                 wq_limiter_free(l->u.max_of.children[i]);
         wq_free(l->u.max_of.children);
     }
+    if (l->kind == WQ_LIMITER_JITTER && l->u.wait.owns)
+        wq_limiter_free(l->u.wait.child);
     wq_keymap_free(l->counts);
     wq_free(l);
 }
@@ -189,7 +222,8 @@ static void unreserve(wq_limiter *l, const char *key, size_t len)
         for (size_t i = 0; i < l->u.max_of.n; i++)
             unreserve(l->u.max_of.children[i], key, len);
         break;
-    case WQ_LIMITER_MAX_WAIT: unreserve(l->u.wait.child, key, len); break;
+    case WQ_LIMITER_MAX_WAIT:
+    case WQ_LIMITER_JITTER: unreserve(l->u.wait.child, key, len); break;
     default:
         if (l->counts) {
             uint64_t *c = wq_keymap_get(l->counts, key, len);
@@ -209,7 +243,8 @@ static int reserve_all(wq_limiter *l, const char *key, size_t len)
             if (reserve_all(l->u.max_of.children[i], key, len) < 0)
                 return WQ_ENOMEM;
         return 0;
-    case WQ_LIMITER_MAX_WAIT: return reserve_all(l->u.wait.child, key, len);
+    case WQ_LIMITER_MAX_WAIT:
+    case WQ_LIMITER_JITTER: return reserve_all(l->u.wait.child, key, len);
     default:
         if (l->counts && !wq_keymap_put(l->counts, key, len, NULL))
             return WQ_ENOMEM;
@@ -323,6 +358,7 @@ static int64_t eval(wq_limiter *l, const char *key, size_t len)
         int64_t d = eval(l->u.wait.child, key, len);
         return d < l->u.wait.max ? d : l->u.wait.max;
     }
+    case WQ_LIMITER_JITTER: return spread(l, eval(l->u.wait.child, key, len));
     }
     return 0;
 }
@@ -342,7 +378,8 @@ void wq_limiter_forget(wq_limiter *l, const char *key, size_t len)
         for (size_t i = 0; i < l->u.max_of.n; i++)
             wq_limiter_forget(l->u.max_of.children[i], key, len);
         break;
-    case WQ_LIMITER_MAX_WAIT: wq_limiter_forget(l->u.wait.child, key, len); break;
+    case WQ_LIMITER_MAX_WAIT:
+    case WQ_LIMITER_JITTER: wq_limiter_forget(l->u.wait.child, key, len); break;
     default:
         if (l->counts)
             wq_keymap_del(l->counts, key, len);
@@ -362,7 +399,8 @@ int64_t wq_limiter_num_requeues(const wq_limiter *l, const char *key, size_t len
         }
         return max;
     }
-    case WQ_LIMITER_MAX_WAIT: return wq_limiter_num_requeues(l->u.wait.child, key, len);
+    case WQ_LIMITER_MAX_WAIT:
+    case WQ_LIMITER_JITTER: return wq_limiter_num_requeues(l->u.wait.child, key, len);
     default:
         if (l->counts) {
             const uint64_t *c = wq_keymap_get(l->counts, key, len);
@@ -380,7 +418,8 @@ static void set_all(wq_limiter *l, const char *key, size_t len, int64_t count)
         for (size_t i = 0; i < l->u.max_of.n; i++)
             set_all(l->u.max_of.children[i], key, len, count);
         break;
-    case WQ_LIMITER_MAX_WAIT: set_all(l->u.wait.child, key, len, count); break;
+    case WQ_LIMITER_MAX_WAIT:
+    case WQ_LIMITER_JITTER: set_all(l->u.wait.child, key, len, count); break;
     default:
         if (l->counts)
             *count_of(l, key, len) = (uint64_t)count;

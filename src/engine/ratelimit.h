@@ -6,6 +6,7 @@
 #ifndef WQ_RATELIMIT_H
 #define WQ_RATELIMIT_H
 
+#include "engine/backoff.h"
 #include "engine/clock.h"
 #include "engine/common.h"
 
@@ -16,7 +17,8 @@ typedef enum {
     WQ_LIMITER_FAST_SLOW,
     WQ_LIMITER_BUCKET,
     WQ_LIMITER_MAX_OF,
-    WQ_LIMITER_MAX_WAIT
+    WQ_LIMITER_MAX_WAIT,
+    WQ_LIMITER_JITTER
 } wq_limiter_kind;
 
 /* base * 2^failures capped at max (>= 2^63 ns or non-finite gives max). NULL on OOM. */
@@ -33,6 +35,14 @@ wq_limiter *wq_limiter_bucket(const wq_clock *clock, double qps, int64_t burst);
 wq_limiter *wq_limiter_max_of(wq_limiter *const *children, size_t n);
 /* child's delay capped at max (child borrowed). NULL on OOM. */
 wq_limiter *wq_limiter_with_max_wait(wq_limiter *child, int64_t max_ns);
+/*
+ * child's delay spread at random by up to +-fraction of itself (0 < fraction
+ * <= 1; "never" stays never), so keys that failed together do not retry in
+ * lockstep. rand (NULL: the C library's rand()) gives uniform [0, 1). The
+ * child is freed with it when owns is set, else borrowed. NULL on OOM.
+ */
+wq_limiter *wq_limiter_with_jitter(wq_limiter *child, double fraction, wq_rand_fn rand,
+                                   void *rand_ud, int owns);
 /* max_of(exponential(5 ms, 1000 s), bucket(10, 100)); owns its children. NULL on OOM. */
 wq_limiter *wq_limiter_default(const wq_clock *clock);
 /* Frees the limiter (and the children it owns, never borrowed ones). NULL is fine. */

@@ -30,12 +30,49 @@ static llimiter *push_limiter(lua_State *L, int nuv)
     return ll;
 }
 
-static int set_limiter(lua_State *L, llimiter *ll, wq_limiter *l, const char *fn)
+static double backoff_rand(void *ud);
+
+/*
+ * The optional last argument of a constructor: {jitter = fraction}, checked
+ * before anything is allocated (it raises). 0 when absent.
+ */
+static double check_jitter(lua_State *L, int idx, const char *fn)
 {
+    static const char *const names[] = {"jitter", NULL};
+    if (lua_isnoneornil(L, idx))
+        return 0;
+    if (!lua_istable(L, idx))
+        wq_argerror(L, fn, "opts",
+                    lua_pushfstring(L, "table expected, got %s", luaL_typename(L, idx)));
+    wq_checkopts(L, idx, fn, names);
+    double j = 0;
+    if (lua_getfield(L, idx, "jitter") != LUA_TNIL) {
+        j = wq_checkfinite(L, -1, fn, "jitter", 1);
+        if (j > 1)
+            wq_argerror(L, fn, "jitter", "a fraction from 0 to 1 expected");
+    }
+    lua_pop(L, 1);
+    return j;
+}
+
+/* Gives ll the engine limiter l (wrapped in jitter when asked); raises on OOM. */
+static int set_limiter_j(lua_State *L, llimiter *ll, wq_limiter *l, const char *fn, double jitter)
+{
+    if (l && jitter > 0) {
+        wq_limiter *w = wq_limiter_with_jitter(l, jitter, backoff_rand, NULL, 1);
+        if (!w)
+            wq_limiter_free(l);
+        l = w;
+    }
     if (!l)
         return luaL_error(L, "%s: out of memory", fn);
     ll->l = l;
     return 1;
+}
+
+static int set_limiter(lua_State *L, llimiter *ll, wq_limiter *l, const char *fn)
+{
+    return set_limiter_j(L, ll, l, fn, 0);
 }
 
 wq_limiter *wq_lua_checklimiter(lua_State *L, int idx, const char *fn, const char *arg)
@@ -56,8 +93,9 @@ static int lim_exponential(lua_State *L)
 {
     int64_t base = check_ns(L, 1, "exponential", "base");
     int64_t max = check_ns(L, 2, "exponential", "max");
+    double j = check_jitter(L, 3, "exponential");
     llimiter *ll = push_limiter(L, 0);
-    return set_limiter(L, ll, wq_limiter_exponential(base, max), "exponential");
+    return set_limiter_j(L, ll, wq_limiter_exponential(base, max), "exponential", j);
 }
 
 static int lim_fast_slow(lua_State *L)
@@ -66,8 +104,10 @@ static int lim_fast_slow(lua_State *L)
     int64_t slow = check_ns(L, 2, "fast_slow", "slow");
     if (!lua_isinteger(L, 3) || lua_tointeger(L, 3) < 0)
         wq_argerror(L, "fast_slow", "max_fast", "integer >= 0 expected");
+    double j = check_jitter(L, 4, "fast_slow");
     llimiter *ll = push_limiter(L, 0);
-    return set_limiter(L, ll, wq_limiter_fast_slow(fast, slow, lua_tointeger(L, 3)), "fast_slow");
+    return set_limiter_j(L, ll, wq_limiter_fast_slow(fast, slow, lua_tointeger(L, 3)), "fast_slow",
+                         j);
 }
 
 static int lim_bucket(lua_State *L)
@@ -75,9 +115,10 @@ static int lim_bucket(lua_State *L)
     double qps = wq_checkfinite(L, 1, "bucket", "qps", 1);
     if (!lua_isinteger(L, 2) || lua_tointeger(L, 2) < 0)
         wq_argerror(L, "bucket", "burst", "integer >= 0 expected");
+    double j = check_jitter(L, 3, "bucket");
     llimiter *ll = push_limiter(L, 0);
-    return set_limiter(L, ll, wq_limiter_bucket(&wq_host_of(L)->clock, qps, lua_tointeger(L, 2)),
-                       "bucket");
+    return set_limiter_j(L, ll, wq_limiter_bucket(&wq_host_of(L)->clock, qps, lua_tointeger(L, 2)),
+                         "bucket", j);
 }
 
 static int lim_max_of(lua_State *L)
@@ -111,10 +152,25 @@ static int lim_with_max_wait(lua_State *L)
 {
     wq_limiter *child = wq_lua_checklimiter(L, 1, "with_max_wait", "limiter");
     int64_t max = check_ns(L, 2, "with_max_wait", "max");
+    double j = check_jitter(L, 3, "with_max_wait");
     llimiter *ll = push_limiter(L, 1);
     lua_pushvalue(L, 1);
     lua_setiuservalue(L, -2, 1);
-    return set_limiter(L, ll, wq_limiter_with_max_wait(child, max), "with_max_wait");
+    return set_limiter_j(L, ll, wq_limiter_with_max_wait(child, max), "with_max_wait", j);
+}
+
+/* wq.limiter.with_jitter(limiter, fraction): any limiter's delays spread by +-fraction. */
+static int lim_with_jitter(lua_State *L)
+{
+    wq_limiter *child = wq_lua_checklimiter(L, 1, "with_jitter", "limiter");
+    double j = wq_checkfinite(L, 2, "with_jitter", "fraction", 1);
+    if (j > 1)
+        wq_argerror(L, "with_jitter", "fraction", "a fraction from 0 to 1 expected");
+    llimiter *ll = push_limiter(L, 1);
+    lua_pushvalue(L, 1);
+    lua_setiuservalue(L, -2, 1);
+    return set_limiter(L, ll, wq_limiter_with_jitter(child, j, backoff_rand, NULL, 0),
+                       "with_jitter");
 }
 
 wq_limiter *wq_lua_push_default_limiter(lua_State *L)
@@ -126,8 +182,9 @@ wq_limiter *wq_lua_push_default_limiter(lua_State *L)
 
 static int lim_default(lua_State *L)
 {
-    wq_lua_push_default_limiter(L);
-    return 1;
+    double j = check_jitter(L, 1, "default");
+    llimiter *ll = push_limiter(L, 0);
+    return set_limiter_j(L, ll, wq_limiter_default(&wq_host_of(L)->clock), "default", j);
 }
 
 /* self of limiter method fn. */
@@ -296,6 +353,7 @@ static const luaL_Reg limiter_funcs[] = {{"exponential", lim_exponential},
                                          {"bucket", lim_bucket},
                                          {"max_of", lim_max_of},
                                          {"with_max_wait", lim_with_max_wait},
+                                         {"with_jitter", lim_with_jitter},
                                          {"default", lim_default},
                                          {NULL, NULL}};
 

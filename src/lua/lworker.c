@@ -95,7 +95,8 @@ static void call_on_dead(lua_State *L, lqueue *lq, const char *key, size_t len, 
  * it. The caller calls done after.
  */
 static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len, const char *json,
-                           size_t jlen, const char *err, const char *tb, int permanent)
+                           size_t jlen, const char *err, const char *tb, int permanent,
+                           int64_t retry_in)
 {
     int64_t count = lworker_failures(lq, key, len);
     lq->nfailures++;
@@ -107,8 +108,11 @@ static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len
         if (lq->bq)
             wq_bq_failures(lq->bq, key, len, count + 1, err);
         int64_t delay;
+        /* wq.retry_in gives the delay; the limiter still counts the failure. */
         if (wq_limiter_when(lq->limiter, key, len, &delay) < 0)
             luaL_error(L, "out of memory");
+        if (retry_in >= 0)
+            delay = retry_in;
         int r = wq_queue_add_after(lq->q, key, len, delay, NULL);
         if (r < 0 && r != WQ_ESHUTDOWN)
             lqueue_raise(L, "retry", r);
@@ -175,9 +179,16 @@ static int is_fail(lua_State *L, int idx)
     return luaL_testudata(L, idx, "wq.Fail") != NULL;
 }
 
+/* The wq.Retry object (wq.retry_in) at idx, or NULL. */
+static int is_retry(lua_State *L, int idx)
+{
+    return luaL_testudata(L, idx, "wq.Retry") != NULL;
+}
+
 static int msgh(lua_State *L)
 {
-    if (is_fail(L, 1)) /* error(wq.fail(msg)): kept as it is, no traceback */
+    /* error(wq.fail(msg)), error(wq.retry_in(s, msg)): kept as they are, no traceback */
+    if (is_fail(L, 1) || is_retry(L, 1))
         return 1;
     const char *msg = lua_tostring(L, 1);
     if (!msg) {
@@ -290,8 +301,12 @@ static void remember(lua_State *L, lqueue *lq, const char *key, size_t klen, int
     lua_pop(L, 1);
 }
 
-/* Splits "msg\nstack traceback:..." into the message and the whole text. */
-static void outcome_failure(lua_State *L, lqueue *lq, const char *full, int permanent)
+/*
+ * Splits "msg\nstack traceback:..." into the message and the whole text.
+ * retry_in: the delay before the next try, < 0 for the limiter's.
+ */
+static void outcome_failure(lua_State *L, lqueue *lq, const char *full, int permanent,
+                            int64_t retry_in)
 {
     size_t klen, jlen = 0;
     const char *key = lua_tolstring(L, W_KEY, &klen);
@@ -299,10 +314,11 @@ static void outcome_failure(lua_State *L, lqueue *lq, const char *full, int perm
     const char *cut = strstr(full, "\nstack traceback:");
     if (cut) {
         lua_pushlstring(L, full, (size_t)(cut - full));
-        record_failure(L, lq, key, klen, json, jlen, lua_tostring(L, -1), full, permanent);
+        record_failure(L, lq, key, klen, json, jlen, lua_tostring(L, -1), full, permanent,
+                       retry_in);
         lua_pop(L, 1);
     } else {
-        record_failure(L, lq, key, klen, json, jlen, full, NULL, permanent);
+        record_failure(L, lq, key, klen, json, jlen, full, NULL, permanent, retry_in);
     }
 }
 
@@ -311,7 +327,17 @@ static void outcome_fail(lua_State *L, lqueue *lq, int idx)
 {
     lua_getiuservalue(L, idx, 1);
     const char *msg = lua_tostring(L, -1);
-    outcome_failure(L, lq, msg ? msg : "failed", 1);
+    outcome_failure(L, lq, msg ? msg : "failed", 1, -1);
+    lua_pop(L, 1);
+}
+
+/* A failure that counts, retried after the delay of the wq.Retry object at idx. */
+static void outcome_retry(lua_State *L, lqueue *lq, int idx)
+{
+    int64_t delay = wq_seconds_to_ns(*(double *)lua_touserdata(L, idx));
+    lua_getiuservalue(L, idx, 1);
+    const char *msg = lua_tostring(L, -1);
+    outcome_failure(L, lq, msg ? msg : "failed", 0, delay);
     lua_pop(L, 1);
 }
 
@@ -337,8 +363,11 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
     if (status != LUA_OK && status != LUA_YIELD) {
         if (is_fail(L, W_RES))
             outcome_fail(L, lq, W_RES);
+        else if (is_retry(L, W_RES))
+            outcome_retry(L, lq, W_RES);
         else
-            outcome_failure(L, lq, lua_tostring(L, W_RES) ? lua_tostring(L, W_RES) : "error", 0);
+            outcome_failure(L, lq, lua_tostring(L, W_RES) ? lua_tostring(L, W_RES) : "error", 0,
+                            -1);
     } else if (nres >= 1 && luaL_testudata(L, W_RES, "wq.Requeue")) {
         double s = *(double *)lua_touserdata(L, W_RES);
         lworker_forget(lq, key, klen);
@@ -355,10 +384,12 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
             lqueue_raise(L, "requeue", r);
     } else if (nres >= 1 && is_fail(L, W_RES)) {
         outcome_fail(L, lq, W_RES);
+    } else if (nres >= 1 && is_retry(L, W_RES)) {
+        outcome_retry(L, lq, W_RES);
     } else if (nres >= 1 && !lua_toboolean(L, W_RES) &&
                (lua_isboolean(L, W_RES) || (nres >= 2 && !lua_isnil(L, W_RES + 1)))) {
         const char *err = nres >= 2 ? wq_safe_tostring(L, W_RES + 1) : "handler returned false";
-        outcome_failure(L, lq, err, 0);
+        outcome_failure(L, lq, err, 0, -1);
     } else {
         lq->nsuccess++;
         lworker_forget(lq, key, klen);

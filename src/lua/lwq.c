@@ -347,9 +347,32 @@ static int wq_fail(lua_State *L)
     return 1;
 }
 
-static int fail_tostring(lua_State *L)
+/*
+ * wq.retry_in(seconds, message): a failure that counts (max_retries still
+ * applies) but is retried after the given delay instead of the limiter's
+ * (a 429's Retry-After). Returned or raised; the message is its user value.
+ */
+static int wq_retry_in(lua_State *L)
 {
-    luaL_checkudata(L, 1, "wq.Fail"); /* getmetatable(f).__tostring may be called with anything */
+    double s = wq_checkduration(L, 1, "retry_in", "seconds", 1);
+    if (lua_isnoneornil(L, 2))
+        lua_pushliteral(L, "failed");
+    else
+        wq_safe_tostring(L, 2);
+    double *d = lua_newuserdatauv(L, sizeof *d, 1);
+    *d = s;
+    lua_insert(L, -2);
+    lua_setiuservalue(L, -2, 1);
+    luaL_setmetatable(L, "wq.Retry");
+    return 1;
+}
+
+/* tostring of a wq.fail or wq.retry_in outcome: its message. */
+static int outcome_tostring(lua_State *L)
+{
+    /* getmetatable(f).__tostring may be called with anything */
+    if (!luaL_testudata(L, 1, "wq.Retry"))
+        luaL_checkudata(L, 1, "wq.Fail");
     lua_getiuservalue(L, 1, 1);
     return 1;
 }
@@ -467,9 +490,10 @@ static int wq_exit(lua_State *L)
 }
 
 static const luaL_Reg wq_funcs[] = {
-    {"spawn", wq_spawn}, {"sleep", wq_sleep},       {"now", wq_now},   {"time", wq_time},
-    {"after", wq_after}, {"every", wq_every},       {"exit", wq_exit}, {"requeue", wq_requeue},
-    {"fail", wq_fail},   {"shutdown", wq_shutdown}, {NULL, NULL}};
+    {"spawn", wq_spawn},       {"sleep", wq_sleep},       {"now", wq_now},
+    {"time", wq_time},         {"after", wq_after},       {"every", wq_every},
+    {"exit", wq_exit},         {"requeue", wq_requeue},   {"fail", wq_fail},
+    {"shutdown", wq_shutdown}, {"retry_in", wq_retry_in}, {NULL, NULL}};
 
 static const luaL_Reg timer_methods[] = {
     {"cancel", timer_cancel}, {"pending", timer_pending}, {NULL, NULL}};
@@ -494,7 +518,11 @@ void wq_lua_open(lua_State *L)
     luaL_newmetatable(L, "wq.Requeue");
     lua_pop(L, 1);
     luaL_newmetatable(L, "wq.Fail");
-    lua_pushcfunction(L, fail_tostring);
+    lua_pushcfunction(L, outcome_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pop(L, 1);
+    luaL_newmetatable(L, "wq.Retry");
+    lua_pushcfunction(L, outcome_tostring);
     lua_setfield(L, -2, "__tostring");
     lua_pop(L, 1);
 

@@ -691,3 +691,85 @@ Test(oom, constructors_return_null_and_leak_nothing)
     }
     wq_limiter_free(child);
 }
+
+/* ---- with_jitter ---- */
+
+/* A "random" source the test sets: returns u. */
+static double fixed_u;
+
+static double fixed_rand(void *ud)
+{
+    (void)ud;
+    return fixed_u;
+}
+
+Test(jitter, spreads_the_child_delay_within_plus_minus_the_fraction)
+{
+    wq_limiter *c = wq_limiter_fast_slow(1 * S, 10 * S, 100);
+    wq_limiter *l = wq_limiter_with_jitter(c, 0.1, fixed_rand, NULL, 1);
+    cr_assert(l != NULL);
+    int64_t d;
+    fixed_u = 0.0; /* the lowest draw: -10% */
+    cr_assert(eq(int, wq_limiter_when(l, "k", 1, &d), 0));
+    cr_assert(eq(i64, d, 900 * MS));
+    fixed_u = 0.5; /* the middle: unchanged */
+    wq_limiter_when(l, "k", 1, &d);
+    cr_assert(eq(i64, d, 1 * S));
+    fixed_u = 0.999999; /* just under the top: +10% */
+    wq_limiter_when(l, "k", 1, &d);
+    cr_assert(d > 1099 * MS && d < 1100 * MS, "got %lld", (long long)d);
+    wq_limiter_free(l); /* owns c: ASan reports a leak otherwise */
+}
+
+Test(jitter, counts_forgets_and_restores_through_the_child)
+{
+    wq_limiter *c = wq_limiter_exponential(1 * MS, 1000 * S);
+    wq_limiter *l = wq_limiter_with_jitter(c, 0.5, fixed_rand, NULL, 0);
+    int64_t d;
+    fixed_u = 0.5;
+    wq_limiter_when(l, "k", 1, &d);
+    wq_limiter_when(l, "k", 1, &d);
+    cr_assert(eq(i64, d, 2 * MS), "the child's backoff goes on: 1 ms, then 2 ms");
+    cr_assert(eq(i64, wq_limiter_num_requeues(l, "k", 1), 2));
+    cr_assert(eq(i64, wq_limiter_num_requeues(c, "k", 1), 2));
+    wq_limiter_forget(l, "k", 1);
+    cr_assert(eq(i64, wq_limiter_num_requeues(c, "k", 1), 0));
+    cr_assert(eq(int, wq_limiter_set_requeues(l, "k", 1, 5), 0));
+    cr_assert(eq(i64, wq_limiter_num_requeues(c, "k", 1), 5));
+    wq_limiter_free(l); /* borrowed: c survives */
+    wq_limiter_when(c, "k", 1, &d);
+    cr_assert(eq(i64, d, 32 * MS));
+    wq_limiter_free(c);
+}
+
+Test(jitter, never_stays_never_and_zero_stays_zero)
+{
+    wq_limiter *c = wq_limiter_bucket(&clock_, 0, 0); /* can never serve */
+    wq_limiter *l = wq_limiter_with_jitter(c, 1.0, fixed_rand, NULL, 1);
+    int64_t d;
+    fixed_u = 0.0;
+    wq_limiter_when(l, "k", 1, &d);
+    cr_assert(eq(i64, d, WQ_NEVER));
+    wq_limiter_free(l);
+    c = wq_limiter_exponential(0, 0);
+    l = wq_limiter_with_jitter(c, 1.0, fixed_rand, NULL, 1);
+    fixed_u = 0.99;
+    wq_limiter_when(l, "k", 1, &d);
+    cr_assert(eq(i64, d, 0));
+    wq_limiter_free(l);
+}
+
+Test(jitter, fraction_is_clamped_to_zero_and_one)
+{
+    wq_limiter *l =
+        wq_limiter_with_jitter(wq_limiter_fast_slow(1 * S, 1 * S, 0), 5.0, fixed_rand, NULL, 1);
+    int64_t d;
+    fixed_u = 0.0;
+    wq_limiter_when(l, "k", 1, &d);
+    cr_assert(eq(i64, d, 0), "a fraction above 1 acts as 1: never negative");
+    wq_limiter_free(l);
+    l = wq_limiter_with_jitter(wq_limiter_fast_slow(1 * S, 1 * S, 0), -1, fixed_rand, NULL, 1);
+    wq_limiter_when(l, "k", 1, &d);
+    cr_assert(eq(i64, d, 1 * S), "a negative fraction is no jitter");
+    wq_limiter_free(l);
+}
