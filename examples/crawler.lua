@@ -1,4 +1,4 @@
--- A polite crawler: fetches URLs with curl, at most 2 requests at once and
+-- A polite crawler: fetches URLs with wq.http, at most 2 requests at once and
 -- 5 per second to each host, however many hosts there are; one slow host
 -- never holds up the others (per-group limits, docs/lua-api.md "Group
 -- limits"). With --db it remembers finished URLs for a day, so a run that
@@ -37,24 +37,24 @@ local q = wq.queue("crawl", {
     max_retries = 3,
     group_of = function(url) return url:match("^%a+://([^/:]+)") or "?" end,
     group_limit = {concurrency = 2, rate = 5, burst = 1},
+    limiter = wq.limiter.exponential(0.5, 60, {jitter = 0.2}), -- retries of many URLs spread out
     handler = function(url, _, job)
-        local r, err = wq.exec({"curl", "-sS", "-o", "/dev/null", "-w", "%{http_code} %{size_download}",
-                                "--max-time", "10", url})
-        if not r then error(err) end
-        local code, size = r.stdout:match("^(%d+) (%d+)")
-        code = tonumber(code)
-        if not code or code == 0 then
-            error("curl: " .. (r.stderr ~= "" and r.stderr or "no answer")) -- retried
-        elseif code == 404 or code == 410 then
+        local r, err = wq.http{url = url, timeout = 10, redirects = 5,
+                               headers = {["User-Agent"] = "wqrun-crawler-example"}}
+        if not r then return nil, err end -- no answer (DNS, refused, timeout): retried
+        local code, size = r.status, #r.body
+        if code == 404 or code == 410 then
             return wq.fail("HTTP " .. code) -- permanent: no retry
-        elseif code >= 500 or code == 429 then
-            error("HTTP " .. code) -- retried with backoff
+        elseif code == 429 or code == 503 then -- the host asks us to slow down
+            return wq.retry_in(tonumber(r.headers["retry-after"]) or 5, "HTTP " .. code)
+        elseif code >= 500 then
+            return nil, "HTTP " .. code -- retried with backoff
         end
-        fetched, bytes = fetched + 1, bytes + tonumber(size)
+        fetched, bytes = fetched + 1, bytes + size
         local h = per_host[job.group] or {n = 0, first = wq.now()}
         h.n, h.last = h.n + 1, wq.now()
         per_host[job.group] = h
-        return {status = code, bytes = tonumber(size)}
+        return {status = code, bytes = size}
     end,
 })
 if demo then

@@ -4,7 +4,8 @@
 # with flaky first attempts, a file that keeps failing, Ctrl-C with --db and
 # the resumed run), examples/controller.lua and examples/periodic.lua (each in
 # real time and under --virtual-time). examples/crawler.lua is covered by
-# test_groups.sh.
+# test_groups.sh and test_example_webhooks.sh, examples/webhooks.lua by
+# test_example_webhooks.sh.
 . "$(dirname "$0")/lib.sh"
 
 for tool in sqlite3 sha256sum gzip cmp; do
