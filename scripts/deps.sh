@@ -11,9 +11,11 @@ packages=(
   libevent-dev
   libsqlite3-dev sqlite3
   libjson-c-dev # payload and HTTP JSON (src/lua/ljson.c)
+  libsystemd-dev # sd_notify: Type=notify, the watchdog (src/host/service.c)
   libcurl4-openssl-dev libssl-dev # wq.http (src/host/httpc.c), wq.hmac_sha256 (src/lua/lcrypto.c)
   libcriterion-dev
   lua-cjson lua-cjson-dev # lua-cjson-dev ships the lua5.4-cjson pkg-config file
+  python3 # examples/webhook_receiver.py (examples/webhooks.lua), the e2e tests' helpers
   curl procps clang-format wrk prometheus # wrk: bench/bench_http.sh; prometheus: promtool for tests/e2e/test_http.sh
   tzdata # real time zones for the cron DST tests (tests/engine/test_cron.c)
   chromium chromium-driver python3-selenium # the dashboard in a real browser (tests/e2e/test_dashboard.sh)

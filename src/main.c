@@ -3,6 +3,7 @@
  * script) or to the command line of the backend --db names (add, status,
  * ...). Nothing else lives here.
  */
+#include "engine/log.h"
 #include "host/http.h"
 #include "lua/runtime.h"
 #include "store/backend.h"
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static void usage(FILE *f)
 {
@@ -50,8 +52,20 @@ static void usage(FILE *f)
           "  --sync normal|full    SQLite durability (default normal)\n"
           "  --serve               keep running when idle, waiting for new items\n"
           "  --quiet               no progress display\n"
+          "  --log-format text|json  log lines as text for people (default) or JSON lines\n"
+          "                        (time in RFC 3339 UTC, level, msg, and fields such as\n"
+          "                        queue, key, attempt)\n"
+          "  --log-level LEVEL     debug, info (default), warn or error: lines below it are\n"
+          "                        dropped\n"
           "  --virtual-time        for tests: the clock jumps to the next timer when all tasks "
-          "wait\n",
+          "wait\n"
+          "\n"
+          "Every option can also come from the environment: WQRUN_ and its name in upper\n"
+          "case with '_' for '-' (WQRUN_DB, WQRUN_LISTEN, WQRUN_TOKEN, WQRUN_GRACE,\n"
+          "WQRUN_SYNC, WQRUN_MAX_CONNECTIONS, WQRUN_PG_SCHEMA, WQRUN_RUNNER_NAME,\n"
+          "WQRUN_LEASE, WQRUN_LOG_FORMAT, WQRUN_LOG_LEVEL; the flags WQRUN_SERVE,\n"
+          "WQRUN_QUIET, WQRUN_VIRTUAL_TIME take 1/true/yes or 0/false/no); the command\n"
+          "line wins.\n",
           f);
 }
 
@@ -128,6 +142,121 @@ static int subcommand(const char *cmd, int argc, char **argv)
     return wq_store_cli_op(cmd, argc, args);
 }
 
+/* The options of a run: each also read from its environment variable (the command line wins). */
+typedef struct optdef {
+    const char *name; /* "--db" */
+    const char *env;  /* "WQRUN_DB" */
+    int flag;         /* takes no value (the variable: 1/true/yes or 0/false/no) */
+} optdef;
+
+static const optdef optdefs[] = {
+    {"--db", "WQRUN_DB", 0},
+    {"--pg-schema", "WQRUN_PG_SCHEMA", 0},
+    {"--runner-name", "WQRUN_RUNNER_NAME", 0},
+    {"--lease", "WQRUN_LEASE", 0},
+    {"--listen", "WQRUN_LISTEN", 0},
+    {"--token", "WQRUN_TOKEN", 0},
+    {"--max-connections", "WQRUN_MAX_CONNECTIONS", 0},
+    {"--grace", "WQRUN_GRACE", 0},
+    {"--sync", "WQRUN_SYNC", 0},
+    {"--log-format", "WQRUN_LOG_FORMAT", 0},
+    {"--log-level", "WQRUN_LOG_LEVEL", 0},
+    {"--serve", "WQRUN_SERVE", 1},
+    {"--quiet", "WQRUN_QUIET", 1},
+    {"--virtual-time", "WQRUN_VIRTUAL_TIME", 1},
+    {NULL, NULL, 0},
+};
+
+/* Sets option d to v (a flag: v is "1" or "0"); 0, or bad_usage's status. */
+static int apply(wq_host_opts *o, const optdef *d, const char *v)
+{
+    const char *a = d->name;
+    if (strcmp(a, "--serve") == 0) {
+        o->serve = *v == '1';
+    } else if (strcmp(a, "--quiet") == 0) {
+        o->quiet = *v == '1';
+    } else if (strcmp(a, "--virtual-time") == 0) {
+        o->virtual_time = *v == '1';
+    } else if (strcmp(a, "--db") == 0) {
+        if (!*v)
+            return bad_usage("%s needs a path", "--db");
+        o->db_path = v;
+    } else if (strcmp(a, "--pg-schema") == 0) {
+        if (!*v || strlen(v) > 63)
+            return bad_usage("--pg-schema needs a name of 1-63 characters");
+        o->pg_schema = v;
+    } else if (strcmp(a, "--runner-name") == 0) {
+        if (!*v)
+            return bad_usage("%s needs a value", "--runner-name");
+        o->runner_name = v;
+    } else if (strcmp(a, "--lease") == 0) {
+        char *end;
+        double l = strtod(v, &end);
+        if (!*v || *end || !isfinite(l) || l < 1 || l > 86400)
+            return bad_usage("--lease needs seconds from 1 to 86400, got '%s'", v);
+        o->lease = l;
+    } else if (strcmp(a, "--listen") == 0) {
+        char host[256];
+        int port;
+        const char *why = wq_http_parse_listen(v, host, sizeof host, &port);
+        if (why)
+            return bad_usage("--listen '%s': %s", v, why);
+        o->listen = v;
+    } else if (strcmp(a, "--token") == 0) {
+        o->token = v; /* an empty one is none (an unset WQRUN_TOKEN) */
+    } else if (strcmp(a, "--max-connections") == 0) {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (!*v || *end || n < 1 || n > 1000000)
+            return bad_usage("--max-connections needs a number from 1 to 1000000, got '%s'", v);
+        o->max_connections = (int)n;
+    } else if (strcmp(a, "--grace") == 0) {
+        char *end;
+        double g = strtod(v, &end);
+        if (!*v || *end || !isfinite(g) || g < 0)
+            return bad_usage("--grace needs seconds >= 0, got '%s'", v);
+        o->grace = g;
+    } else if (strcmp(a, "--sync") == 0) {
+        if (strcmp(v, "normal") == 0)
+            o->sync_full = 0;
+        else if (strcmp(v, "full") == 0)
+            o->sync_full = 1;
+        else
+            return bad_usage("--sync takes normal or full, got '%s'", v);
+    } else if (strcmp(a, "--log-format") == 0) {
+        if (wq_log_set_format(v) < 0)
+            return bad_usage("--log-format takes text or json, got '%s'", v);
+    } else if (strcmp(a, "--log-level") == 0) {
+        if (wq_log_set_level(v) < 0)
+            return bad_usage("--log-level takes debug, info, warn or error, got '%s'", v);
+    }
+    return 0;
+}
+
+/* Options from the environment, before the command line overrides them. */
+static int apply_env(wq_host_opts *o)
+{
+    for (const optdef *d = optdefs; d->name; d++) {
+        const char *v = getenv(d->env);
+        if (!v || (!*v && strcmp(d->name, "--token") != 0))
+            continue; /* an empty variable is unset (an empty --db is not a path) */
+        if (d->flag) {
+            if (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes"))
+                v = "1";
+            else if (!strcmp(v, "0") || !strcasecmp(v, "false") || !strcasecmp(v, "no"))
+                v = "0";
+            else
+                return bad_usage("%s takes 1, true, yes, 0, false or no, got '%s'", d->env, v);
+        }
+        int rc = apply(o, d, v);
+        if (rc) {
+            fprintf(stderr, "wqrun: (from the environment variable %s)\n", d->env);
+            return rc;
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && (strcmp(argv[1], "add") == 0 || strcmp(argv[1], "status") == 0 ||
@@ -140,86 +269,45 @@ int main(int argc, char **argv)
 
     wq_host_opts o = {0};
     o.grace = 30;
-    o.token = getenv("WQRUN_TOKEN");
     int i = 1;
-    for (; i < argc; i++) {
-        const char *a = argv[i], *v;
+    for (; i < argc; i++) { /* --help and --version whatever the environment says */
+        if (strcmp(argv[i], "--") == 0 || argv[i][0] != '-' || argv[i][1] == '\0')
+            break;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (strcmp(argv[i], "--version") == 0 || strcmp(argv[i], "-v") == 0) {
+            printf("wqrun %s\n", WQ_VERSION);
+            return 0;
+        }
+    }
+    int rc = apply_env(&o);
+    if (rc)
+        return rc;
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
         if (strcmp(a, "--") == 0) {
             i++;
             break;
         }
         if (a[0] != '-' || a[1] == '\0')
             break;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
+        const optdef *d = optdefs;
+        if (strcmp(a, "-q") == 0)
+            a = "--quiet";
+        for (; d->name; d++) {
+            if (d->flag ? strcmp(a, d->name) == 0
+                        : (v = opt_value(argc, argv, &i, d->name)) != NULL)
+                break;
         }
-        if (strcmp(a, "--version") == 0 || strcmp(a, "-v") == 0) {
-            printf("wqrun %s\n", WQ_VERSION);
-            return 0;
-        }
-        if (strcmp(a, "--serve") == 0) {
-            o.serve = 1;
-        } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
-            o.quiet = 1;
-        } else if (strcmp(a, "--virtual-time") == 0) {
-            o.virtual_time = 1;
-        } else if ((v = opt_value(argc, argv, &i, "--db"))) {
-            if (!*v)
-                return bad_usage("%s needs a path", "--db");
-            o.db_path = v;
-        } else if ((v = opt_value(argc, argv, &i, "--pg-schema"))) {
-            if (!*v || strlen(v) > 63)
-                return bad_usage("--pg-schema needs a name of 1-63 characters");
-            o.pg_schema = v;
-        } else if ((v = opt_value(argc, argv, &i, "--runner-name"))) {
-            if (!*v)
-                return bad_usage("%s needs a value", "--runner-name");
-            o.runner_name = v;
-        } else if ((v = opt_value(argc, argv, &i, "--lease"))) {
-            char *end;
-            double l = strtod(v, &end);
-            if (!*v || *end || !isfinite(l) || l < 1 || l > 86400)
-                return bad_usage("--lease needs seconds from 1 to 86400, got '%s'", v);
-            o.lease = l;
-        } else if ((v = opt_value(argc, argv, &i, "--listen"))) {
-            char host[256];
-            int port;
-            const char *why = wq_http_parse_listen(v, host, sizeof host, &port);
-            if (why)
-                return bad_usage("--listen '%s': %s", v, why);
-            o.listen = v;
-        } else if ((v = opt_value(argc, argv, &i, "--token"))) {
-            if (!*v)
-                return bad_usage("%s needs a value", "--token");
-            o.token = v;
-        } else if ((v = opt_value(argc, argv, &i, "--max-connections"))) {
-            char *end;
-            long n = strtol(v, &end, 10);
-            if (!*v || *end || n < 1 || n > 1000000)
-                return bad_usage("--max-connections needs a number from 1 to 1000000, got '%s'", v);
-            o.max_connections = (int)n;
-        } else if ((v = opt_value(argc, argv, &i, "--grace"))) {
-            char *end;
-            double g = strtod(v, &end);
-            if (!*v || *end || !isfinite(g) || g < 0)
-                return bad_usage("--grace needs seconds >= 0, got '%s'", v);
-            o.grace = g;
-        } else if ((v = opt_value(argc, argv, &i, "--sync"))) {
-            if (strcmp(v, "normal") == 0)
-                o.sync_full = 0;
-            else if (strcmp(v, "full") == 0)
-                o.sync_full = 1;
-            else
-                return bad_usage("--sync takes normal or full, got '%s'", v);
-        } else {
+        if (!d->name)
             return bad_usage("unknown option '%s'", a);
-        }
+        if ((rc = apply(&o, d, d->flag ? "1" : v)))
+            return rc;
     }
     if (i >= argc)
         return bad_usage("%s", "missing SCRIPT.lua");
-    if (!o.db_path && getenv("WQRUN_DB") && *getenv("WQRUN_DB"))
-        o.db_path = getenv("WQRUN_DB");
     if (o.virtual_time && o.db_path && wq_backend_is_pg(o.db_path))
         return bad_usage("%s", "--virtual-time cannot be used with a PostgreSQL --db (the database "
                                "keeps real time)");

@@ -192,7 +192,8 @@ static void apply(void *ud, const wq_command *c)
     }
     test_kill("applied");
     wq_backend_command_result(h->backend, c->id, ok, msg);
-    wq_host_log(h, "wqrun: command %lld%s: %s", (long long)c->id, ok ? "" : " failed", msg);
+    wq_host_logl(h, ok ? WQ_LOG_INFO : WQ_LOG_WARN, "wqrun: command %lld%s: %s", (long long)c->id,
+                 ok ? "" : " failed", msg);
 }
 
 void wq_commands_poll(wq_host *h)
@@ -203,7 +204,8 @@ void wq_commands_poll(wq_host *h)
     int r = wq_backend_poll_commands(h->backend, apply, h);
     if (r < 0 && r != WQ_EBUSY && !failed) {
         failed = 1;
-        wq_host_log(h, "wqrun: cannot read the commands: %s", wq_backend_errmsg(h->backend));
+        wq_host_logl(h, WQ_LOG_ERROR, "wqrun: cannot read the commands: %s",
+                     wq_backend_errmsg(h->backend));
     } else if (r >= 0) {
         failed = 0;
     }

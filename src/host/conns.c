@@ -226,8 +226,9 @@ static void on_accept_error(struct evconnlistener *lev, void *arg)
             c->pause_ns = 1000 * 1000000LL;
         if (!c->warned) {
             c->warned = 1;
-            wq_host_log(c->h, "wqrun: HTTP: cannot accept connections (%s); pausing the listener",
-                        strerror(err));
+            wq_host_logl(c->h, WQ_LOG_WARN,
+                         "wqrun: HTTP: cannot accept connections (%s); pausing the listener",
+                         strerror(err));
         }
         pause_for(c, c->pause_ns);
         return;
@@ -235,7 +236,7 @@ static void on_accept_error(struct evconnlistener *lev, void *arg)
     /* Anything else: say it once in a while, never spin on it. */
     if (!c->warned) {
         c->warned = 1;
-        wq_host_log(c->h, "wqrun: HTTP: accept failed: %s", strerror(err));
+        wq_host_logl(c->h, WQ_LOG_ERROR, "wqrun: HTTP: accept failed: %s", strerror(err));
     }
     pause_for(c, 100 * 1000000LL);
 }

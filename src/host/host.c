@@ -11,6 +11,7 @@
 
 #include "host/http.h"
 #include "host/httpc.h"
+#include "host/service.h"
 #include "host/inbox.h"
 #include "host/monotime.h"
 #include "host/proc.h"
@@ -73,23 +74,55 @@ void wq_host_exit(wq_host *h, int code)
     event_base_loopbreak(h->base);
 }
 
+static void logv(wq_host *h, wq_log_level lv, const wq_log_field *fields, size_t nfields,
+                 const char *fmt, va_list ap) __attribute__((format(printf, 5, 0)));
+static void logv(wq_host *h, wq_log_level lv, const wq_log_field *fields, size_t nfields,
+                 const char *fmt, va_list ap)
+{
+    (void)h;
+    if (!wq_log_enabled(lv))
+        return;
+    char msg[2048];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    wq_log_write(lv, fields, nfields, msg);
+}
+
 void wq_host_log(wq_host *h, const char *fmt, ...)
 {
-    char stamp[64];
-    double now = wq_host_unix(h, wq_host_now(h));
-    time_t secs = (time_t)now;
-    struct tm tm;
-    localtime_r(&secs, &tm);
-    size_t n = strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
-    snprintf(stamp + n, sizeof stamp - n, ".%03d", (int)((now - (double)secs) * 1000));
-    wq_progress_clear(h);
-    fprintf(stderr, "%s ", stamp);
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    logv(h, WQ_LOG_INFO, NULL, 0, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
-    fflush(stderr);
+}
+
+void wq_host_logl(wq_host *h, wq_log_level lv, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    logv(h, lv, NULL, 0, fmt, ap);
+    va_end(ap);
+}
+
+void wq_host_logf(wq_host *h, wq_log_level lv, const wq_log_field *fields, size_t nfields,
+                  const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    logv(h, lv, fields, nfields, fmt, ap);
+    va_end(ap);
+}
+
+/* The log's clock and its hook (engine/log.h): this host's wall clock (virtual
+ * time included), and the progress line cleared before each line. */
+static double log_clock(void *ud)
+{
+    wq_host *h = ud;
+    return wq_host_unix(h, wq_host_now(h));
+}
+
+static void log_before(void *ud)
+{
+    wq_progress_clear(ud);
 }
 
 #define FIELD(f)                                                                                   \
@@ -257,8 +290,7 @@ static void expire_waiters(wq_host *h, int64_t now)
 static void store_failed(wq_host *h)
 {
     const char *why = wq_backend_errmsg(h->backend);
-    wq_progress_clear(h);
-    fprintf(stderr, "wqrun: %s; stopping\n", why);
+    wq_log(WQ_LOG_ERROR, "wqrun: %s; stopping", why);
     h->store_failed = 1;
     set_ack_error(h, "not stored: %s", why);
     release_waiters(h, 0);
@@ -284,7 +316,7 @@ static int flush_store(wq_host *h, int wait_ms)
     if (r == WQ_EBUSY) {
         if (!h->busy_since) {
             h->busy_since = h->last_flush;
-            wq_host_log(h, "wqrun: %s; retrying", wq_backend_errmsg(h->backend));
+            wq_host_logl(h, WQ_LOG_WARN, "wqrun: %s; retrying", wq_backend_errmsg(h->backend));
         }
         /* 10 ms, doubling up to 200 ms: the loop goes on meanwhile. */
         h->flush_backoff = h->flush_backoff ? h->flush_backoff * 2 : 10 * 1000 * 1000;
@@ -469,7 +501,7 @@ static void on_grace(wq_host *h, void *data, uint64_t id)
 {
     (void)data;
     (void)id;
-    wq_host_log(h, "wqrun: grace period over, exiting with handlers still running");
+    wq_host_logl(h, WQ_LOG_WARN, "wqrun: grace period over, exiting with handlers still running");
     wq_host_exit(h, 0);
 }
 
@@ -530,6 +562,7 @@ void wq_host_stop(wq_host *h, const char *why)
     h->stopping = 1;
     wq_host_log(h, "wqrun: %s, finishing running handlers (up to %gs; again to quit now)", why,
                 h->opts.grace);
+    wq_service_stopping(h, why);
     for (int i = 0; i < h->nqueues; i++)
         h->queues[i].ops->stop(h->queues[i].q);
     if (h->backend) /* stop claiming; claimed items no handler started go back at once */
@@ -555,8 +588,7 @@ void wq_host_stop(wq_host *h, const char *why)
 static void stop_signal(wq_host *h, int sig)
 {
     if (h->stopping) {
-        wq_progress_clear(h);
-        fprintf(stderr, "wqrun: second signal, exiting now\n");
+        wq_log(WQ_LOG_WARN, "wqrun: second signal, exiting now");
         h->exiting = 1;
         h->exit_code = 128 + (int)sig;
         event_base_loopbreak(h->base);
@@ -703,6 +735,8 @@ wq_host *wq_host_new(const wq_host_opts *opts)
     h->start_mono = mono_ns();
     h->vnow = h->start_mono;
     h->start_unix = unix_now();
+    wq_log_set_clock(log_clock, h);
+    wq_log_set_before(log_before, h);
     wq_timer_init(h);
     /* Precise timers (timerfd): epoll's millisecond timeouts would make every
      * delay up to 1 ms late. */
@@ -762,6 +796,7 @@ int wq_host_start(wq_host *h)
     if (h->opts.listen && wq_http_start(h, h->opts.listen) < 0)
         return -1;
     wq_progress_start(h);
+    wq_service_start(h);
     return 0;
 }
 
@@ -827,6 +862,7 @@ int wq_host_run(wq_host *h)
     drain_replies(h);
     wq_commands_abandon(h);
     wq_progress_finish(h);
+    wq_service_stopped(h, status);
     return status;
 }
 
@@ -842,6 +878,9 @@ void wq_host_free(wq_host *h)
     if (!h)
         return;
     wq_host_shutdown(h);
+    wq_service_free(h);
+    wq_log_set_clock(NULL, NULL);
+    wq_log_set_before(NULL, NULL);
     wq_backend_close(h->backend);
     wq_timer_destroy(h);
     if (h->timer_ev)

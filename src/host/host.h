@@ -10,6 +10,7 @@
 
 #include "engine/clock.h"
 #include "engine/delay.h"
+#include "engine/log.h"
 #include "engine/metrics.h"
 #include "host/opts.h"
 #include "store/backend.h"
@@ -238,6 +239,7 @@ struct wq_host {
     wq_backend *backend; /* NULL: no --db (in memory) */
     void *http;          /* the HTTP server, when listening */
     void *progress;      /* the progress line, when shown */
+    void *service;       /* start-up line, systemd notifications (service.c) */
     uint64_t handler_timeouts;
 };
 
@@ -265,8 +267,14 @@ int64_t wq_host_now(const wq_host *h);
 double wq_host_unix(const wq_host *h, int64_t mono);
 /* Ends the loop with the given status (after the current callback). */
 void wq_host_exit(wq_host *h, int code);
-/* Writes a timestamped line to stderr (above the progress line). */
+/* Writes an info line to the log (stderr, above the progress line; engine/log.h). */
 void wq_host_log(wq_host *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same at level lv. */
+void wq_host_logl(wq_host *h, wq_log_level lv, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The same with structured fields (JSON lines show them; text has them in the message). */
+void wq_host_logf(wq_host *h, wq_log_level lv, const wq_log_field *fields, size_t nfields,
+                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* Begins a graceful stop, as the first SIGINT/SIGTERM does (why names the cause in the log). */
 void wq_host_stop(wq_host *h, const char *why);
 /* Re-arms the timer and checks for idle/virtual-time jumps; call after state changes. */

@@ -26,7 +26,8 @@ static void report_once(wq_host *h, char warned[16][65], const char *queue, cons
             return;
         if (!warned[i][0]) {
             snprintf(warned[i], sizeof warned[i], "%s", queue);
-            wq_host_log(h, "wqrun: inbox rows for queue '%s' stay in the inbox: %s", queue, why);
+            wq_host_logl(h, WQ_LOG_WARN, "wqrun: inbox rows for queue '%s' stay in the inbox: %s",
+                         queue, why);
             return;
         }
     }
@@ -89,5 +90,6 @@ void wq_inbox_poll(wq_host *h)
     struct poll_ctx c = {h};
     int r = wq_backend_poll_inbox(h->backend, take, &c);
     if (r < 0 && r != WQ_EBUSY)
-        wq_host_log(h, "wqrun: cannot read the inbox: %s", wq_backend_errmsg(h->backend));
+        wq_host_logl(h, WQ_LOG_ERROR, "wqrun: cannot read the inbox: %s",
+                     wq_backend_errmsg(h->backend));
 }

@@ -107,7 +107,8 @@ static void fire(wq_host *h, void *data, uint64_t id)
     if (!shared && c->lq->q && !wq_queue_shutting_down(c->lq->q)) {
         const wq_hqueue *hq = wq_host_find_queue(h, c->lq->name);
         if (hq && hq->ops->add(hq->q, &it) < 0)
-            wq_host_log(h, "wqrun: schedule '%s' of %s: the add failed", c->name, c->lq->name);
+            wq_host_logl(h, WQ_LOG_ERROR, "wqrun: schedule '%s' of %s: the add failed", c->name,
+                         c->lq->name);
     }
     c->last = c->next;
     c->next = next;

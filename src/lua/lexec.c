@@ -215,8 +215,9 @@ static int try_spawn(lua_State *L, wq_task *t, box *b)
         (b->spec.timeout_ns == 0 || now - b->first_try + b->backoff < b->spec.timeout_ns)) {
         if (b->backoff == 0) {
             b->first_try = now;
-            wq_host_log(h, "wqrun: exec: cannot start '%s' now (%s); trying again shortly",
-                        b->spec.argv[0], strerror(err));
+            wq_host_logl(h, WQ_LOG_WARN,
+                         "wqrun: exec: cannot start '%s' now (%s); trying again shortly",
+                         b->spec.argv[0], strerror(err));
         }
         b->backoff = b->backoff ? b->backoff * 2 : 20 * 1000000LL;
         if (b->backoff > 1000 * 1000000LL)

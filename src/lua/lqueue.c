@@ -201,17 +201,17 @@ static void bq_redefined(void *ud, const wq_queue_def *def, const char *by)
 {
     lqueue *lq = ud;
     if (def->max_retries >= 0 && def->max_retries != lq->max_retries) {
-        wq_host_log(lq->host,
-                    "wqrun: warning: queue '%s': max_retries is %lld as runner '%s' defined it "
-                    "since (the last runner started wins); it was %lld here",
-                    lq->name, (long long)def->max_retries, by, (long long)lq->max_retries);
+        wq_host_logl(lq->host, WQ_LOG_WARN,
+                     "wqrun: warning: queue '%s': max_retries is %lld as runner '%s' defined it "
+                     "since (the last runner started wins); it was %lld here",
+                     lq->name, (long long)def->max_retries, by, (long long)lq->max_retries);
         lq->max_retries = def->max_retries;
     }
     if (def->keep_done >= 0 && def->keep_done != lq->keep_done) {
-        wq_host_log(lq->host,
-                    "wqrun: warning: queue '%s': keep_done is %g s as runner '%s' defined it "
-                    "since (the last runner started wins); it was %g s here",
-                    lq->name, def->keep_done, by, lq->keep_done);
+        wq_host_logl(lq->host, WQ_LOG_WARN,
+                     "wqrun: warning: queue '%s': keep_done is %g s as runner '%s' defined it "
+                     "since (the last runner started wins); it was %g s here",
+                     lq->name, def->keep_done, by, lq->keep_done);
         lq->keep_done = def->keep_done; /* the database keeps the memories */
     }
 }
@@ -1483,7 +1483,8 @@ static void op_fire_due(void *q)
 {
     lqueue *lq = q;
     if (wq_queue_fire_due(lq->q) < 0)
-        wq_host_log(lq->host, "wqrun: %s: out of memory firing delayed items", lq->name);
+        wq_host_logl(lq->host, WQ_LOG_ERROR, "wqrun: %s: out of memory firing delayed items",
+                     lq->name);
 }
 
 static int op_busy(void *q)

@@ -239,7 +239,7 @@ static void timer_fire(wq_host *h, void *data, uint64_t id)
     lua_pushcfunction(L, spawn_callback);
     lua_pushlightuserdata(L, tm);
     if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
-        wq_host_log(h, "wqrun: timer callback skipped: %s", lua_tostring(L, -1));
+        wq_host_logl(h, WQ_LOG_WARN, "wqrun: timer callback skipped: %s", lua_tostring(L, -1));
         lua_pop(L, 1);
     }
     if (tm->every) {
@@ -250,7 +250,7 @@ static void timer_fire(wq_host *h, void *data, uint64_t id)
         tm->id = wq_timer_start(h, tm->due, timer_fire, tm);
         if (tm->id)
             return;
-        wq_host_log(h, "wqrun: periodic timer stopped: out of memory");
+        wq_host_logl(h, WQ_LOG_ERROR, "wqrun: periodic timer stopped: out of memory");
     }
     timer_release(L, tm);
 }

@@ -226,8 +226,7 @@ static void task_failed(wq_sched *h, wq_task *t)
                        : t->kind == TASK_TIMER  ? "timer callback"
                        : t->kind == TASK_WORKER ? "worker"
                                                 : "task";
-    wq_progress_clear(host);
-    fprintf(stderr, "wqrun: error in %s: %s\n", what, lua_tostring(L, -1));
+    wq_log(WQ_LOG_ERROR, "wqrun: error in %s: %s", what, lua_tostring(L, -1));
     lua_pop(L, 3);
     wq_host_exit(host, 1);
 }
@@ -294,8 +293,7 @@ static void on_run(evutil_socket_t fd, short what, void *arg)
     lua_pushcfunction(L, run_pass);
     lua_pushlightuserdata(L, h);
     if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
-        wq_progress_clear(host);
-        fprintf(stderr, "wqrun: %s; stopping\n", wq_safe_tostring(L, -1));
+        wq_log(WQ_LOG_ERROR, "wqrun: %s; stopping", wq_safe_tostring(L, -1));
         lua_settop(L, 0);
         wq_host_exit(host, 1);
     }

@@ -21,6 +21,7 @@
 
 #include "engine/common.h"
 #include "engine/keymap.h"
+#include "engine/log.h"
 #include "store/pg/pg_schema.h"
 #include "store/pg/pgconn.h"
 
@@ -288,10 +289,13 @@ static void set_err(pgb *b, const char *fmt, ...)
     va_end(ap);
 }
 
-static void logf_(pgb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void logf_(pgb *b, const char *fmt, ...)
+static void logf_(pgb *b, wq_log_level lv, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void logf_(pgb *b, wq_log_level lv, const char *fmt, ...)
 {
     (void)b;
+    if (!wq_log_enabled(lv))
+        return;
     char msg[600];
     va_list ap;
     va_start(ap, fmt);
@@ -300,13 +304,7 @@ static void logf_(pgb *b, const char *fmt, ...)
     for (char *p = msg; *p; p++) /* libpq's messages span lines: one log line each */
         if (*p == '\n' || *p == '\t')
             *p = ' ';
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    struct tm tm;
-    localtime_r(&ts.tv_sec, &tm);
-    char when[32];
-    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
-    fprintf(stderr, "%s.%03ld wqrun: %s\n", when, ts.tv_nsec / 1000000, msg);
+    wq_log(lv, "wqrun: %s", msg);
 }
 
 static void kick(pgb *b)
@@ -888,8 +886,8 @@ static void finish_result(void *ud, PGresult *res)
         long stale = atol(PQgetvalue(res, 0, 0));
         if (stale > 0) {
             q->b->st.stale_outcomes += (uint64_t)stale;
-            logf_(q->b, "%s: %ld outcome(s) discarded: their items had been taken over", q->name,
-                  stale);
+            logf_(q->b, WQ_LOG_WARN,
+                  "%s: %ld outcome(s) discarded: their items had been taken over", q->name, stale);
         }
     } else if (res) {
         set_err(q->b, "cannot write outcomes: %s", PQresultErrorMessage(res));
@@ -919,7 +917,7 @@ static void claim_result(void *ud, PGresult *res)
     q->claiming = 0;
     if (!res || PQresultStatus(res) != PGRES_TUPLES_OK) {
         if (res && PQresultStatus(res) == PGRES_FATAL_ERROR)
-            logf_(q->b, "%s: claim failed: %s", q->name, PQresultErrorMessage(res));
+            logf_(q->b, WQ_LOG_WARN, "%s: claim failed: %s", q->name, PQresultErrorMessage(res));
         return;
     }
     int n = PQntuples(res);
@@ -1066,7 +1064,7 @@ static void reap_result(void *ud, PGresult *res)
         long n = atol(PQgetvalue(res, 0, 0));
         if (n > 0) {
             b->st.takeovers += (uint64_t)n;
-            logf_(b, "took over %ld item(s) of dead runners", n);
+            logf_(b, WQ_LOG_WARN, "took over %ld item(s) of dead runners", n);
             for (pgq *q = b->queues; q; q = q->next)
                 q->more = 1;
             kick(b);
@@ -1079,7 +1077,8 @@ static void lose_all(pgb *b, const char *why)
     if (b->lost_claims)
         return;
     b->lost_claims = 1;
-    logf_(b, "%s: running handlers are cancelled (their items run elsewhere now)", why);
+    logf_(b, WQ_LOG_WARN, "%s: running handlers are cancelled (their items run elsewhere now)",
+          why);
     for (pgq *q = b->queues; q; q = q->next)
         lose_claims(q, "lease lost");
 }
@@ -1117,7 +1116,7 @@ static void relock_result(void *ud, PGresult *res)
     if (res && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
         PQgetvalue(res, 0, 0)[0] == 't')
         return;
-    logf_(b, "could not take this runner's lock again after reconnecting");
+    logf_(b, WQ_LOG_ERROR, "could not take this runner's lock again after reconnecting");
 }
 
 static void reregister_result(void *ud, PGresult *res)
@@ -1132,7 +1131,7 @@ static void reregister_result(void *ud, PGresult *res)
     b->lost_claims = 0;
     b->last_heartbeat = real_ns();
     b->control_again = 1; /* the paused queues, at once */
-    logf_(b, "registered again as runner %lld", (long long)b->runner_id);
+    logf_(b, WQ_LOG_INFO, "registered again as runner %lld", (long long)b->runner_id);
     for (pgq *q = b->queues; q; q = q->next) {
         q->waiting_db = -1;
         q->more = 1;
@@ -1216,13 +1215,13 @@ static void define_result(void *ud, PGresult *res)
     q->def_sent = 2; /* answers read after this one see it (or a later runner's) */
     const char *by = PQgetisnull(res, 0, 2) ? "?" : PQgetvalue(res, 0, 2);
     if (!PQgetisnull(res, 0, 0) && atoll(PQgetvalue(res, 0, 0)) != q->def.max_retries)
-        logf_(q->b,
+        logf_(q->b, WQ_LOG_WARN,
               "warning: queue '%s': max_retries is %lld in this runner's script and was %s as "
               "runner '%s' defined it; the last runner started wins: %lld for every runner now",
               q->name, (long long)q->def.max_retries, PQgetvalue(res, 0, 0), by,
               (long long)q->def.max_retries);
     if (!PQgetisnull(res, 0, 1) && atof(PQgetvalue(res, 0, 1)) != q->def.keep_done)
-        logf_(q->b,
+        logf_(q->b, WQ_LOG_WARN,
               "warning: queue '%s': keep_done is %g s in this runner's script and was %s s as "
               "runner '%s' defined it; the last runner started wins: %g s for every runner now",
               q->name, q->def.keep_done, PQgetvalue(res, 0, 1), by, q->def.keep_done);
@@ -1351,11 +1350,11 @@ static void outbox_result(void *ud, PGresult *res)
     if (res && PQresultStatus(res) == PGRES_FATAL_ERROR) {
         char msg[400];
         wq_pg_msg(msg, sizeof msg, PQresultErrorMessage(res));
-        logf_(b, "%s: the database refused it: %s", p->what, msg);
+        logf_(b, WQ_LOG_ERROR, "%s: the database refused it: %s", p->what, msg);
         p->failed = 1;
     } else if (res && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
                strncmp(PQgetvalue(res, 0, 0), "caught up", 9) == 0) {
-        logf_(b, "%s '%s' of %s: %s (a time missed while no runner ran it)", p->what,
+        logf_(b, WQ_LOG_INFO, "%s '%s' of %s: %s (a time missed while no runner ran it)", p->what,
               p->params[1] ? p->params[1] : "?", p->params[0] ? p->params[0] : "?",
               PQgetvalue(res, 0, 0));
     }
@@ -1691,7 +1690,7 @@ static void on_down2(void *ud, const char *why)
 static void on_up(void *ud)
 {
     pgb *b = ud;
-    logf_(b, "reconnected to PostgreSQL at %s after %.1f s", b->where,
+    logf_(b, WQ_LOG_INFO, "reconnected to PostgreSQL at %s after %.1f s", b->where,
           (double)(real_ns() - b->down_since) / 1e9);
     b->down_since = 0;
     b->st.reconnects++;
@@ -1723,7 +1722,8 @@ static void on_down(void *ud, const char *why)
     pgb *b = ud;
     if (!b->down_since) {
         b->down_since = real_ns();
-        logf_(b, "lost the connection to PostgreSQL at %s (%s); reconnecting", b->where, why);
+        logf_(b, WQ_LOG_WARN, "lost the connection to PostgreSQL at %s (%s); reconnecting",
+              b->where, why);
     }
     b->st.connected = 0;
     set_err(b, "database unavailable: %s", why);
@@ -2222,7 +2222,8 @@ static void pg_schedule_put(wq_bqueue *bq, const wq_schedule_row *row)
         outbox_put(q->b, "schedule",
                    "SELECT @S.define_schedule($1, $2, $3, $4, $5::jsonb, $6, $7, $8::float8)", 8,
                    v) < 0)
-        logf_(q->b, "schedule '%s' of %s: out of memory: not stored", row->name, q->name);
+        logf_(q->b, WQ_LOG_ERROR, "schedule '%s' of %s: out of memory: not stored", row->name,
+              q->name);
     free(key);
     free(payload);
 }
@@ -2233,7 +2234,7 @@ static void pg_schedule_del(wq_bqueue *bq, const char *name)
     const char *v[2] = {q->name, name};
     if (outbox_put(q->b, "schedule", "DELETE FROM @S.schedules WHERE queue = $1 AND name = $2", 2,
                    v) < 0)
-        logf_(q->b, "schedule '%s' of %s: out of memory: not deleted", name, q->name);
+        logf_(q->b, WQ_LOG_ERROR, "schedule '%s' of %s: out of memory: not deleted", name, q->name);
 }
 
 static int pg_schedule_fire(wq_bqueue *bq, const wq_schedule_row *row)
@@ -2615,7 +2616,7 @@ int wq_pg_open(wq_backend **out, const wq_backend_opts *opts, char *err, size_t 
     if (b->c2)
         prepare_all(b, b->c2, 0);
     else
-        logf_(b, "one connection only (outcomes share it with claims): %s", err2);
+        logf_(b, WQ_LOG_WARN, "one connection only (outcomes share it with claims): %s", err2);
     b->st.connected = 1;
     *out = &b->base;
     return 0;
