@@ -216,8 +216,9 @@ struct wq_host {
     wq_hqueue *queues;
     int nqueues, queues_cap;
 
-    int children; /* running child processes */
-    void *procs;  /* list of running child process records (proc.c) */
+    int children;             /* running child processes */
+    void *procs;              /* list of running child process records (proc.c) */
+    struct wq_keeper *keeper; /* kills the children's groups if we die (keeper.c); NULL: none */
 
     int store_failed;               /* a commit failed: no more writes, exit 1 */
     char ack_error[512];            /* why the last waiters released with 0 were not acknowledged */
