@@ -216,9 +216,8 @@ struct wq_host {
     wq_hqueue *queues;
     int nqueues, queues_cap;
 
-    int children;             /* running child processes */
-    void *procs;              /* list of running child process records (proc.c) */
-    struct wq_keeper *keeper; /* kills the children's groups if we die (keeper.c); NULL: none */
+    int children; /* running child processes */
+    void *procs;  /* list of running child process records (proc.c) */
 
     int store_failed;               /* a commit failed: no more writes, exit 1 */
     char ack_error[512];            /* why the last waiters released with 0 were not acknowledged */
@@ -239,6 +238,9 @@ struct wq_host {
     void *http;          /* the HTTP server, when listening */
     void *progress;      /* the progress line, when shown */
     uint64_t handler_timeouts;
+
+    /* Kills the wq.exec children's groups if we die (keeper.c); NULL: none. */
+    struct wq_keeper *keeper;
 };
 
 /*
