@@ -75,14 +75,6 @@ static void runner(int out, int mode)
     raise(SIGKILL);
 }
 
-/* Reaps whatever came to us; 1 once the group has no process left. */
-static int group_gone(pid_t g)
-{
-    while (waitpid(-1, NULL, WNOHANG) > 0)
-        ;
-    return kill(-g, 0) < 0 && errno == ESRCH;
-}
-
 /* Runs a runner in mode; returns its report once it has ended. */
 static report run(int mode)
 {
@@ -107,46 +99,47 @@ static report run(int mode)
     return r;
 }
 
-static int gone_within_ms(pid_t g, int ms)
+/* Whether pid (a group with -pid) has no process left within ms; reaps what comes to us. */
+static int gone_within_ms(pid_t pid, int ms)
 {
-    for (int i = 0; i < ms; i++, nap_ms(1))
-        if (group_gone(g))
+    for (int i = 0;; i++, nap_ms(1)) {
+        while (waitpid(-1, NULL, WNOHANG) > 0)
+            ;
+        if (kill(pid, 0) < 0 && errno == ESRCH)
             return 1;
-    return group_gone(g);
+        if (i >= ms)
+            return 0;
+    }
 }
 
-static void kill_group(pid_t g)
+/* Whether group g emptied within ms; if not, kills it (the test fails, leaving nothing). */
+static int group_gone_within_ms(pid_t g, int ms)
 {
+    if (gone_within_ms(-g, ms))
+        return 1;
     kill(-g, SIGKILL);
-    gone_within_ms(g, 1000);
+    gone_within_ms(-g, 1000);
+    return 0;
 }
 
 Test(keeper, kills_a_watched_group_with_its_grandchild_when_the_runner_is_killed)
 {
     report r = run(WATCH);
-    int gone = gone_within_ms(r.group, 1000);
-    if (!gone)
-        kill_group(r.group);
-    cr_assert(gone, "group %d still has processes 1 s after the runner's SIGKILL", (int)r.group);
-    cr_assert(kill(r.keeper, 0) < 0 && errno == ESRCH, "the keeper %d ended and was reaped",
-              (int)r.keeper);
+    cr_assert(group_gone_within_ms(r.group, 1000),
+              "group %d still has processes 1 s after the runner's SIGKILL", (int)r.group);
+    cr_assert(gone_within_ms(r.keeper, 1000), "the keeper %d ended", (int)r.keeper);
 }
 
 Test(keeper, leaves_a_forgotten_group_alone)
 {
     report r = run(FORGET);
-    nap_ms(200);
-    int alive = !group_gone(r.group);
-    kill_group(r.group);
-    cr_assert(alive, "a group the runner had forgotten was killed");
+    cr_assert(!group_gone_within_ms(r.group, 200), "a group the runner had forgotten was killed");
 }
 
 Test(keeper, kills_the_groups_when_the_runner_dies_while_another_process_holds_the_pipe)
 {
     report r = run(HOLD_PIPE);
-    int gone = gone_within_ms(r.group, 1500);
-    if (!gone)
-        kill_group(r.group);
+    int gone = group_gone_within_ms(r.group, 1500);
     kill(r.holder, SIGKILL);
     waitpid(r.holder, NULL, 0);
     cr_assert(gone, "the keeper did not notice its runner's death without end of file");
@@ -155,10 +148,8 @@ Test(keeper, kills_the_groups_when_the_runner_dies_while_another_process_holds_t
 Test(keeper, a_stop_kills_the_groups_it_still_knows_and_waits_for_the_keeper)
 {
     report r = run(STOP);
-    int gone = gone_within_ms(r.group, 1000);
-    if (!gone)
-        kill_group(r.group);
-    cr_assert(gone, "group %d outlived the keeper's stop", (int)r.group);
-    /* wq_keeper_stop reaped it: it is not even a zombie for us to find. */
-    cr_assert(kill(r.keeper, 0) < 0 && errno == ESRCH);
+    /* wq_keeper_stop reaped the keeper: it is not even a zombie for us to find. */
+    cr_assert(kill(r.keeper, 0) < 0 && errno == ESRCH, "the stop waited for the keeper");
+    cr_assert(group_gone_within_ms(r.group, 1000), "group %d outlived the keeper's stop",
+              (int)r.group);
 }
