@@ -26,6 +26,7 @@ trap cleanup EXIT
 # alive PID: the process exists and is not a zombie.
 alive() {
     local state
+    [ -n "$1" ] || return 1
     state=$(awk '{ sub(/^.*\) /, ""); print $1 }' "/proc/$1/stat" 2>/dev/null)
     [ -n "$state" ] && [ "$state" != Z ]
 }
