@@ -13,6 +13,7 @@
 #include "host/httpc.h"
 #include "host/service.h"
 #include "host/inbox.h"
+#include "host/keeper.h"
 #include "host/monotime.h"
 #include "host/proc.h"
 #include "host/progress.h"
@@ -729,6 +730,14 @@ wq_host *wq_host_new(const wq_host_opts *opts)
         return NULL;
     }
     h->opts = *opts;
+    /* First: the keeper must not inherit threads, files, sockets or connections. */
+    int kerr;
+    h->keeper = wq_keeper_start(&kerr);
+    if (!h->keeper)
+        fprintf(stderr,
+                "wqrun: cannot start the process keeper (%s): wq.exec children may outlive "
+                "wqrun if it is killed\n",
+                strerror(kerr));
     wq_monotime_init();
     h->clock.now = host_clock;
     h->clock.ud = h;
@@ -748,6 +757,7 @@ wq_host *wq_host_new(const wq_host_opts *opts)
     }
     if (!h->base) {
         fprintf(stderr, "wqrun: cannot initialize the event loop\n");
+        wq_keeper_stop(h->keeper);
         free(h);
         return NULL;
     }
@@ -881,6 +891,9 @@ void wq_host_free(wq_host *h)
     wq_service_free(h);
     wq_log_set_clock(NULL, NULL);
     wq_log_set_before(NULL, NULL);
+    /* After the children: it kills what is left of their groups. */
+    wq_keeper_stop(h->keeper);
+    h->keeper = NULL;
     wq_backend_close(h->backend);
     wq_timer_destroy(h);
     if (h->timer_ev)

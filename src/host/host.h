@@ -241,6 +241,9 @@ struct wq_host {
     void *progress;      /* the progress line, when shown */
     void *service;       /* start-up line, systemd notifications (service.c) */
     uint64_t handler_timeouts;
+
+    /* Kills the wq.exec children's groups if we die (keeper.c); NULL: none. */
+    struct wq_keeper *keeper;
 };
 
 /*

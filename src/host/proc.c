@@ -4,11 +4,14 @@
  * for stdin, stdout and stderr are watched by libevent; SIGCHLD (a
  * libevent signal event in host.c) reaps them. A record is finished once
  * the child has exited and both output pipes are closed (or right away
- * after a kill, taking what is there).
+ * after a kill, taking what is there). Each group is also told to the
+ * keeper (keeper.c), which kills it if the runner dies, and forgotten
+ * there once it is killed or found empty.
  */
 #define _GNU_SOURCE /* pipe2, posix_spawn_file_actions_addchdir_np */
 #include "host/proc.h"
 
+#include "host/keeper.h"
 #include "host/timer.h"
 
 #include <errno.h>
@@ -40,11 +43,45 @@ struct wq_proc {
     char *in;
     size_t inlen, inoff;
     int exited, wstatus, killed, timed_out;
+    int kept; /* the keeper knows its group */
     uint64_t timer;
     int finished; /* exited, output complete, callback made */
     wq_proc_result res;
     struct wq_proc *next;
 };
+
+/* The keeper died or cannot be told: wq.exec goes on without it. */
+static void lose_keeper(wq_host *h)
+{
+    wq_host_log(h,
+                "wqrun: the process keeper (pid %d) is gone: wq.exec children may outlive "
+                "wqrun if it is killed",
+                (int)wq_keeper_pid(h->keeper));
+    wq_keeper_stop(h->keeper);
+    h->keeper = NULL;
+}
+
+static void keep_group(xproc *x)
+{
+    wq_host *h = x->h;
+    if (!h->keeper)
+        return;
+    if (wq_keeper_watch(h->keeper, x->pid) == 0)
+        x->kept = 1;
+    else
+        lose_keeper(h);
+}
+
+/* The group is killed or empty: its number may be reused, the keeper must forget it. */
+static void release_group(xproc *x)
+{
+    wq_host *h = x->h;
+    if (!x->kept)
+        return;
+    x->kept = 0;
+    if (h->keeper && wq_keeper_forget(h->keeper, x->pid) < 0)
+        lose_keeper(h);
+}
 
 static void close_pipe(xproc *x, int i)
 {
@@ -182,6 +219,7 @@ static void kill_proc(xproc *x)
     if (!x->exited && !x->killed) {
         kill(-x->pid, SIGKILL);
         kill(x->pid, SIGKILL);
+        release_group(x);
     }
     x->killed = 1;
 }
@@ -200,6 +238,8 @@ static void on_timeout(wq_host *h, void *data, uint64_t id)
  * processes the script started itself (io.popen, os.execute). */
 void wq_proc_reap(wq_host *h)
 {
+    if (h->keeper && wq_keeper_reap(h->keeper))
+        lose_keeper(h);
     xproc *next;
     for (xproc *x = h->procs; x; x = next) {
         next = x->next;
@@ -208,6 +248,10 @@ void wq_proc_reap(wq_host *h)
             continue;
         x->exited = 1;
         x->wstatus = st;
+        /* Not empty when a background process the child started lives on:
+         * the keeper keeps it, and drops it when it sees it empty. */
+        if (kill(-x->pid, 0) < 0 && errno == ESRCH)
+            release_group(x);
         if (x->timer) {
             wq_timer_stop(h, x->timer);
             x->timer = 0;
@@ -341,6 +385,7 @@ int wq_proc_spawn(wq_host *h, const wq_proc_spec *spec, wq_proc_fn fn, void *ud,
     h->children++;
     x->next = h->procs;
     h->procs = x;
+    keep_group(x);
     event_add(x->ev[1], NULL);
     event_add(x->ev[2], NULL);
     if (x->inlen)

@@ -217,22 +217,25 @@ do -- many concurrent execs, from tasks, timer callbacks and handlers
     t.eq(hcount, 10, "exec in handlers")
 end
 
-do -- no zombies: no process has us as parent any more
+do -- no zombies: no process has us as parent any more, but the keeper
     local mypid = io.open("/proc/self/stat"):read("a"):match("^(%d+)")
     local ls = wq.exec({"ls", "/proc"})
-    local children = {}
+    local children, keepers = {}, 0
     for pid in ls.stdout:gmatch("(%d+)\n") do
         local f = io.open("/proc/" .. pid .. "/stat")
         if f then
             local s = f:read("a") or ""
             f:close()
-            local state, ppid = s:match("^%d+ %b() (%S) (%d+)")
-            if ppid == mypid then
+            local name, state, ppid = s:match("^%d+ (%b()) (%S) (%d+)")
+            if ppid == mypid and name == "(wqrun-keeper)" and state ~= "Z" then
+                keepers = keepers + 1
+            elseif ppid == mypid then
                 children[#children + 1] = pid .. ":" .. state
             end
         end
     end
     t.eq(children, {}, "no child process left (zombie or running)")
+    t.eq(keepers, 1, "one process keeper runs beside the children")
 end
 
 do -- wq.exec reaps only its own children: io.popen keeps its exit status
