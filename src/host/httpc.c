@@ -345,7 +345,13 @@ static int configure(wq_httpc_req *r, const wq_httpc_spec *s, char *msg, size_t 
     SET(CURLOPT_HEADERFUNCTION, on_header);
     SET(CURLOPT_HEADERDATA, (void *)r);
     SET(CURLOPT_ACCEPT_ENCODING, ""); /* every encoding libcurl decodes */
-    SET(CURLOPT_PIPEWAIT, 1L);        /* HTTP/2: one connection, many streams */
+    /* HTTP/2: one connection, many streams. Only for https://, where TLS
+     * (ALPN) tells at once whether the server multiplexes: over http://
+     * libcurl would keep every other request to the host waiting for the
+     * first one's response, and a server that never answers it would hold
+     * them all (they time out unsent). */
+    if (strncasecmp(s->url, "https:", 6) == 0)
+        SET(CURLOPT_PIPEWAIT, 1L);
     SET(CURLOPT_TCP_KEEPALIVE, 1L);
     SET(CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)(s->max_body > INT64_MAX ? INT64_MAX : s->max_body));
     if (!has_agent)
