@@ -14,6 +14,7 @@ packages=(
   libcurl4-openssl-dev libssl-dev # wq.http (src/host/httpc.c), wq.hmac_sha256 (src/lua/lcrypto.c)
   libcriterion-dev
   lua-cjson lua-cjson-dev # lua-cjson-dev ships the lua5.4-cjson pkg-config file
+  openssl python3 # the test server of tests/e2e/test_wq_http.sh (a self-signed certificate)
   curl procps clang-format wrk prometheus # wrk: bench/bench_http.sh; prometheus: promtool for tests/e2e/test_http.sh
   tzdata # real time zones for the cron DST tests (tests/engine/test_cron.c)
   chromium chromium-driver python3-selenium # the dashboard in a real browser (tests/e2e/test_dashboard.sh)
