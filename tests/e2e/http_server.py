@@ -26,7 +26,8 @@ Endpoints (GET, or any method where it makes sense):
   /endless?id=ID        200 with no length, bytes forever until the client
                         closes; records ID's sent (bytes) and closed_after
   /big?n=N              200 with Content-Length N
-  /gzip                 a gzip-encoded JSON body (Content-Encoding: gzip)
+  /gzip                 a gzip-encoded JSON body (Content-Encoding: gzip) when
+                        the request's Accept-Encoding has gzip, else plain
   /repeat               a header sent twice (X-Twice: a, X-Twice: b)
   /conns                JSON {"http": n, "https": n}: connections accepted so far
   /events?id=ID         JSON of what was recorded for ID ({} while open)
@@ -167,8 +168,11 @@ class Handler(BaseHTTPRequestHandler):
         if what == "big":
             return self.send(200, b"y" * int(q["n"][0]), "application/octet-stream")
         if what == "gzip":
-            data = gzip.compress(json.dumps({"zipped": True, "pad": "z" * 1000}).encode())
-            return self.send(200, data, "application/json", [("Content-Encoding", "gzip")])
+            data = json.dumps({"zipped": True, "pad": "z" * 1000}).encode()
+            if "gzip" not in self.headers.get("Accept-Encoding", ""):
+                return self.send(200, data)
+            return self.send(200, gzip.compress(data), "application/json",
+                             [("Content-Encoding", "gzip")])
         if what == "repeat":
             return self.send(200, "twice", "text/plain", [("X-Twice", "a"), ("X-Twice", "b")])
         if what == "conns":

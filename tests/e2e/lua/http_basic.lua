@@ -129,7 +129,7 @@ end
 
 do -- a gzip body is decoded
     local r = get({url = HTTP .. "/gzip"})
-    t.eq(r.headers["content-encoding"], "gzip", "sent gzip-encoded")
+    t.eq(r.headers["content-encoding"], "gzip", "gzip is accepted, and sent")
     t.eq(r:json().zipped, true, "decoded")
 end
 
