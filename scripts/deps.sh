@@ -15,6 +15,7 @@ packages=(
   libcriterion-dev
   lua-cjson lua-cjson-dev # lua-cjson-dev ships the lua5.4-cjson pkg-config file
   openssl python3 # the test server of tests/e2e/test_wq_http.sh (a self-signed certificate)
+  nginx # an HTTP/2 server for tests/e2e/test_wq_http2.sh
   curl procps clang-format wrk prometheus # wrk: bench/bench_http.sh; prometheus: promtool for tests/e2e/test_http.sh
   tzdata # real time zones for the cron DST tests (tests/engine/test_cron.c)
   chromium chromium-driver python3-selenium # the dashboard in a real browser (tests/e2e/test_dashboard.sh)
