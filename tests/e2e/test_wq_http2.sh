@@ -20,7 +20,7 @@ free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-for try in 1 2 3; do
+for _ in 1 2 3; do
     WQ_H2_PORT=$(free_port)
     WQ_H1_PORT=$(free_port)
     # One process (no worker left behind when it is killed), as who we are.
