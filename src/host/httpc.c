@@ -336,6 +336,10 @@ static int configure(wq_httpc_req *r, const wq_httpc_spec *s, char *msg, size_t 
     SET(CURLOPT_PRIVATE, (void *)r);
     SET(CURLOPT_ERRORBUFFER, r->errbuf);
     SET(CURLOPT_NOSIGNAL, 1L);
+    /* A transfer stopped while its name is being resolved does not wait for
+     * the resolver thread (libcurl otherwise joins it, and the loop stands
+     * still until getaddrinfo returns): the thread is left to end alone. */
+    SET(CURLOPT_QUICK_EXIT, 1L);
     SET(CURLOPT_URL, s->url);
     SET(CURLOPT_PROTOCOLS_STR, "http,https");
     SET(CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
