@@ -2,9 +2,9 @@
 # wq.http from Lua against a real server (tests/e2e/http_server.py): every
 # option, keep-alive reuse, TLS verification, a proxy from the environment,
 # a handler's timeout and q:cancel aborting a transfer at once (the server
-# sees the close), an endless body stopped at max_body with bounded RSS, and
-# a thousand requests to a server that never answers timing out and freeing
-# everything. The assertions run in the Lua scripts (tests/e2e/lua/http_*.lua,
+# sees the close; during a slow name lookup too), an endless body stopped at
+# max_body with bounded RSS, and a thousand requests to a server that never
+# answers timing out and freeing everything. The assertions run in the Lua scripts (tests/e2e/lua/http_*.lua,
 # exit status 1 on a failed check); the server's side is checked here too.
 . "$(dirname "$0")/lib.sh"
 
@@ -81,6 +81,19 @@ for round in first second third; do
 done
 printf '%s\n' "$OUT" | grep '^many:'
 expect_between "$ELAPSED" 3 40 "three rounds of 1000 one-second timeouts"
+
+# Stopping a transfer during a slow name lookup (tests/e2e/slowdns.c,
+# preloaded) neither waits for the lookup nor stalls the loop.
+if cc -shared -fPIC -o "$TMP/slowdns.so" "$E2E_DIR/slowdns.c" -ldl 2>"$TMP/cc.err"; then
+    # ASan wants to come first among the libraries; the preloaded one is harmless before it.
+    LD_PRELOAD=$TMP/slowdns.so ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 \
+        run --quiet "$E2E_DIR/lua/http_dns.lua"
+    expect_rc 0 "http_dns.lua"
+    expect_in "$OUT" "checks passed" "http_dns.lua finished"
+    printf '%s\n' "$OUT" | grep '^dns:'
+else
+    fail "cannot build tests/e2e/slowdns.c: $(cat "$TMP/cc.err")"
+fi
 
 # A proxy from the environment (libcurl reads http_proxy and no_proxy).
 http_proxy=$SRV no_proxy=localhost run --quiet "$E2E_DIR/lua/http_proxy.lua"
