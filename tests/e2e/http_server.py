@@ -23,8 +23,11 @@ Endpoints (GET, or any method where it makes sense):
   /slow?after=S         answers 200 "slow" after S seconds
   /hang?id=ID           never answers; when the client closes the connection,
                         records ID's closed_after (seconds since the request)
+                        and closed_at (Unix time)
   /endless?id=ID        200 with no length, bytes forever until the client
                         closes; records ID's sent (bytes) and closed_after
+  /endless-headers?id=ID   200 and header lines forever until the client
+                        closes; records ID's sent (lines) and closed_after
   /big?n=N              200 with Content-Length N
   /gzip                 a gzip-encoded JSON body (Content-Encoding: gzip) when
                         the request's Accept-Encoding has gzip, else plain
@@ -144,7 +147,7 @@ class Handler(BaseHTTPRequestHandler):
             t0 = time.monotonic()
             record(ident, opened=True)
             if peer_closed(self.connection, 300):
-                record(ident, closed_after=round(time.monotonic() - t0, 3))
+                record(ident, closed_after=round(time.monotonic() - t0, 3), closed_at=time.time())
             self.close_connection = True
             return None
         if what == "endless":
@@ -160,6 +163,21 @@ class Handler(BaseHTTPRequestHandler):
                     self.wfile.write(chunk)
                     sent += len(chunk)
                     record(ident, sent=sent)
+            except (ConnectionError, OSError):
+                pass
+            record(ident, sent=sent, closed_after=round(time.monotonic() - t0, 3))
+            self.close_connection = True
+            return None
+        if what == "endless-headers":
+            t0 = time.monotonic()
+            self.send_response_only(200)
+            self.flush_headers()  # the status line, then our lines
+            sent = 0
+            try:
+                while time.monotonic() - t0 < 300:
+                    self.wfile.write(b"".join(b"X-H%d: %s\r\n" % (sent + k, b"v" * 100)
+                                              for k in range(100)))
+                    sent += 100
             except (ConnectionError, OSError):
                 pass
             record(ident, sent=sent, closed_after=round(time.monotonic() - t0, 3))

@@ -1,7 +1,8 @@
 -- A server that sends an endless body (tests/e2e/http_server.py /endless,
 -- WQ_HTTP_PORT): with max_body = 1 MiB the request fails at the limit, the
 -- server sees the connection closed, and the process's peak RSS (VmHWM)
--- grows by a few MiB, not by what the server sent.
+-- grows by a few MiB, not by what the server sent. The same for endless
+-- header lines.
 local t = require "wqtest"
 t.watchdog(60)
 
@@ -39,6 +40,21 @@ print(string.format("endless: failed after %.3f s; the server sent %.1f MiB befo
 t.ok(ev.closed_after ~= nil, "the server saw the connection closed")
 t.between(ev.sent or 0, 1024 * 1024, 64 * 1024 * 1024, "the server sent more than the limit, then stopped")
 -- The body buffer (under 2 MiB) and libcurl's buffers; ASan's quarantine adds a little.
+t.between(hwm1 - hwm0, 0, 16 * 1024, "peak RSS grows by at most 16 MiB")
+
+-- Endless header lines: libcurl stops them (at 300 KB in all), and the
+-- headers kept for the response table stop with them.
+hwm0 = status_kib("VmHWM")
+t0 = wq.now()
+r, err = wq.http({url = HTTP .. "/endless-headers?id=headers", timeout = 20})
+took = wq.now() - t0
+hwm1 = status_kib("VmHWM")
+print(string.format("endless headers: failed after %.3f s: %s; peak RSS %d -> %d KiB (+%d)", took,
+    tostring(err), hwm0, hwm1, hwm1 - hwm0))
+t.eq(r, nil, "endless headers fail")
+t.matches(err, "^http: GET " .. HTTP .. "/endless%-headers%?id=headers: Too large response headers",
+    "at libcurl's limit")
+t.between(took, 0, 5, "at once, not at the timeout")
 t.between(hwm1 - hwm0, 0, 16 * 1024, "peak RSS grows by at most 16 MiB")
 
 t.done()
