@@ -336,6 +336,10 @@ static int configure(wq_httpc_req *r, const wq_httpc_spec *s, char *msg, size_t 
     SET(CURLOPT_PRIVATE, (void *)r);
     SET(CURLOPT_ERRORBUFFER, r->errbuf);
     SET(CURLOPT_NOSIGNAL, 1L);
+    /* A transfer stopped while its name is being resolved does not wait for
+     * the resolver thread (libcurl otherwise joins it, and the loop stands
+     * still until getaddrinfo returns): the thread is left to end alone. */
+    SET(CURLOPT_QUICK_EXIT, 1L);
     SET(CURLOPT_URL, s->url);
     SET(CURLOPT_PROTOCOLS_STR, "http,https");
     SET(CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
@@ -345,7 +349,13 @@ static int configure(wq_httpc_req *r, const wq_httpc_spec *s, char *msg, size_t 
     SET(CURLOPT_HEADERFUNCTION, on_header);
     SET(CURLOPT_HEADERDATA, (void *)r);
     SET(CURLOPT_ACCEPT_ENCODING, ""); /* every encoding libcurl decodes */
-    SET(CURLOPT_PIPEWAIT, 1L);        /* HTTP/2: one connection, many streams */
+    /* HTTP/2: one connection, many streams. Only for https://, where TLS
+     * (ALPN) tells at once whether the server multiplexes: over http://
+     * libcurl would keep every other request to the host waiting for the
+     * first one's response, and a server that never answers it would hold
+     * them all (they time out unsent). */
+    if (strncasecmp(s->url, "https:", 6) == 0)
+        SET(CURLOPT_PIPEWAIT, 1L);
     SET(CURLOPT_TCP_KEEPALIVE, 1L);
     SET(CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)(s->max_body > INT64_MAX ? INT64_MAX : s->max_body));
     if (!has_agent)

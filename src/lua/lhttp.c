@@ -143,9 +143,10 @@ static const char *check_method(lua_State *L, int req)
         lua_pop(L, 1);
         return "GET";
     }
-    size_t len;
-    const char *m = lua_tolstring(L, -1, &len);
-    if (lua_type(L, -1) != LUA_TSTRING || !is_token(m, len))
+    /* The type first: lua_tolstring would turn a number into a string. */
+    size_t len = 0;
+    const char *m = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
+    if (!m || !is_token(m, len))
         argerr(L, "method", "a method name such as \"GET\" or \"POST\" expected");
     for (size_t i = 0; i < len; i++)
         if (m[i] >= 'a' && m[i] <= 'z')

@@ -241,6 +241,30 @@ local SIGNATURES = {
         p("#2", 1, set("-1", "0", "maxinteger")),
     },
     ["wq.on_shutdown"] = {fn = "on_shutdown", p("fn", function() end, FN)},
+    ["wq.http"] = {
+        fn = "http",
+        -- A table is a request: its fields are swept below (127.0.0.1:9 refuses at once).
+        p("request", nil, set(), {
+            skip = set("{}", "cyclic table", "deep table", RAW_TABLES),
+            valid_table = {url = "http://127.0.0.1:9/", timeout = 5},
+            fields = {
+                p("url", "http://127.0.0.1:9/", set()),
+                p("method", "GET", set("nil")),
+                p("headers", nil, set("nil", "{}")),
+                -- a string is sent as it is, a table as JSON (read raw)
+                p("body", nil, set("nil", "{}", STRINGS, RAW_TABLES)),
+                -- a table value is a list of values: an empty one adds nothing
+                p("query", nil, set("nil", "{}", "cyclic table", "deep table")),
+                p("timeout", 5, set("nil", "0")),
+                p("connect_timeout", 5, set("nil", "0")),
+                p("redirects", false, set("nil", "true", "false", "0")),
+                p("verify", true, set("nil", "true", "false")),
+                p("max_body", 1, set("nil", "0", "maxinteger")),
+            },
+        }),
+    },
+    ["wq.sha256"] = {fn = "sha256", p("data", "abc", set(STRINGS))},
+    ["wq.hmac_sha256"] = {fn = "hmac_sha256", p("key", "k", set(STRINGS)), p("data", "d", set(STRINGS))},
 
     -- queue methods
     ["queue:add"] = {fn = "add", p("key", "k", KEY), p("payload", nil, PAYLOAD), p("opts", nil, OPTS, {
