@@ -15,6 +15,7 @@ packages=(
   libcriterion-dev
   lua-cjson lua-cjson-dev # lua-cjson-dev ships the lua5.4-cjson pkg-config file
   curl procps clang-format wrk prometheus # wrk: bench/bench_http.sh; prometheus: promtool for tests/e2e/test_http.sh
+  nginx # the keep-alive server of bench/bench_wqhttp.sh (run there by hand, as one process in a temporary directory)
   tzdata # real time zones for the cron DST tests (tests/engine/test_cron.c)
   chromium chromium-driver python3-selenium # the dashboard in a real browser (tests/e2e/test_dashboard.sh)
   clang libclang-rt-dev # libFuzzer for the fuzz targets (tests/fuzz, scripts/fuzz.sh)
