@@ -30,7 +30,7 @@
 # >= 50x exec-curl), and the memory per request. Exits 0 when it ran (bars
 # met or not), 1 on a real error. Environment (all optional):
 #   WQRUN     wqrun binary (default: build-bench/wqrun, built Release here)
-#   SERVER    nginx | wqrun (nginx)     ROUNDS   rounds (3)
+#   SERVER    nginx | wqrun (nginx)     ROUNDS   rounds (3; 0: the memory part only)
 #   DURATION  seconds per run (10)      WORKERS  workers and wrk connections (64)
 #   HOLD_N    in-flight counts ("0 1000 5000")
 set -euo pipefail
@@ -200,41 +200,48 @@ echo "# bench_wqhttp (wq.http vs wrk vs wq.exec curl, GET /healthz, keep-alive)"
 echo "# date: $(date -u '+%Y-%m-%d %H:%M:%S +0000')"
 echo "# machine: nproc $(nproc), cpu $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)," \
   "ram $(awk '/^MemTotal:/ { printf "%d", $2 / 1024 }' /proc/meminfo) MiB, load $(cut -d' ' -f1-3 /proc/loadavg)"
-start_server
-echo "# server: $server ($( [[ $server == nginx ]] && "$nginx" -v 2>&1 | sed 's/.*: //' || echo "$WQRUN --serve")), pid $srv_pid, $url"
-echo "# binary $WQRUN; $rounds rounds of wrk-t1 wrk-t2 http exec, ${duration}s each, $workers connections / workers;" \
-  "wqhttp.lua warms up 1 s before its window; CPU from /usr/bin/time (client) and /proc/PID/stat (server)"
 
-for ((r = 1; r <= rounds; r++)); do
-  run wrk1 "$r" wrk -t1 -c"$workers" -d"${duration}s" --latency -s bench/wrk_done.lua "$url"
-  run wrk2 "$r" wrk -t2 -c"$workers" -d"${duration}s" --latency -s bench/wrk_done.lua "$url"
-  run http "$r" "$WQRUN" --quiet bench/wqhttp.lua http "$url" "$duration" "$workers"
-  run exec "$r" "$WQRUN" --quiet bench/wqhttp.lua exec "$url" "$duration" "$workers"
-  get() { awk -v c="$1" -v r="$r" '$1 == c && $2 == r { print $3 }' "$all"; }
-  echo "#   round $r: http / wrk1 $(calc "$(get http) / $(get wrk1)" 3)," \
-    "http / exec $(calc "$(get http) / $(get exec)" 1)"
-done
+# ---- requests/s: ROUNDS rounds of the four clients ----
+throughput() {
+  start_server
+  echo "# server: $server ($( [[ $server == nginx ]] && "$nginx" -v 2>&1 | sed 's/.*: //' || echo "$WQRUN --serve")), pid $srv_pid, $url"
+  echo "# binary $WQRUN; $rounds rounds of wrk-t1 wrk-t2 http exec, ${duration}s each, $workers connections / workers;" \
+    "wqhttp.lua warms up 1 s before its window; CPU from /usr/bin/time (client) and /proc/PID/stat (server)"
 
-declare -A med
-for client in wrk1 wrk2 http exec; do
-  for col in 3:rps:req/s 4:p50:ms 5:p99:ms 6:errors:requests 7:cpu_per_request:us; do
-    IFS=: read -r i what unit <<<"$col"
-    mapfile -t vals < <(awk -v c="$client" -v i="$i" '$1 == c { print $i }' "$all")
-    med[$client.$what]=$(median "${vals[@]}")
-    echo "wqhttp_${client}_$what ${med[$client.$what]} $unit"
+  for ((r = 1; r <= rounds; r++)); do
+    run wrk1 "$r" wrk -t1 -c"$workers" -d"${duration}s" --latency -s bench/wrk_done.lua "$url"
+    run wrk2 "$r" wrk -t2 -c"$workers" -d"${duration}s" --latency -s bench/wrk_done.lua "$url"
+    run http "$r" "$WQRUN" --quiet bench/wqhttp.lua http "$url" "$duration" "$workers"
+    run exec "$r" "$WQRUN" --quiet bench/wqhttp.lua exec "$url" "$duration" "$workers"
+    get() { awk -v c="$1" -v r="$r" '$1 == c && $2 == r { print $3 }' "$all"; }
+    echo "#   round $r: http / wrk1 $(calc "$(get http) / $(get wrk1)" 3)," \
+      "http / exec $(calc "$(get http) / $(get exec)" 1)"
   done
-done
-ratio_wrk=$(calc "${med[http.rps]} / ${med[wrk1.rps]}" 3)
-ratio_exec=$(calc "${med[http.rps]} / ${med[exec.rps]}" 1)
-echo "wqhttp_http_over_wrk1 $ratio_wrk ratio"
-echo "wqhttp_http_over_wrk2 $(calc "${med[http.rps]} / ${med[wrk2.rps]}" 3) ratio"
-echo "wqhttp_http_over_exec $ratio_exec ratio"
-verdict() { awk -v a="$1" -v b="$2" 'BEGIN { print (a >= b ? "met" : "MISSED") }'; }
-echo "# bar wq.http >= $bar_wrk x wrk -t1: $(verdict "$ratio_wrk" "$bar_wrk") (ratio of the medians $ratio_wrk)"
-echo "# bar wq.http >= $bar_exec x exec-curl: $(verdict "$ratio_exec" "$bar_exec") (ratio of the medians $ratio_exec)"
-kill -TERM "$srv_pid" 2>/dev/null || true
-wait "$srv_pid" 2>/dev/null || true
-srv_pid=
+
+  local client col i what unit vals
+  declare -A med
+  for client in wrk1 wrk2 http exec; do
+    for col in 3:rps:req/s 4:p50:ms 5:p99:ms 6:errors:requests 7:cpu_per_request:us; do
+      IFS=: read -r i what unit <<<"$col"
+      mapfile -t vals < <(awk -v c="$client" -v i="$i" '$1 == c { print $i }' "$all")
+      med[$client.$what]=$(median "${vals[@]}")
+      echo "wqhttp_${client}_$what ${med[$client.$what]} $unit"
+    done
+  done
+  ratio_wrk=$(calc "${med[http.rps]} / ${med[wrk1.rps]}" 3)
+  ratio_exec=$(calc "${med[http.rps]} / ${med[exec.rps]}" 1)
+  echo "wqhttp_http_over_wrk1 $ratio_wrk ratio"
+  echo "wqhttp_http_over_wrk2 $(calc "${med[http.rps]} / ${med[wrk2.rps]}" 3) ratio"
+  echo "wqhttp_http_over_exec $ratio_exec ratio"
+  echo "wqhttp_http_cpu_over_wrk1_cpu $(calc "${med[http.cpu_per_request]} / ${med[wrk1.cpu_per_request]}" 2) ratio"
+  verdict() { awk -v a="$1" -v b="$2" 'BEGIN { print (a >= b ? "met" : "MISSED") }'; }
+  echo "# bar wq.http >= $bar_wrk x wrk -t1: $(verdict "$ratio_wrk" "$bar_wrk") (ratio of the medians $ratio_wrk)"
+  echo "# bar wq.http >= $bar_exec x exec-curl: $(verdict "$ratio_exec" "$bar_exec") (ratio of the medians $ratio_exec)"
+  kill -TERM "$srv_pid" 2>/dev/null || true
+  wait "$srv_pid" 2>/dev/null || true
+  srv_pid=
+}
+((rounds > 0)) && throughput
 
 # ---- memory per in-flight request ----
 cat >"$tmp/listen.py" <<'EOF'
@@ -281,6 +288,7 @@ hold() {
   local mode=$1 n=$2 i
   local host=%s script_mode=$mode
   [[ $mode == hold1 ]] && host=127.0.0.1 script_mode=hold
+  : >"$tmp/hold.out" # before the start: a line left from the last run is not this one's
   "$WQRUN" --quiet bench/wqhttp.lua "$script_mode" "http://$host:$hport/" "$n" >"$tmp/hold.out" 2>"$tmp/hold.err" &
   run_pid=$!
   for ((i = 0; i < 1200; i++)); do
