@@ -32,7 +32,7 @@
 #   WQRUN     wqrun binary (default: build-bench/wqrun, built Release here)
 #   SERVER    nginx | wqrun (nginx)     ROUNDS   rounds (3; 0: the memory part only)
 #   DURATION  seconds per run (10)      WORKERS  workers and wrk connections (64)
-#   HOLD_N    in-flight counts ("0 1000 5000")
+#   HOLD_N    in-flight counts ("0 1000 5000"; "": no memory part)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export LC_ALL=C
@@ -41,7 +41,7 @@ server=${SERVER:-nginx}
 rounds=${ROUNDS:-3}
 duration=${DURATION:-10}
 workers=${WORKERS:-64}
-read -r -a hold_ns <<<"${HOLD_N:-0 1000 5000}"
+read -r -a hold_ns <<<"${HOLD_N-0 1000 5000}"
 bar_wrk=0.5
 bar_exec=50
 
@@ -244,6 +244,7 @@ throughput() {
 ((rounds > 0)) && throughput
 
 # ---- memory per in-flight request ----
+((${#hold_ns[@]} > 0)) || exit 0 # HOLD_N="": no memory part
 cat >"$tmp/listen.py" <<'EOF'
 # A listener that never answers: 4 SO_REUSEPORT sockets on one port (every
 # address: the runner connects to 127.1.x.y), each with an accept queue of
