@@ -275,6 +275,10 @@ static client *get_client(wq_host *h)
     curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
     curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, on_timer_set);
     curl_multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
+    /* Keep idle connections for reuse: libcurl's default (4 per transfer in the
+     * multi handle) shrinks the cache as finished transfers leave, and a burst's
+     * next requests then connect anew (bench/RESULTS.md, "wq.http"). */
+    curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, 1024L);
     h->httpc = c;
     return c;
 fail:

@@ -58,6 +58,11 @@ static void on_ready(evutil_socket_t fd, short what, void *arg)
     if (s->ready || h->exiting)
         return;
     s->ready = 1;
+    sd_notifyf(0, "READY=1\nSTATUS=running: %d queue(s)%s%s\nMAINPID=%d", h->nqueues,
+               h->opts.listen ? ", listening on " : "", h->opts.listen ? h->opts.listen : "",
+               (int)getpid());
+    if (h->opts.quiet)
+        return;
     char db[512], queues[512];
     if (h->opts.db_path) {
         char red[400];
@@ -85,9 +90,6 @@ static void on_ready(evutil_socket_t fd, short what, void *arg)
                  "wqrun: wqrun %s started (pid %d): state in %s; %s%s; queues: %s", WQ_VERSION,
                  (int)getpid(), db, h->opts.listen ? "listening on " : "no HTTP listener",
                  h->opts.listen ? h->opts.listen : "", *queues ? queues : "none");
-    sd_notifyf(0, "READY=1\nSTATUS=running: %d queue(s)%s%s\nMAINPID=%d", h->nqueues,
-               h->opts.listen ? ", listening on " : "", h->opts.listen ? h->opts.listen : "",
-               (int)getpid());
 }
 
 static void on_watchdog(evutil_socket_t fd, short what, void *arg)
@@ -125,6 +127,8 @@ void wq_service_stopping(wq_host *h, const char *why)
 
 void wq_service_stopped(wq_host *h, int status)
 {
+    if (h->opts.quiet && status == 0)
+        return;
     double up = wq_host_unix(h, wq_host_now(h)) - h->start_unix;
     wq_log_field f[] = {WQ_LOG_NUM("status", status)};
     wq_host_logf(h, status ? WQ_LOG_WARN : WQ_LOG_INFO, f, 1,

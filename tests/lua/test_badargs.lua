@@ -170,6 +170,8 @@ local SIGNATURES = {
     ["wq.every"] = {fn = "every", p("interval", 3600), p("fn", function() end, FN)},
     ["wq.requeue"] = {fn = "requeue", p("seconds", 1, DELAY), p("payload", nil, PAYLOAD)},
     ["wq.fail"] = {fn = "fail", p("message", "m", set(ALL))}, -- any value, as tostring gives it
+    -- a delay that counts as a failure: negative is refused (unlike requeue's "now")
+    ["wq.retry_in"] = {fn = "retry_in", p("seconds", 1, set("0")), p("message", "m", set(ALL))},
     ["wq.queue"] = {
         fn = "queue",
         p("name", queue_name, set(), {gen = true}),
@@ -204,18 +206,22 @@ local SIGNATURES = {
             },
         }),
     },
-    ["wq.limiter.exponential"] = {fn = "exponential", p("base", 0.001, set("0")), p("max", 1, set("0"))},
+    ["wq.limiter.exponential"] = {fn = "exponential", p("base", 0.001, set("0")), p("max", 1, set("0")),
+        p("opts", nil, OPTS, {fields = {p("jitter", 0.1, set("nil", "0"))}})},
     ["wq.limiter.fast_slow"] = {
         fn = "fast_slow",
         p("fast", 0.001, set("0")),
         p("slow", 1, set("0")),
         p("max_fast", 3, set("0", "maxinteger")),
+        p("opts", nil, OPTS, {fields = {p("jitter", 0.1, set("nil", "0"))}}),
     },
     ["wq.limiter.bucket"] = {fn = "bucket", p("qps", 10, set("0", "2^63", "1e308", "maxinteger")),
-        p("burst", 10, set("0", "maxinteger"))},
+        p("burst", 10, set("0", "maxinteger")), p("opts", nil, OPTS, {fields = {p("jitter", 0.1, set("nil", "0"))}})},
     ["wq.limiter.max_of"] = {fn = "max_of", p("limiter #1", lim), p("limiter #2", lim, set("nil"))},
-    ["wq.limiter.with_max_wait"] = {fn = "with_max_wait", p("limiter", lim), p("max", 1, set("0"))},
-    ["wq.limiter.default"] = {fn = "default"},
+    ["wq.limiter.with_max_wait"] = {fn = "with_max_wait", p("limiter", lim), p("max", 1, set("0")),
+        p("opts", nil, OPTS, {fields = {p("jitter", 0.1, set("nil", "0"))}})},
+    ["wq.limiter.with_jitter"] = {fn = "with_jitter", p("limiter", lim), p("fraction", 0.1, set("0"))},
+    ["wq.limiter.default"] = {fn = "default", p("opts", nil, OPTS, {fields = {p("jitter", 0.1, set("nil", "0"))}})},
     ["wq.backoff"] = {
         fn = "backoff",
         p("opts", {}, set("{}"), {
