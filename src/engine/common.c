@@ -116,3 +116,33 @@ void wq_show_key(char out[WQ_SHOWN_KEY], const char *key, size_t len)
     }
     *o = '\0';
 }
+
+size_t wq_utf8_cut(const char *s, size_t len, size_t max)
+{
+    if (len <= max)
+        return len;
+    size_t n = max;
+    /* s[n] is the first byte left out: back up over the sequence it continues */
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+        n--;
+    return n;
+}
+
+char *wq_show_line(char *out, size_t size, const char *s)
+{
+    if (!s)
+        s = "";
+    size_t len = strcspn(s, "\r\n"), n = len;
+    if (len >= size)
+        n = wq_utf8_cut(s, len, size - 4);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        out[i] = c < 0x20 || c == 0x7f ? ' ' : (char)c;
+    }
+    if (n < len) {
+        memcpy(out + n, "...", 3);
+        n += 3;
+    }
+    out[n] = '\0';
+    return out;
+}

@@ -60,5 +60,14 @@ uint64_t wq_hash(const void *data, size_t len);
  * bytes, bytes past ASCII, quotes and backslashes as \xNN, "..." if cut.
  */
 void wq_show_key(char out[WQ_SHOWN_KEY], const char *key, size_t len);
+/* The length of the longest prefix of s[0..len) that is at most max bytes and does not end
+ * inside a UTF-8 sequence (len itself when len <= max). */
+size_t wq_utf8_cut(const char *s, size_t len, size_t max);
+/*
+ * A message for a log line or a table cell: the first line of s (NULL: ""), control bytes as
+ * spaces, cut at a UTF-8 boundary and ending in "..." when it does not fit in size bytes
+ * (size >= 4). Returns out.
+ */
+char *wq_show_line(char *out, size_t size, const char *s);
 
 #endif

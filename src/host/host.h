@@ -91,8 +91,9 @@ typedef struct wq_item_view {
     int32_t priority;
     const char *group; /* NULL: none */
     size_t grouplen;
-    double ready_at; /* Unix seconds of a pending delayed add, 0: none */
-    int64_t attempt; /* the run it would be: failure count + 1 */
+    double ready_at;        /* Unix seconds of a pending delayed add, 0: none */
+    int64_t attempt;        /* the run it would be: failure count + 1 */
+    const char *last_error; /* the message of its last failed run, NULL: none */
 } wq_item_view;
 
 /* Which pending items to list: in key order (bytes), after after_key, at most limit. */

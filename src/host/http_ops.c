@@ -93,6 +93,8 @@ static void on_item(void *ud, const wq_item_view *it)
     json_object_object_add(o, "ready_at",
                            it->ready_at > 0 ? json_object_new_double(it->ready_at) : NULL);
     json_object_object_add(o, "attempt", json_object_new_int64(it->attempt));
+    json_object_object_add(o, "last_error",
+                           it->last_error ? json_object_new_string(it->last_error) : NULL);
     json_object_array_add(c->items, o);
     free(c->last);
     c->last = malloc(it->keylen + 1);
@@ -208,7 +210,8 @@ static void reply_listing(remote_reply *rr, int result, const char *text)
         json_object_object_add(body, "dead", arr);
         json_object_object_add(body, "total", json_object_new_int64(result));
     } else {
-        static const char *const item_fields[] = {"payload", "group", "ready_at", NULL};
+        static const char *const item_fields[] = {"payload", "group", "ready_at", "last_error",
+                                                  NULL};
         json_object *next = NULL;
         if (json_object_array_length(arr) > rr->limit) { /* one beyond the page */
             json_object_array_del_idx(arr, rr->limit, json_object_array_length(arr) - rr->limit);

@@ -9,6 +9,7 @@
  */
 #include "lua/lqops.h"
 
+#include "lua/lfailures.h"
 #include "lua/lgroup.h"
 #include "lua/lqueue.h"
 #include "lua/lworker.h"
@@ -517,7 +518,8 @@ static void fill_view(lqueue *lq, const wq_item_info *info, wq_item_view *v)
     v->priority = info->priority;
     if (info->state & WQ_ST_WAITING)
         v->ready_at = wq_host_unix(lq->host, info->ready_at);
-    v->attempt = lworker_failures(lq, info->key, info->keylen) + 1;
+    v->attempt = lfail_count(lq, info->key, info->keylen) + 1;
+    v->last_error = lfail_last_error(lq, info->key, info->keylen);
     v->group = info->group;
     v->grouplen = info->grouplen;
 }
@@ -552,7 +554,7 @@ static int build_p(lua_State *L)
     for (int i = 0; i < b->n; i++) {
         wq_item_view v;
         fill_view(b->lq, &b->sel[i], &v);
-        lua_createtable(L, 0, 7);
+        lua_createtable(L, 0, 8);
         lua_pushlstring(L, v.key, v.keylen);
         lua_setfield(L, -2, "key");
         if (v.payload) {
@@ -573,6 +575,10 @@ static int build_p(lua_State *L)
         }
         lua_pushinteger(L, v.attempt);
         lua_setfield(L, -2, "attempt");
+        if (v.last_error) {
+            lua_pushstring(L, v.last_error);
+            lua_setfield(L, -2, "last_error");
+        }
         lua_rawseti(L, out, i + 1);
     }
     return 1;

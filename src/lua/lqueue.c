@@ -8,6 +8,7 @@
 
 #include "host/timer.h"
 #include "lua/lcron.h"
+#include "lua/lfailures.h"
 #include "lua/lgroup.h"
 #include "lua/ljson.h"
 #include "lua/llimiter.h"
@@ -158,12 +159,12 @@ static int bq_claimed(void *ud, const wq_claimed *c)
         lq->slots[id].enqueued = c->enqueued_at;
     /* The failure count travels with the item: job.attempt, retries and max_retries count
      * across runners. Kept at 0 too, so that a success is told from a plain done. */
-    uint64_t *v = wq_keymap_put(lq->failures, c->key, c->keylen, NULL);
-    if (!v || wq_limiter_set_requeues(lq->limiter, c->key, c->keylen, c->requeues) < 0) {
+    if (lfail_set(lq, c->key, c->keylen, c->requeues, NULL) < 0 ||
+        wq_limiter_set_requeues(lq->limiter, c->key, c->keylen, c->requeues) < 0) {
+        lfail_clear(lq, c->key, c->keylen);
         wq_queue_remove(lq->q, c->key, c->keylen);
         return WQ_ENOMEM;
     }
-    *v = (uint64_t)c->requeues;
     return 0;
 }
 
@@ -172,7 +173,7 @@ static void bq_released(void *ud, const char *key, size_t len)
     lqueue *lq = ud;
     if (!lq->failures)
         return;
-    wq_keymap_del(lq->failures, key, len);
+    lfail_clear(lq, key, len);
     wq_limiter_forget(lq->limiter, key, len);
 }
 
@@ -640,17 +641,16 @@ static int queue_new(lua_State *L)
         lq->handler_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     }
     lq->q = wq_queue_new(&h->clock);
-    lq->failures = wq_keymap_new();
+    int nofail = lfail_open(lq) < 0;
     /* Completed-job memory lives here, unless a shared database keeps it for every runner. */
     int local_done = keep_done > 0 && !(h->backend && persist && wq_backend_shared(h->backend));
     lq->done_mem = local_done ? wq_keymap_new() : NULL;
-    if (!lq->q || !lq->failures || (local_done && !lq->done_mem) ||
+    if (!lq->q || nofail || (local_done && !lq->done_mem) ||
         wq_host_add_queue(h, &lqueue_ops, lq, lq->name, h->backend && persist) < 0) {
         wq_queue_free(lq->q);
-        wq_keymap_free(lq->failures);
+        lfail_close(lq);
         wq_keymap_free(lq->done_mem);
         lq->q = NULL;
-        lq->failures = NULL;
         lq->done_mem = NULL;
         return luaL_error(L, "queue: out of memory");
     }
@@ -1278,7 +1278,7 @@ static void fill_stats(lqueue *lq, wq_qstats *st)
     st->dead = lq->ndead;
     st->requeued = lq->nrequeued;
     st->timeouts = lq->ntimeouts;
-    st->retrying = wq_keymap_count(lq->failures);
+    st->retrying = lfail_keys(lq);
     st->workers = lq->workers;
     st->cancelled = lq->ncancelled;
     st->paused = wq_queue_paused(lq->q);
@@ -1599,8 +1599,7 @@ void lqueue_close(lqueue *lq)
     lq->bq = NULL;
     wq_queue_free(lq->q);
     lq->q = NULL;
-    wq_keymap_free(lq->failures);
-    lq->failures = NULL;
+    lfail_close(lq);
     free(lq->slots);
     lq->slots = NULL;
     lq->nslots = 0;

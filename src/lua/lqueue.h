@@ -26,8 +26,9 @@ typedef struct lqueue {
     int64_t max_retries;
     int64_t timeout_ns; /* 0: none */
     int persist;
-    wq_keymap *failures; /* the queue's failure count per key */
-    int dead_ref;        /* registry: table key -> dead letter */
+    wq_keymap *failures;    /* the queue's failure count per key (lfailures.c) */
+    wq_keymap *last_errors; /* the message of each key's last failed run (lfailures.c) */
+    int dead_ref;           /* registry: table key -> dead letter */
     uint64_t ndone, nfailures, ndead, ntimeouts, nsuccess, nrequeued, ncancelled;
     int stopping;         /* graceful stop: workers take no new items */
     wq_waitlist getters;  /* tasks waiting in get */

@@ -13,6 +13,7 @@
 #include "engine/common.h"
 #include "host/commands.h"
 #include "host/timer.h"
+#include "lua/lfailures.h"
 #include "lua/ljson.h"
 #include "lua/lwq.h"
 #include "store/backend.h"
@@ -27,14 +28,13 @@
 
 int64_t lworker_failures(lqueue *lq, const char *key, size_t len)
 {
-    uint64_t *v = wq_keymap_get(lq->failures, key, len);
-    return v ? (int64_t)*v : 0;
+    return lfail_count(lq, key, len);
 }
 
 void lworker_forget(lqueue *lq, const char *key, size_t len)
 {
     wq_limiter_forget(lq->limiter, key, len);
-    if (wq_keymap_del(lq->failures, key, len) && lq->bq)
+    if (lfail_clear(lq, key, len) && lq->bq)
         wq_bq_failures(lq->bq, key, len, 0, NULL);
 }
 
@@ -101,18 +101,17 @@ static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len
     int64_t count = lworker_failures(lq, key, len);
     lq->nfailures++;
     if (count < lq->max_retries && !permanent) {
-        uint64_t *v = wq_keymap_put(lq->failures, key, len, NULL);
-        if (!v)
+        if (lfail_set(lq, key, len, count + 1, err) < 0)
             luaL_error(L, "out of memory");
-        *v = (uint64_t)count + 1;
-        if (lq->bq)
-            wq_bq_failures(lq->bq, key, len, count + 1, err);
+        if (lq->bq) /* the message as kept: cut to LFAIL_ERROR_MAX */
+            wq_bq_failures(lq->bq, key, len, count + 1, lfail_last_error(lq, key, len));
         int64_t delay;
         /* wq.retry_in gives the delay; the limiter still counts the failure. */
         if (wq_limiter_when(lq->limiter, key, len, &delay) < 0)
             luaL_error(L, "out of memory");
         if (retry_in >= 0)
             delay = retry_in;
+        lfail_log(lq, key, len, count + 1, err, LFAIL_RETRY, delay);
         int r = wq_queue_add_after(lq->q, key, len, delay, NULL);
         if (r < 0 && r != WQ_ESHUTDOWN)
             lqueue_raise(L, "retry", r);
@@ -123,14 +122,7 @@ static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len
     add_dead(L, lq, key, len, json, jlen, err, tb, count + 1, at);
     if (lq->bq)
         wq_bq_dead(lq->bq, key, len, json, jlen, err, count + 1, at);
-    char shown[WQ_SHOWN_KEY];
-    wq_show_key(shown, key, len);
-    if (permanent)
-        wq_host_log(lq->host, "wqrun: %s: '%s' failed for good (wq.fail), dead-lettered: %s",
-                    lq->name, shown, err);
-    else
-        wq_host_log(lq->host, "wqrun: %s: '%s' failed %lld times, dead-lettered: %s", lq->name,
-                    shown, (long long)(count + 1), err);
+    lfail_log(lq, key, len, count + 1, err, permanent ? LFAIL_PERMANENT : LFAIL_DEAD, 0);
     call_on_dead(L, lq, key, len, json, jlen, err, count + 1);
 }
 
@@ -490,12 +482,9 @@ void lworker_start(lua_State *L, lqueue *lq)
 void lworker_restore_failure(void *ud, const char *key, size_t len, int64_t requeues,
                              const char *last_error)
 {
-    (void)last_error;
     lworker_restore *r = ud;
-    uint64_t *v = wq_keymap_put(r->lq->failures, key, len, NULL);
-    if (v)
-        *v = (uint64_t)requeues;
-    if (!v || wq_limiter_set_requeues(r->lq->limiter, key, len, requeues) < 0)
+    if (lfail_set(r->lq, key, len, requeues, last_error) < 0 ||
+        wq_limiter_set_requeues(r->lq->limiter, key, len, requeues) < 0)
         r->nomem = 1;
 }
 

@@ -166,13 +166,16 @@ int wq_cli_parse(const char *cmd, int argc, char **argv, wq_cli_args *a, FILE *o
     return 0;
 }
 
+/* The LAST ERROR column: the first line of the message, cut to fit. */
+#define ERROR_WIDTH 32
+
 void wq_cli_items_head(const wq_cli_args *a, FILE *out)
 {
     if (a->json)
         fputs("[", out);
     else
-        fprintf(out, "%-24s  %-10s  %8s  %7s  %-19s  %s\n", "KEY", "STATE", "PRIORITY", "ATTEMPT",
-                "READY AT (UTC)", "PAYLOAD");
+        fprintf(out, "%-24s  %-10s  %8s  %7s  %-19s  %-*s  %s\n", "KEY", "STATE", "PRIORITY",
+                "ATTEMPT", "READY AT (UTC)", ERROR_WIDTH, "LAST ERROR", "PAYLOAD");
 }
 
 int wq_cli_items_row(const wq_cli_args *a, FILE *out, long i, const wq_cli_item *it)
@@ -188,9 +191,12 @@ int wq_cli_items_row(const wq_cli_args *a, FILE *out, long i, const wq_cli_item 
     }
     char key[WQ_SHOWN_KEY];
     wq_show_key(key, it->key ? it->key : "", it->key ? strlen(it->key) : 0);
+    char error[ERROR_WIDTH + 1];
+    wq_show_line(error, sizeof error, it->last_error ? it->last_error : "-");
     const char *payload = it->payload ? it->payload : "-";
-    fprintf(out, "%-24s  %-10s  %8s  %7s  %-19s  %.60s%s\n", key, it->state, it->priority,
-            it->attempt, it->ready ? it->ready : "-", payload, strlen(payload) > 60 ? "..." : "");
+    fprintf(out, "%-24s  %-10s  %8s  %7s  %-19s  %-*s  %.60s%s\n", key, it->state, it->priority,
+            it->attempt, it->ready ? it->ready : "-", ERROR_WIDTH, error, payload,
+            strlen(payload) > 60 ? "..." : "");
     return 0;
 }
 

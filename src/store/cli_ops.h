@@ -45,9 +45,10 @@ const char *wq_cli_op_name(wq_cli_op op);
 int wq_cli_parse(const char *cmd, int argc, char **argv, wq_cli_args *a, FILE *out, FILE *err,
                  int *done);
 
-/* One row of `wqrun items` as text (NULL ready or payload: none), and its JSON object. */
+/* One row of `wqrun items` as text (NULL ready, payload or last_error: none), and its JSON
+ * object. */
 typedef struct wq_cli_item {
-    const char *key, *state, *priority, *attempt, *ready, *payload, *json;
+    const char *key, *state, *priority, *attempt, *ready, *payload, *json, *last_error;
 } wq_cli_item;
 
 /* The listing of `wqrun items`, the same for both backends (a text table, or --json): the

@@ -274,6 +274,20 @@ for k, st in api_items.items():
 ok("the jobs page lists the pending items of the API with their states (%s)"
    % ", ".join("%s %s" % kv for kv in sorted(api_items.items())))
 
+FLAKY_ERR = 'flaky: <i>no route</i> & "host"\nsecond line'
+flaky = [i for i in all_items("jobs") if i["key"] == "flaky"]
+if not flaky or (flaky[0]["attempt"], flaky[0].get("last_error")) != (2, FLAKY_ERR):
+    fail("GET /queues/jobs/items: flaky is %s, expected attempt 2 and last_error %r" % (flaky, FLAKY_ERR))
+attempt, last, tip = steady(lambda: [key_row("items", "flaky").find_element(By.CSS_SELECTOR, "td.num:nth-of-type(6)").text,
+                                     key_row("items", "flaky").find_element(By.CSS_SELECTOR, "td.last-error").text,
+                                     key_row("items", "flaky").find_element(By.CSS_SELECTOR, "td.last-error")
+                                     .get_attribute("title")])
+if (attempt, last, tip) != ("2", FLAKY_ERR.split("\n")[0], FLAKY_ERR):
+    fail("flaky shown with attempt %r, last error %r (tooltip %r)" % (attempt, last, tip))
+if key_row("items", "p1").find_element(By.CSS_SELECTOR, "td.last-error").text != "":
+    fail("p1, which never failed, shows a last error")
+ok("the item list shows the attempt and the first line of the last error, literally (flaky: 2, %r)" % last)
+
 wait("the dead letter", lambda: key_row("dead", BAD))
 dkey, err = steady(lambda: [key_row("dead", BAD).find_element(By.CSS_SELECTOR, "td." + c).text
                             for c in ("key", "err")])

@@ -56,8 +56,48 @@ run items --db "$DB" idle --state waiting --json
 expect_rc 0 "items --json"
 expect_in "$OUT" '"key":"later","payload":null,"state":"waiting"' "--json: one object per item"
 expect_not_in "$OUT" '"a/b"' "--state filters"
+expect_in "$OUT" '"attempt":1,"last_error":null' "--json: no last_error for a key that never failed"
 run items --db "$DB" idle --limit 1
 expect_in "$OUT" "more (--limit 1" "--limit says there is more"
+
+# A failed key waiting for its retry: items shows the attempt to come and the last error (its
+# first line in the table, the whole message in --json); a restarted runner has them back.
+FDB=$TMP/flaky.db
+flaky=$(script flaky.lua <<'LUA'
+local q = wq.queue("flaky", {limiter = wq.limiter.exponential(3600, 3600), handler = function()
+    error("disk full on /var\nsecond line", 0)
+end})
+q:add("f1", {n = 1})
+q:add("f2")
+wq.sleep(0.05)
+wq.exit(0)
+LUA
+)
+run --quiet --db "$FDB" "$flaky"
+expect_rc 0 "a run whose two keys fail once and wait an hour"
+run items --db "$FDB" flaky
+expect_rc 0 "items of flaky"
+expect_re "$OUT" '^KEY +STATE +PRIORITY +ATTEMPT +READY AT \(UTC\) +LAST ERROR +PAYLOAD$' \
+    "items: a LAST ERROR column"
+expect_re "$OUT" '^f1 +waiting +0 +2 +[0-9]{4}-[0-9-]+ [0-9:]+ +disk full on /var +\{"n":1\}$' \
+    "items: f1 waits for attempt 2, with the first line of its error"
+expect_re "$OUT" '^f2 +waiting +0 +2 .* +disk full on /var +-$' "items: f2 likewise"
+expect_not_in "$OUT" "second line" "items: the table shows the first line only"
+run items --db "$FDB" flaky --json
+expect_in "$OUT" '"key":"f1","payload":{"n":1},"state":"waiting"' "items --json: f1"
+expect_in "$OUT" '"attempt":2,"last_error":"disk full on /var\nsecond line"}' \
+    "items --json: attempt 2 and the whole message"
+relist=$(script relist.lua <<'LUA'
+local q = wq.queue("flaky", {limiter = wq.limiter.exponential(3600, 3600), handler = function() end})
+for _, it in ipairs(q:items()) do
+    print(it.key, it.state, it.attempt, (it.last_error:gsub("\n", "|")))
+end
+wq.exit(0)
+LUA
+)
+run --quiet --db "$FDB" "$relist"
+expect_eq "$OUT" "$(printf 'f1\twaiting\t2\tdisk full on /var|second line\nf2\twaiting\t2\tdisk full on /var|second line')" \
+    "restarted: q:items has the attempt and the last error back"
 
 run pause --db "$DB" idle
 expect_rc 0 "pause"

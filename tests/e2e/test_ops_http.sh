@@ -54,6 +54,9 @@ local jobs = wq.queue("jobs", {max_retries = 0, workers = 4, handler = function(
     end
 end})
 local idle = wq.queue("idle")
+local flaky = wq.queue("flaky", {limiter = wq.limiter.exponential(3600, 3600), handler = function()
+    error("db timed out\nafter 30 s", 0)
+end})
 if arg[2] == "fill" then -- the first start only: the restarts find it all in the state file
     for _, k in ipairs({"a/b", "100% done", "sp ace", "1+1", "\u{e9}t\u{e9}", "z"}) do
         idle:add(k, {k = k})
@@ -61,6 +64,7 @@ if arg[2] == "fill" then -- the first start only: the restarts find it all in th
     idle:add_after("later", 3600, "x", {priority = 3})
     jobs:add("bad1", {n = 1})
     jobs:add("bad2")
+    flaky:add("f1", {n = 1})
 end
 note("started")
 LUA
@@ -72,7 +76,7 @@ wait_for "$LOG" "ran bad2" 1 5
 
 # ---- items ----
 expect_call 200 GET /queues/idle/items '"next_after_key":null'
-expect_in "$BODY" '{"key":"100% done","payload":{"k":"100% done"},"state":"queued","priority":0,"group":null,"ready_at":null,"attempt":1}' \
+expect_in "$BODY" '{"key":"100% done","payload":{"k":"100% done"},"state":"queued","priority":0,"group":null,"ready_at":null,"attempt":1,"last_error":null}' \
     "an item with every field"
 expect_in "$BODY" '"key":"later","payload":"x","state":"waiting","priority":3,"group":null,"ready_at":1' \
     "a delayed item: state waiting, ready_at"
@@ -80,6 +84,9 @@ expect_in "$BODY" '"key":"été"' "a non-ASCII key as it is"
 keys=$(printf '%s' "$BODY" | grep -o '"key":"[^"]*"' | tr '\n' ' ')
 expect_eq "$keys" '"key":"1+1" "key":"100% done" "key":"a/b" "key":"later" "key":"sp ace" "key":"z" "key":"été" ' \
     "every item, in key (byte) order"
+expect_call 200 GET /queues/flaky/items '"key":"f1","payload":{"n":1},"state":"waiting"'
+expect_in "$BODY" '"attempt":2,"last_error":"db timed out\nafter 30 s"}' \
+    "a failed key waiting for its retry: the attempt to come and the last error"
 expect_call 200 "GET" "/queues/idle/items?limit=2" '"next_after_key":"100% done"'
 expect_call 200 "GET" "/queues/idle/items?limit=2&after_key=1%2B1" '"next_after_key":"a/b"'
 expect_in "$BODY" '"items":[{"key":"100% done"' "the page starts after 1+1 (%2B decodes to +)"

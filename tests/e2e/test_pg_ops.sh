@@ -197,4 +197,45 @@ run add --db "$DB" dq x1
 check "x1 is dead after one run on d1 (max_retries 0 now)" pg_wait "$DB" "select attempts from wqrun.dead where key = 'x1'" 1 10
 kill -TERM "$D1"
 wait_exit "$D1" 10
+
+# ---- failed attempts: logged, and listed with their last error ---------------------------
+FL=$(pg_fresh_db)
+flog=$(script flog.lua <<'LUA'
+local q = wq.queue("fl", {max_retries = 1, limiter = wq.limiter.exponential(0.01, 0.01),
+    handler = function() error("refused\nsecond line", 0) end})
+q:add("x")
+LUA
+)
+run --db "$FL" "$flog"
+expect_rc 0 "a key that fails twice"
+expect_in "$ERR" "wqrun: fl: 'x' failed (attempt 1), next try in 0.01 s: refused" \
+    "its first failure is logged: attempt, delay, the error's first line"
+expect_in "$ERR" "wqrun: fl: 'x' failed 2 times, dead-lettered: refused" "its second: dead-lettered"
+expect_not_in "$ERR" "second line" "the error's first line only"
+wait1=$(script wait1.lua <<'LUA'
+local q = wq.queue("fl", {limiter = wq.limiter.exponential(3600, 3600), handler = function()
+    error("disk full\nsecond line", 0)
+end})
+q:add("y", {n = 1})
+wq.sleep(0.5)
+wq.exit(0)
+LUA
+)
+run --quiet --db "$FL" "$wait1"
+expect_eq "$(pg_psql "$FL" "select state, attempt, last_error from wqrun.items where key = 'y'")" \
+    "waiting|2|disk full
+second line" "y failed once and waits an hour, with its last error"
+run items --db "$FL" fl
+expect_re "$OUT" '^KEY +STATE +PRIORITY +ATTEMPT +READY AT \(UTC\) +LAST ERROR +PAYLOAD$' \
+    "items: a LAST ERROR column"
+expect_re "$OUT" '^y +waiting +0 +2 +[0-9]{4}-[0-9-]+ [0-9:]+ +disk full +\{"n": 1\}$' \
+    "items: y waits for attempt 2, with the first line of its error"
+run items --db "$FL" fl --json
+expect_eq "$(printf '%s' "$OUT" | python3 -c 'import json,sys; print([(i["key"], i["attempt"], i["last_error"]) for i in json.load(sys.stdin)])')" \
+    "[('y', 2, 'disk full\\nsecond line')]" "items --json: attempt and the whole message"
+listen_start -- --serve --db "$FL" "$(script fl_api.lua <<<'wq.queue("fl")')" || finish
+expect_eq "$(curl -s "$BASE/queues/fl/items" | python3 -c 'import json,sys; print([(i["key"], i["state"], i["attempt"], i["last_error"]) for i in json.load(sys.stdin)["items"]])')" \
+    "[('y', 'waiting', 2, 'disk full\\nsecond line')]" "GET /queues/fl/items: attempt and last_error"
+kill -TERM "$PID"
+wait_exit "$PID" 10
 finish

@@ -367,7 +367,8 @@ static int list_items(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
                         " to_char(ready_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'),"
                         " payload::text, jsonb_build_object('key', key, 'payload', payload,"
                         "  'state', state, 'priority', priority, 'group', grp,"
-                        "  'ready_at', extract(epoch FROM ready_at), 'attempt', attempt)::text"
+                        "  'ready_at', extract(epoch FROM ready_at), 'attempt', attempt,"
+                        "  'last_error', last_error)::text, last_error"
                         " FROM @S.items WHERE queue = $1 AND ($2::text IS NULL OR state = $2)"
                         " ORDER BY state = 'waiting', priority DESC, coalesce(ready_at, "
                         "enqueued_at), key LIMIT $3::bigint",
@@ -379,7 +380,7 @@ static int list_items(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
     for (i = 0; i < n; i++) {
         int t = (int)i;
 #define COL(c) (PQgetisnull(r, t, c) ? NULL : PQgetvalue(r, t, c))
-        wq_cli_item it = {COL(0), COL(1), COL(2), COL(3), COL(4), COL(5), COL(6)};
+        wq_cli_item it = {COL(0), COL(1), COL(2), COL(3), COL(4), COL(5), COL(6), COL(7)};
 #undef COL
         if (wq_cli_items_row(a, out, i, &it))
             break;

@@ -385,7 +385,8 @@ static int list_items(sqlite3 *db, const char *path, const wq_cli_args *a, FILE 
              " json_object('key', i.key, 'payload', CASE WHEN i.payload IS NULL THEN NULL"
              "  WHEN json_valid(i.payload) THEN json(i.payload) ELSE i.payload END,"
              "  'state', i.state, 'priority', i.priority, 'group', %s,"
-             "  'ready_at', i.ready_at, 'attempt', coalesce(f.requeues, 0) + 1)"
+             "  'ready_at', i.ready_at, 'attempt', coalesce(f.requeues, 0) + 1,"
+             "  'last_error', f.last_error), f.last_error"
              " FROM items AS i LEFT JOIN failures AS f ON f.queue = i.queue AND f.key = i.key"
              " WHERE i.queue = ?1 AND (?2 IS NULL OR i.state = ?2)"
              " ORDER BY i.state = 'waiting' AND i.ready_at IS NOT NULL, i.priority DESC, i.seq,"
@@ -404,7 +405,7 @@ static int list_items(sqlite3 *db, const char *path, const wq_cli_args *a, FILE 
     wq_cli_items_head(a, out);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 #define COL(c) ((const char *)sqlite3_column_text(st, c))
-        wq_cli_item it = {COL(0), COL(1), COL(2), COL(3), COL(4), COL(5), COL(6)};
+        wq_cli_item it = {COL(0), COL(1), COL(2), COL(3), COL(4), COL(5), COL(6), COL(7)};
 #undef COL
         if (wq_cli_items_row(a, out, n, &it))
             break;

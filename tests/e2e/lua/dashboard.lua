@@ -1,7 +1,9 @@
 -- Known queue contents for tests/e2e/test_dashboard.sh:
 --   jobs: one dead letter (a key with <, &, quotes, /, %, a space and
---         non-ASCII bytes), one processing item ("slow", sleeps an hour), five
---         queued items p1..p5 behind it (one worker) and one delayed ("later");
+--         non-ASCII bytes), one failed once ("flaky", queued again for attempt
+--         2 with its last error), one processing item ("slow", sleeps an
+--         hour), five queued items p1..p5 behind it (one worker) and one
+--         delayed ("later");
 --   idle: 120 queued items, no handler (paging);
 --   fast: a steady trickle of short jobs (the done/min rate and sparkline).
 local jobs = wq.queue("jobs", {
@@ -10,12 +12,16 @@ local jobs = wq.queue("jobs", {
         if key:find("^bad") then
             return wq.fail('exploded: <b>bold</b> & "quotes"')
         end
+        if key == "flaky" then
+            error('flaky: <i>no route</i> & "host"\nsecond line', 0)
+        end
         if key == "slow" then
             wq.sleep(3600)
         end
     end,
 })
 jobs:add("bad <&\"'/% ü key", {why = "<script>alert(1)</script>"})
+jobs:add("flaky")
 jobs:add("slow")
 for i = 1, 5 do
     jobs:add("p" .. i, {n = i})
