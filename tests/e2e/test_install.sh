@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `cmake --install` gives a wqrun that works anywhere: the Lua half of the
 # wq module is inside the binary, and nothing of the build machine is (no
-# source path on package.path, none in the file at all).
+# source path on package.path, none in the file at all). It also installs
+# the man page (rendered without warnings, naming every option of --help),
+# the docs, the examples and the systemd unit.
 . "$(dirname "$0")/lib.sh"
 
 BUILD=$(dirname "$WQRUN")
@@ -44,5 +46,29 @@ elif grep -a -q -F "$WQ_SOURCE_DIR" "$BIN"; then
 else
     pass
 fi
+
+# The man page: renders cleanly and documents every option --help lists.
+MAN=$PREFIX/share/man/man1/wqrun.1
+if [ -f "$MAN" ]; then
+    pass
+    command -v nroff >/dev/null || fail "needs nroff (groff-base) to render the man page"
+    warnings=$(nroff -man -ww "$MAN" 2>&1 >/dev/null)
+    [ -z "$warnings" ] && pass || fail "the man page renders with warnings: $warnings"
+    page=$(nroff -man "$MAN" 2>/dev/null | sed 's/.\x08//g')
+    case $page in *"wqrun $("$BIN" --version | awk '{ print $2 }')"*) pass ;; *) fail "the man page does not name the version" ;; esac
+    missing=
+    for opt in $("$BIN" --help | grep -oE '^  --[a-z-]+' | sort -u); do
+        case $page in *"$opt"*) ;; *) missing="$missing $opt" ;; esac
+    done
+    [ -z "$missing" ] && pass || fail "the man page does not document:$missing"
+else
+    fail "no man page at $MAN"
+fi
+for f in share/doc/wqrun/README.md share/doc/wqrun/lua-api.md share/doc/wqrun/deploy.md \
+    share/doc/wqrun/semantics.md share/doc/wqrun/examples/webhooks.lua \
+    share/doc/wqrun/examples/crawler.lua lib/systemd/system/wqrun.service; do
+    [ -f "$PREFIX/$f" ] && pass || fail "not installed: $f"
+done
+grep -q '^Type=notify$' "$PREFIX/lib/systemd/system/wqrun.service" && pass || fail "the unit is not Type=notify"
 
 finish
