@@ -80,6 +80,8 @@ typedef struct wq_ext_item {
 
 /* What a queue's add answers when it skipped a key that finished within keep_done. */
 #define WQ_ADD_DONE 2
+/* What an HTTP add answers when the runner is stopping: kept in the inbox for the next start. */
+#define WQ_ADD_DEFERRED 3
 
 /* A pending item as an operator sees it (q:items, GET /queues/NAME/items). */
 typedef struct wq_item_view {

@@ -458,6 +458,23 @@ static const char *add_one(const wq_host *h, const wq_hqueue *hq, json_object *i
         *status = 503;
         return it.why && it.why[0] ? it.why : "not stored: database unavailable";
     }
+    if (r == WQ_ESHUTDOWN && !h->store_failed && h->backend && hq->persist) {
+        /* A graceful stop: the item goes to the state file's inbox with the next
+         * commit (acknowledged after it, as any add) and the next start runs it. */
+        wq_inbox_row row = {.queue = hq->name,
+                            .key = it.key,
+                            .keylen = it.keylen,
+                            .payload = it.payload,
+                            .paylen = it.paylen,
+                            .after = it.after,
+                            .grp = it.group,
+                            .grplen = it.grouplen};
+        r = wq_backend_inbox_put(h->backend, &row);
+        if (r == 0) {
+            *queued = WQ_ADD_DEFERRED;
+            return NULL;
+        }
+    }
     if (r == WQ_ESHUTDOWN) {
         *status = 503;
         /* Stopping because the state file failed (or is gone): say so. */
@@ -479,9 +496,12 @@ static json_object *queued_body(int queued)
 {
     json_object *o = json_object_new_object();
     if (o) {
-        json_object_object_add(o, "queued", json_object_new_boolean(queued == 1));
+        json_object_object_add(o, "queued",
+                               json_object_new_boolean(queued == 1 || queued == WQ_ADD_DEFERRED));
         if (queued == WQ_ADD_DONE)
             json_object_object_add(o, "reason", json_object_new_string("done"));
+        if (queued == WQ_ADD_DEFERRED) /* stopping: kept in the inbox for the next start */
+            json_object_object_add(o, "deferred", json_object_new_boolean(1));
     }
     return o;
 }

@@ -347,6 +347,9 @@ struct wq_backend_ops {
     int (*poll_commands)(wq_backend *b, void (*fn)(void *ud, const wq_command *c), void *ud);
     /* Records command id's outcome with the next commit. */
     void (*command_result)(wq_backend *b, int64_t id, int ok, const char *text);
+    /* Writes an add this runner cannot take now (a graceful stop) for the next start to take,
+     * with the next commit: 0 or WQ_ENOMEM. NULL: the backend cannot (WQ_ESHUTDOWN). */
+    int (*inbox_put)(wq_backend *b, const wq_inbox_row *row);
     /* Makes the next inbox poll offer every row again (a queue was defined). */
     void (*known_queue)(wq_backend *b, const char *name);
     void (*get_stats)(const wq_backend *b, wq_backend_stats *st);
@@ -493,6 +496,10 @@ static inline int wq_backend_poll_commands(wq_backend *b, void (*fn)(void *ud, c
 static inline void wq_backend_command_result(wq_backend *b, int64_t id, int ok, const char *text)
 {
     b->ops->command_result(b, id, ok, text);
+}
+static inline int wq_backend_inbox_put(wq_backend *b, const wq_inbox_row *row)
+{
+    return b->ops->inbox_put ? b->ops->inbox_put(b, row) : WQ_ESHUTDOWN;
 }
 static inline void wq_backend_known_queue(wq_backend *b, const char *name)
 {

@@ -65,6 +65,10 @@ static int b_poll_commands(wq_backend *b, void (*fn)(void *ud, const wq_command 
 {
     return wq_store_poll_commands(S(b), fn, ud);
 }
+static int b_inbox_put(wq_backend *b, const wq_inbox_row *row)
+{
+    return wq_store_inbox_put(S(b), row);
+}
 static void b_command_result(wq_backend *b, int64_t id, int ok, const char *text)
 {
     wq_store_command_result(S(b), id, ok, text);
@@ -233,6 +237,7 @@ const wq_backend_ops wq_sqlite_ops = {
     .poll_inbox = b_poll_inbox,
     .poll_commands = b_poll_commands,
     .command_result = b_command_result,
+    .inbox_put = b_inbox_put,
     .known_queue = b_known_queue,
     .get_stats = b_get_stats,
     .stop = b_stop,

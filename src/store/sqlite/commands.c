@@ -94,9 +94,38 @@ void wq_store_command_result(wq_store *s, int64_t id, int ok, const char *text)
     s->cmd_results[s->ncmd_results++] = (struct cmd_result){id, ok, copy};
 }
 
+static void free_inbox_put(struct inbox_put *p)
+{
+    wq_free(p->queue);
+    wq_free(p->key);
+    wq_free(p->payload);
+    wq_free(p->grp);
+}
+
+int wq_store_inbox_put(wq_store *s, const wq_inbox_row *row)
+{
+    struct inbox_put p = {0};
+    p.queue = wq_store_dup(row->queue, strlen(row->queue));
+    p.key = wq_store_dup(row->key, row->keylen);
+    p.keylen = row->keylen;
+    p.payload = row->payload ? wq_store_dup(row->payload, row->paylen) : NULL;
+    p.paylen = row->paylen;
+    p.grp = row->grp ? wq_store_dup(row->grp, row->grplen) : NULL;
+    p.grplen = row->grplen;
+    p.after = row->after;
+    if (!p.queue || !p.key || (row->payload && !p.payload) || (row->grp && !p.grp) ||
+        wq_store_grow((void **)&s->inbox_puts, &s->capinbox_puts, s->ninbox_puts + 1,
+                      sizeof *s->inbox_puts) < 0) {
+        free_inbox_put(&p);
+        return WQ_ENOMEM;
+    }
+    s->inbox_puts[s->ninbox_puts++] = p;
+    return 0;
+}
+
 int wq_store_ops_dirty(const wq_store *s)
 {
-    if (s->ncmd_results)
+    if (s->ncmd_results || s->ninbox_puts)
         return 1;
     for (uint32_t i = 0; i < s->nqueues; i++)
         if (s->queues[i]->set_paused)
@@ -114,8 +143,32 @@ int wq_store_write_ops(wq_store *s, double now, uint64_t *rows)
                          " ON CONFLICT (name) DO UPDATE SET paused = excluded.paused") < 0 ||
         wq_store_prepare(s, &s->st[ST_COMMAND_RESULT],
                          "UPDATE commands SET state = ?2, result = ?3, done_at = ?4"
-                         " WHERE id = ?1 AND state = 'new'") < 0)
+                         " WHERE id = ?1 AND state = 'new'") < 0 ||
+        wq_store_prepare(s, &s->st[ST_INBOX_PUT],
+                         "INSERT INTO inbox(queue, key, payload, after, grp, created_at)"
+                         " VALUES (?1, ?2, ?3, ?4, ?5, ?6)") < 0)
         return SQLITE_ERROR;
+    for (size_t i = 0; i < s->ninbox_puts && rc == SQLITE_OK; i++) {
+        const struct inbox_put *p = &s->inbox_puts[i];
+        sqlite3_stmt *st = s->st[ST_INBOX_PUT];
+        sqlite3_bind_text(st, 1, p->queue, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, p->key, (int)p->keylen, SQLITE_STATIC);
+        if (p->payload)
+            sqlite3_bind_text(st, 3, p->payload, (int)p->paylen, SQLITE_STATIC);
+        else
+            sqlite3_bind_null(st, 3);
+        if (p->after > 0)
+            sqlite3_bind_double(st, 4, p->after);
+        else
+            sqlite3_bind_null(st, 4);
+        if (p->grp)
+            sqlite3_bind_text(st, 5, p->grp, (int)p->grplen, SQLITE_STATIC);
+        else
+            sqlite3_bind_null(st, 5);
+        sqlite3_bind_double(st, 6, now);
+        rc = wq_store_run(st);
+        ++*rows;
+    }
     for (uint32_t i = 0; i < s->nqueues && rc == SQLITE_OK; i++) {
         wq_store_queue *sq = s->queues[i];
         if (!sq->set_paused)
@@ -140,8 +193,21 @@ int wq_store_write_ops(wq_store *s, double now, uint64_t *rows)
     return rc;
 }
 
+void wq_store_free_inbox_puts(wq_store *s)
+{
+    for (size_t i = 0; i < s->ninbox_puts; i++)
+        free_inbox_put(&s->inbox_puts[i]);
+    s->ninbox_puts = 0;
+    wq_free(s->inbox_puts);
+    s->inbox_puts = NULL;
+    s->capinbox_puts = 0;
+}
+
 void wq_store_clear_ops(wq_store *s)
 {
+    for (size_t i = 0; i < s->ninbox_puts; i++)
+        free_inbox_put(&s->inbox_puts[i]);
+    s->ninbox_puts = 0;
     for (size_t i = 0; i < s->ncmd_results; i++)
         wq_free(s->cmd_results[i].text);
     s->ncmd_results = 0;

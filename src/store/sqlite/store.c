@@ -575,6 +575,7 @@ void wq_store_close(wq_store *s)
     wq_free(s->sched);
     wq_free(s->inbox_del);
     wq_free(s->cmd_results);
+    wq_store_free_inbox_puts(s);
     wq_free(s->bloom_mem);
     wq_free(s->path);
     wq_free(s);

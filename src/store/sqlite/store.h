@@ -194,6 +194,12 @@ int wq_store_poll_commands(wq_store *s, void (*fn)(void *ud, const wq_command *c
  * row stays 'new' and the next runner applies it again).
  */
 void wq_store_command_result(wq_store *s, int64_t id, int ok, const char *text);
+/*
+ * Writes row into the inbox with the next commit (copied): an add this
+ * runner cannot take now (it is stopping) that the next start will. 0 or
+ * WQ_ENOMEM.
+ */
+int wq_store_inbox_put(wq_store *s, const wq_inbox_row *row);
 
 /* Whether anything is waiting to be written. */
 int wq_store_dirty(const wq_store *s);

@@ -64,6 +64,7 @@ enum {
     ST_DATA_VERSION,
     ST_SELECT_COMMANDS, /* commands.c */
     ST_COMMAND_RESULT,
+    ST_INBOX_PUT,
     ST_SET_PAUSED,
     ST_COUNT
 };
@@ -151,6 +152,13 @@ struct wq_store_queue {
 };
 
 /* An operator command's outcome, written with the next flush (commands.c). */
+/* An inbox row the runner itself writes (an add it cannot take now: a graceful stop). */
+struct inbox_put {
+    char *queue, *key, *payload, *grp; /* owned; payload and grp may be NULL */
+    size_t keylen, paylen, grplen;
+    double after;
+};
+
 struct cmd_result {
     int64_t id;
     int ok;
@@ -205,6 +213,8 @@ struct wq_store {
 
     struct cmd_result *cmd_results; /* outcomes of commands applied in this window */
     size_t ncmd_results, capcmd_results;
+    struct inbox_put *inbox_puts; /* rows for the inbox, written with the next commit */
+    size_t ninbox_puts, capinbox_puts;
     int64_t cmd_mark;         /* highest command id offered so far */
     int64_t cmd_data_version; /* PRAGMA data_version at the last command poll */
     int cmd_polled;           /* a first command poll happened */
@@ -330,6 +340,8 @@ int wq_store_write_ops(wq_store *s, double now, uint64_t *rows);
 void wq_store_clear_ops(wq_store *s);
 /* Whether any is waiting to be written. */
 int wq_store_ops_dirty(const wq_store *s);
+/* Frees the inbox rows not written (at close). */
+void wq_store_free_inbox_puts(wq_store *s);
 
 /* ---- checkpoint.c ---- */
 

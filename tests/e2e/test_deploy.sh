@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Running wqrun as a service (issue 19): systemd's notification protocol
+# (READY=1 once the listener answers, STOPPING=1 at the drain, WATCHDOG=1
+# every half WatchdogSec) against a stand-in notification socket; adds
+# posted during a graceful drain accepted, committed to the state file's
+# inbox and run by the next start; log lines as JSON (RFC 3339 UTC,
+# levels, fields) or text with a time zone, --log-level, the start-up and
+# stop lines (the password of a database URL never shown); every option
+# from a WQRUN_* variable, the command line winning.
+. "$(dirname "$0")/lib.sh"
+
+command -v python3 >/dev/null || { echo "FAIL: needs python3" >&2; exit 1; }
+command -v sqlite3 >/dev/null || { echo "FAIL: needs sqlite3" >&2; exit 1; }
+sql() { sqlite3 -batch -cmd '.timeout 5000' "$@"; }
+
+SLOW=$(script slow.lua <<'LUA'
+local q = wq.queue("jobs", {workers = 2, handler = function(key)
+    if key:match("^slow") then wq.sleep(1.5) end
+    print("ran " .. key)
+    io.stdout:flush()
+end})
+if arg[1] == "first" then q:add("slow-1") end
+LUA
+)
+
+# ------------------------------------------------ sd_notify: READY, WATCHDOG, STOPPING
+python3 "$E2E_DIR/notify_listener.py" "$TMP/notify.sock" "$TMP/notify.log" &
+LISTENER=$!
+PIDS+=("$LISTENER")
+for _ in $(seq 100); do [ -s "$TMP/notify.log" ] && break; sleep 0.02; done
+PORT=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+NOTIFY_SOCKET=$TMP/notify.sock WATCHDOG_USEC=200000 "$WQRUN" --serve --db "$TMP/a.db" \
+    --listen "127.0.0.1:$PORT" "$SLOW" first >"$TMP/a.out" 2>"$TMP/a.err" &
+PID=$!
+PIDS+=("$PID")
+for _ in $(seq 250); do grep -q "READY=1" "$TMP/notify.log" && break; sleep 0.02; done
+# READY=1 comes once the listener is up: /healthz answers at once.
+expect_eq "$(curl -s -m 2 "http://127.0.0.1:$PORT/healthz")" ok "the listener answers when READY=1 has arrived"
+expect_in "$(cat "$TMP/notify.log")" "READY=1" "READY=1 is sent"
+expect_re "$(cat "$TMP/notify.log")" "STATUS=running: 1 queue\(s\), listening on 127.0.0.1:$PORT" "STATUS says what runs"
+expect_in "$(cat "$TMP/notify.log")" "MAINPID=$PID" "MAINPID is the runner"
+sleep 0.6
+n=$(grep -c "WATCHDOG=1" "$TMP/notify.log")
+expect_between "$n" 3 12 "WATCHDOG=1 every half WatchdogSec (0.1 s) while the loop turns"
+
+# ------------------------------------------------ adds during a graceful drain
+kill -TERM "$PID"
+for _ in $(seq 100); do grep -q "STOPPING=1" "$TMP/notify.log" && break; sleep 0.02; done
+expect_in "$(cat "$TMP/notify.log")" "STOPPING=1" "STOPPING=1 at the drain"
+body=$(curl -s -m 5 -w ' %{http_code}' -d '{"key":"posted-1","payload":{"n":1}}' "http://127.0.0.1:$PORT/queues/jobs/items")
+expect_eq "$body" '{"queued":true,"deferred":true} 202' "an add during the drain is accepted (202, deferred)"
+body=$(curl -s -m 5 -w ' %{http_code}' -d '[{"key":"posted-2"},{"key":"posted-3","after":0.5}]' \
+    "http://127.0.0.1:$PORT/queues/jobs/items:batch")
+expect_eq "$body" '{"results":[{"queued":true,"deferred":true},{"queued":true,"deferred":true}]} 202' \
+    "a batch during the drain too"
+# Acknowledged means kept: the rows are in the file before the runner has even ended.
+expect_eq "$(sql "$TMP/a.db" "SELECT group_concat(key || '=' || coalesce(payload, '-'), ' ') FROM (SELECT * FROM inbox ORDER BY id)")" \
+    'posted-1={"n":1} posted-2=- posted-3=-' "sqlite3 reads the acknowledged adds in the inbox at once"
+wait_exit "$PID" 10
+expect_eq "$RC" 0 "the drain ends normally"
+expect_in "$(cat "$TMP/a.out")" "ran slow-1" "the running handler finished"
+expect_not_in "$(cat "$TMP/a.out")" "ran posted" "nothing posted during the drain ran in the stopping runner"
+run --db "$TMP/a.db" "$SLOW"
+expect_rc 0 "the next start"
+expect_eq "$(printf '%s\n' "$OUT" | grep -c '^ran posted-')" 3 "the next start runs all three"
+expect_eq "$(sql "$TMP/a.db" "SELECT count(*) FROM inbox")" 0 "the inbox is empty after"
+
+# Without a state file nothing could keep it: 503 during the drain.
+"$WQRUN" --serve --listen "127.0.0.1:$((PORT + 1))" "$SLOW" first >/dev/null 2>&1 &
+PID=$!
+PIDS+=("$PID")
+for _ in $(seq 100); do [ "$(curl -s -m 1 "http://127.0.0.1:$((PORT + 1))/healthz")" = ok ] && break; sleep 0.05; done
+kill -TERM "$PID"
+sleep 0.2
+code=$(curl -s -m 5 -o /dev/null -w '%{http_code}' -d '{"key":"x"}' "http://127.0.0.1:$((PORT + 1))/queues/jobs/items")
+expect_eq "$code" 503 "no state file: an add during the drain is refused, not lost"
+wait_exit "$PID" 10
+
+# ------------------------------------------------ log formats and levels
+FAILS=$(script fails.lua <<'LUA'
+local q = wq.queue("mail", {max_retries = 1, limiter = wq.limiter.fast_slow(0.01, 0.01, 5),
+    handler = function() error("smtp: 421 try later\nsecond line") end})
+q:add("user-7")
+wq.log("hello from the script")
+LUA
+)
+run --log-format json --db "$TMP/b.db" "$FAILS"
+expect_rc 0 "a JSON-logging run"
+bad=$(printf '%s\n' "$ERR" | python3 -c '
+import json, re, sys
+bad = 0
+for line in sys.stdin:
+    try:
+        o = json.loads(line)
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", o["time"])
+        assert o["level"] in ("debug", "info", "warn", "error") and isinstance(o["msg"], str)
+    except Exception as e:
+        bad += 1
+        print("not a log line:", line.strip(), e, file=sys.stderr)
+print(bad)')
+expect_eq "$bad" 0 "every stderr line is a JSON object with an RFC 3339 UTC time, a level and a message"
+field() { printf '%s\n' "$ERR" | python3 -c "
+import json, sys
+for line in sys.stdin:
+    o = json.loads(line)
+    if $1:
+        print($2)
+        break"; }
+expect_eq "$(field '"started" in o["msg"]' 'o["version"], o["db"], o["queues"]')" \
+    "$("$WQRUN" --version | awk '{ print $2 }') sqlite $TMP/b.db mail" "the start-up line: version, backend and file, queues"
+expect_eq "$(field 'o.get("outcome") == "retry"' 'o["level"], o["queue"], o["key"], o["attempt"], o["error"]')" \
+    "warn mail user-7 1 $TMP/fails.lua:2: smtp: 421 try later" "a failed attempt: warn, with queue, key, attempt and the error's first line"
+expect_eq "$(field 'o.get("outcome") == "dead"' 'o["level"], o["attempt"]')" "error 2" "the dead letter: error level"
+expect_eq "$(field 'o["msg"] == "hello from the script"' 'o["level"]')" info "wq.log is an info line"
+expect_eq "$(field '"stopped" in o["msg"]' 'o["status"]')" 0 "the stop line with the exit status"
+
+run --db "$TMP/c.db" "$FAILS"
+expect_re "$ERR" "^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}[+-][0-9]{2}:[0-9]{2} INFO wqrun: wqrun .* started" \
+    "text lines carry the time zone's offset and the level"
+expect_re "$ERR" "WARN wqrun: mail: 'user-7' failed \(attempt 1\), next try in" "a retried failure is a WARN line"
+run --log-level error --db "$TMP/d.db" "$FAILS"
+expect_not_in "$ERR" "INFO" "--log-level error drops info lines"
+expect_not_in "$ERR" "WARN" "and warn lines"
+expect_in "$ERR" "ERROR wqrun: mail: 'user-7' failed 2 times, dead-lettered" "and keeps error lines"
+run --log-format yaml "$FAILS"
+expect_rc 2 "an unknown log format is a usage error"
+expect_in "$ERR" "--log-format takes text or json, got 'yaml'" "and says what it takes"
+
+# ------------------------------------------------ WQRUN_* variables
+OUT=$(WQRUN_LOG_FORMAT=json WQRUN_QUIET=yes "$WQRUN" --db "$TMP/e.db" "$FAILS" 2>&1 >/dev/null)
+expect_not_in "$OUT" "started" "WQRUN_QUIET=yes is --quiet (no start-up line)"
+expect_in "$OUT" '"level":"error"' "WQRUN_LOG_FORMAT=json is --log-format json"
+OUT=$(WQRUN_LOG_FORMAT=json "$WQRUN" --log-format text --db "$TMP/f.db" "$FAILS" 2>&1 >/dev/null)
+expect_not_in "$OUT" '"level"' "the command line wins over the environment"
+OUT=$(WQRUN_SERVE=perhaps "$WQRUN" "$FAILS" 2>&1)
+expect_in "$OUT" "WQRUN_SERVE takes 1, true, yes, 0, false or no, got 'perhaps'" "a bad flag variable is named"
+OUT=$(WQRUN_GRACE=-3 "$WQRUN" "$FAILS" 2>&1)
+expect_in "$OUT" "--grace needs seconds >= 0, got '-3'" "a bad variable gets the option's message"
+expect_in "$OUT" "(from the environment variable WQRUN_GRACE)" "and names the variable"
+for v in DB LISTEN TOKEN GRACE SYNC LOG_FORMAT LOG_LEVEL SERVE QUIET; do
+    case $("$WQRUN" --help) in *"WQRUN_$v"*) pass ;; *) fail "--help does not list WQRUN_$v" ;; esac
+done
+
+# ------------------------------------------------ a database URL's password is never logged
+DB=$(pg_fresh_db)
+secret_url=$(printf '%s' "$DB" | sed 's|postgresql://postgres@|postgresql://postgres:s3cret-pw@|')
+run --db "$secret_url" "$FAILS"
+expect_rc 0 "a run on PostgreSQL with a password in the URL"
+expect_in "$ERR" "postgresql://postgres:***@" "the start-up line shows the URL with the password hidden"
+expect_not_in "$ERR" "s3cret-pw" "the password appears nowhere in the log"
+
+finish
