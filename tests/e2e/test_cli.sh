@@ -391,8 +391,8 @@ EOF
 )
 run --quiet "$logs"
 expect_rc 0 "wq.log"
-expect_re "$ERR" '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3} hello world 7$' \
-    "wq.log: timestamp and formatted message"
+expect_re "$ERR" '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}[+-][0-9]{2}:[0-9]{2} INFO hello world 7$' \
+    "wq.log: timestamp with the time zone's offset, level and formatted message"
 expect_re "$ERR" ' single$' "wq.log with one argument"
 expect_not_in "$OUT" "hello world" "wq.log does not write to stdout"
 

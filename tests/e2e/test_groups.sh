@@ -57,7 +57,7 @@ pid=$!
 PIDS+=("$pid")
 check "seven keys processing" wait_for "$TMP/slow.out" started 7 10
 sleep 0.3 # more would start now if a limit let them
-expect_eq "$(grep started "$TMP/slow.out" | sed 's/-k.*//' | sort | uniq -c | awk '{ print $2, $3, $1 }')" \
+expect_eq "$(grep '^started' "$TMP/slow.out" | sed 's/-k.*//' | sort | uniq -c | awk '{ print $2, $3, $1 }')" \
     "started g1 2
 started g2 2
 started g3 2

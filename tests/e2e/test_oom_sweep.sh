@@ -81,7 +81,8 @@ verdict() {
         echo "state lost without a word (restore)"
     elif [ "$RC" = 0 ] && ! printf '%s' "$OUT" | grep -q '^oom_run: ok .* restored '; then
         echo "exit 0 without finishing the work (or restoring the state)"
-    elif [ "$RC" = 1 ] && ! printf '%s' "$ERR" | grep -v '^wqrun: test: ' | grep -q '^wqrun: '; then
+    elif [ "$RC" = 1 ] && ! printf '%s' "$ERR" | grep -v '^wqrun: test: ' |
+        grep -v ' wqrun: wqrun stopped after ' | grep -qE '^(.* (ERROR|WARN|INFO) )?wqrun: '; then
         echo "exit 1 without a 'wqrun: ...' line saying why"
     fi
 }

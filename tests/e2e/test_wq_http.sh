@@ -54,7 +54,7 @@ expect_between "${conns:-99}" 0 2 "100 sequential requests on at most 2 connecti
 run --quiet "$E2E_DIR/lua/http_abort.lua"
 expect_rc 0 "http_abort.lua"
 expect_in "$OUT" "checks passed" "http_abort.lua finished"
-expect_in "$ERR" "'k' failed 1 times, dead-lettered: timeout" "the handler failed with its timeout"
+expect_in "$ERR" "'k' failed 1 time, dead-lettered: timeout" "the handler failed with its timeout"
 expect_in "$ERR" "cancel: 'k' cancelled" "the job was cancelled"
 printf '%s\n' "$OUT" | grep -E '^(timeout|cancel):'
 # (Lua compared the times; here: closed long before the requests' 30 s timeout.)
