@@ -66,6 +66,7 @@ typedef struct wq_ext_item {
     int has_priority;
     int32_t priority;
     int force;         /* add even if the key finished within keep_done */
+    int unique;        /* a key already pending or processing is left as it is (no follow-up) */
     const char *group; /* its group (SPEC 7.4), NULL: the queue's group_of decides */
     size_t grouplen;
     char *why; /* when add answers WQ_EINVAL: the reason (whysize bytes), if given */
@@ -82,6 +83,9 @@ typedef struct wq_ext_item {
 #define WQ_ADD_DONE 2
 /* What an HTTP add answers when the runner is stopping: kept in the inbox for the next start. */
 #define WQ_ADD_DEFERRED 3
+/* What a unique add answers when it left the key alone: pending (queued, waiting) or running. */
+#define WQ_ADD_PENDING 4
+#define WQ_ADD_PROCESSING 5
 
 /* A pending item as an operator sees it (q:items, GET /queues/NAME/items). */
 typedef struct wq_item_view {

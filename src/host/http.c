@@ -323,13 +323,17 @@ static const char *read_item(json_object *body, wq_ext_item *it, json_object **p
             if (!json_object_is_type(v, json_type_boolean))
                 return "force must be true or false";
             it->force = json_object_get_boolean(v);
+        } else if (strcmp(f, "unique") == 0) {
+            if (!json_object_is_type(v, json_type_boolean))
+                return "unique must be true or false";
+            it->unique = json_object_get_boolean(v);
         } else if (strcmp(f, "group") == 0) {
             if (!json_object_is_type(v, json_type_string))
                 return "group must be a string";
             it->group = json_object_get_string(v);
             it->grouplen = (size_t)json_object_get_string_len(v);
         } else {
-            return "unknown field (expected key, payload, after, priority, force, group)";
+            return "unknown field (expected key, payload, after, priority, force, unique, group)";
         }
     }
     if (!has_key)
@@ -498,8 +502,12 @@ static json_object *queued_body(int queued)
     if (o) {
         json_object_object_add(o, "queued",
                                json_object_new_boolean(queued == 1 || queued == WQ_ADD_DEFERRED));
-        if (queued == WQ_ADD_DONE)
-            json_object_object_add(o, "reason", json_object_new_string("done"));
+        if (queued == WQ_ADD_DONE || queued == WQ_ADD_PENDING || queued == WQ_ADD_PROCESSING)
+            json_object_object_add(o, "reason",
+                                   json_object_new_string(queued == WQ_ADD_DONE ? "done"
+                                                          : queued == WQ_ADD_PENDING
+                                                              ? "pending"
+                                                              : "processing"));
         if (queued == WQ_ADD_DEFERRED) /* stopping: kept in the inbox for the next start */
             json_object_object_add(o, "deferred", json_object_new_boolean(1));
     }

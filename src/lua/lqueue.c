@@ -960,13 +960,31 @@ static void prune_done(wq_host *h, void *data, uint64_t id)
     arm_prune(lq, more ? 0.01 : lq->keep_done < 30 ? lq->keep_done : 30);
 }
 
-static const char *const add_opts[] = {"priority", "group", "force", NULL};
+static const char *const add_opts[] = {"priority", "group", "force", "unique", NULL};
+
+/*
+ * unique adds: why key is left as it is — it is processing, or pending
+ * (queued, waiting, or due to run again) — or NULL when it is neither.
+ */
+static const char *unique_skip(lqueue *lq, const char *key, size_t len)
+{
+    wq_item_info info;
+    if (!wq_queue_lookup(lq->q, key, len, &info))
+        return NULL;
+    if (info.state & WQ_ST_PROCESSING)
+        return "processing";
+    if (info.state & (WQ_ST_DIRTY | WQ_ST_QUEUED | WQ_ST_WAITING))
+        return "pending";
+    return NULL;
+}
 
 /* Reads the optional payload (at idx) and opts table (at idx + 1) of an add. */
-static void read_add_args(lua_State *L, int idx, const char *fn, wq_add_opts *o, int *force)
+static void read_add_args(lua_State *L, int idx, const char *fn, wq_add_opts *o, int *force,
+                          int *unique)
 {
     memset(o, 0, sizeof *o);
     *force = 0;
+    *unique = 0;
     int top = lua_gettop(L);
     if (top >= idx + 1 && !lua_isnil(L, idx + 1)) {
         if (!lua_istable(L, idx + 1))
@@ -977,6 +995,12 @@ static void read_add_args(lua_State *L, int idx, const char *fn, wq_add_opts *o,
             if (!lua_isboolean(L, -1))
                 wq_argerror(L, fn, "force", "boolean expected");
             *force = lua_toboolean(L, -1);
+        }
+        lua_pop(L, 1);
+        if (lua_getfield(L, idx + 1, "unique") != LUA_TNIL) {
+            if (!lua_isboolean(L, -1))
+                wq_argerror(L, fn, "unique", "boolean expected");
+            *unique = lua_toboolean(L, -1);
         }
         lua_pop(L, 1);
         int t = lua_getfield(L, idx + 1, "priority");
@@ -1045,17 +1069,26 @@ static int add_common(lua_State *L, int how, const char *fn)
         rest = 4;
     }
     wq_add_opts o;
-    int force = 0;
+    int force = 0, unique = 0;
     int top = lua_gettop(L);
     if (top < rest) /* the common case: no payload, no opts */
         memset(&o, 0, sizeof o);
     else
-        read_add_args(L, rest, fn, &o, &force);
+        read_add_args(L, rest, fn, &o, &force, &unique);
+    if (unique && wq_backend_shared(lq->host->backend))
+        return luaL_error(L, "%s: unique adds are not supported on PostgreSQL yet", fn);
     if (!o.group && lq->group_of_ref != LUA_NOREF)
         lgroup_resolve(L, lq, 2, top >= rest ? rest : 0, fn, &o);
     if (done_gate(lq, key, len, force)) {
         lua_pushboolean(L, 0); /* finished within keep_done: skipped */
-        return 1;
+        lua_pushliteral(L, "done");
+        return 2;
+    }
+    const char *skip = unique ? unique_skip(lq, key, len) : NULL;
+    if (skip) { /* "if it is pending or running, do nothing" */
+        lua_pushboolean(L, 0);
+        lua_pushstring(L, skip);
+        return 2;
     }
     if (how == ADD_LIMITED && wq_limiter_when(lq->limiter, key, len, &delay) < 0)
         return luaL_error(L, "%s: out of memory", fn);
@@ -1528,8 +1561,16 @@ static void op_stop(void *q)
 static int op_add(void *q, const wq_ext_item *it)
 {
     lqueue *lq = q;
+    if (it->unique && wq_backend_shared(lq->host->backend)) {
+        if (it->why)
+            snprintf(it->why, it->whysize, "unique adds are not supported on PostgreSQL yet");
+        return WQ_EINVAL;
+    }
     if (done_gate(lq, it->key, it->keylen, it->force))
         return WQ_ADD_DONE;
+    const char *skip = it->unique ? unique_skip(lq, it->key, it->keylen) : NULL;
+    if (skip)
+        return skip[0] == 'p' && skip[1] == 'r' ? WQ_ADD_PROCESSING : WQ_ADD_PENDING;
     wq_add_opts o = {.payload = it->payload,
                      .paylen = it->paylen,
                      .set_payload = it->payload != NULL,

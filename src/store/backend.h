@@ -444,7 +444,7 @@ static inline const char *wq_backend_name(const wq_backend *b)
 }
 static inline int wq_backend_shared(const wq_backend *b)
 {
-    return (b->ops->flags & WQ_BACKEND_SHARED) != 0;
+    return b && (b->ops->flags & WQ_BACKEND_SHARED) != 0;
 }
 static inline void wq_backend_close(wq_backend *b)
 {
