@@ -76,6 +76,22 @@ code=$(curl -s -m 5 -o /dev/null -w '%{http_code}' -d '{"key":"x"}' "http://127.
 expect_eq "$code" 503 "no state file: an add during the drain is refused, not lost"
 wait_exit "$PID" 10
 
+# ------------------------------------------------ unique adds over HTTP
+listen_start -- --serve --db "$TMP/u.db" "$SLOW"
+post() { curl -s -m 5 -w ' %{http_code}' -d "$1" "$BASE/queues/jobs/items"; }
+expect_eq "$(post '{"key":"slow-u","payload":{"v":1}}')" '{"queued":true} 202' "a first add"
+sleep 0.3 # it is running now (1.5 s)
+expect_eq "$(post '{"key":"slow-u","payload":{"v":2},"unique":true}')" '{"queued":false,"reason":"processing"} 202' \
+    "unique while it runs: nothing changes, and the answer says why"
+expect_eq "$(post '{"key":"later","after":60,"unique":true}')" '{"queued":true} 202' "a unique delayed add"
+expect_eq "$(post '{"key":"later","unique":true}')" '{"queued":false,"reason":"pending"} 202' \
+    "unique while it waits: not run now"
+expect_eq "$(post '{"key":"x","unique":1}')" '{"error":"unique must be true or false"} 400' "unique must be a boolean"
+sleep 1.6
+expect_eq "$(grep -c '^ran slow-u' "$OUTF")" 1 "the unique add made no follow-up run"
+kill -TERM "$PID"
+wait "$PID" 2>/dev/null
+
 # ------------------------------------------------ log formats and levels
 FAILS=$(script fails.lua <<'LUA'
 local q = wq.queue("mail", {max_retries = 1, limiter = wq.limiter.fast_slow(0.01, 0.01, 5),

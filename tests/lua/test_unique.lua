@@ -1,0 +1,35 @@
+-- Unique adds ({unique = true}): "if this key is pending or running, do
+-- nothing" — no follow-up run, payload and time unchanged — with the reason
+-- as the second result; keep_done's skip answers "done"; the default stays
+-- client-go's follow-up rule.
+local t = require "wqtest"
+local release = false
+local q = wq.queue("u", {keep_done = 60, handler = function(key) while not release do wq.sleep(0.01) end end})
+t.eq({q:add("a", {n = 1})}, {true})
+t.eq({q:add("a", {n = 2}, {unique = true})}, {false, "pending"}, "queued: left alone")
+t.eq(q:items()[1].payload, {n = 1}, "payload unchanged")
+wq.sleep(0.05)
+t.eq({q:add("a", nil, {unique = true})}, {false, "processing"}, "running: no follow-up")
+t.eq({q:add_after("b", 10, nil, {unique = true})}, {true})
+t.eq({q:add_after("b", 1, nil, {unique = true})}, {false, "pending"}, "waiting: the earlier time is not taken either")
+release = true
+wq.sleep(0.05)
+t.eq({q:add("a", nil, {unique = true})}, {false, "done"}, "finished within keep_done")
+t.raises(function() q:add("c", nil, {unique = 1}) end, "add: bad argument 'unique' (boolean expected)")
+q:remove("b")
+
+do -- without unique: client-go's rule, a follow-up run with the new payload
+    local seen = {}
+    local gate = false
+    local f = wq.queue("follow", {handler = function(key, p)
+        seen[#seen + 1] = p.n
+        while not gate do wq.sleep(0.01) end
+    end})
+    f:add("k", {n = 1})
+    wq.sleep(0.02)
+    t.eq({f:add("k", {n = 2})}, {true}, "re-added while running: queued for once more")
+    gate = true
+    t.wait_until(function() return #seen == 2 end, 2)
+    t.eq(seen, {1, 2}, "the follow-up ran with the new payload")
+end
+t.done()
