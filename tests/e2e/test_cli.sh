@@ -490,6 +490,18 @@ expect_not_in "$ERR" "warning" "no warning for a known queue"
 run add --db "$DB" jbos typo
 expect_rc 0 "add to a misspelled queue"
 expect_in "$ERR" "queue 'jbos'" "the warning names the misspelled queue"
+# an inbox row whose priority is not a 32-bit integer stays, reported once; the others run
+sqlite3 "$DB" "INSERT INTO inbox(queue, key, priority) VALUES ('jobs', 'badp', 1.5),
+  ('jobs', 'bigp', 4294967296), ('jobs', 'textp', 'high'), ('jobs', 'okp', '-3')"
+run --quiet --db "$DB" "$order"
+expect_rc 0 "a run with bad inbox priorities"
+expect_eq "$(printf '%s\n' "$OUT" | grep '^ran ' | sort)" "ran again
+ran okp" "the rows with a good priority ran"
+expect_count "$ERR" "inbox rows for queue 'jobs' stay in the inbox: a priority that is not a 32-bit integer" 1 \
+    "the bad priorities are reported once"
+expect_eq "$(sqlite3 "$DB" "SELECT key FROM inbox WHERE queue = 'jobs' ORDER BY id")" "badp
+bigp
+textp" "and their rows stay in the inbox"
 # a version-2 file has no inbox.priority: --priority says so and leaves the file alone
 V2=$TMP/v2.db
 sqlite3 "$V2" "PRAGMA application_id = 2003923573; PRAGMA user_version = 2;
