@@ -15,11 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 static void usage(FILE *f)
 {
     fputs("usage: wqrun [options] SCRIPT.lua [ARGS...]\n"
-          "       wqrun add --db PATH|URL QUEUE KEY [PAYLOAD] [--after SECONDS] [--group GROUP]\n"
+          "       wqrun add --db PATH|URL QUEUE KEY [PAYLOAD] [--after SECONDS] [--priority N]\n"
+          "                 [--group GROUP]\n"
           "       wqrun status --db PATH|URL\n"
           "       wqrun pause|resume --db PATH|URL QUEUE\n"
           "       wqrun remove|cancel --db PATH|URL QUEUE KEY\n"
@@ -142,6 +144,65 @@ static int subcommand(const char *cmd, int argc, char **argv)
     return wq_store_cli_op(cmd, argc, args);
 }
 
+static int migrate_cmd(const char *cmd, int argc, char **argv)
+{
+    (void)cmd;
+    return wq_pg_cli_migrate(argc, argv, stdout, stderr);
+}
+
+static int runners_cmd(const char *cmd, int argc, char **argv)
+{
+    (void)cmd;
+    return wq_pg_cli_runners(argc, argv, stdout, stderr);
+}
+
+/*
+ * The subcommands: argv[1] names one of these, or it is a script. A new
+ * subcommand is one more line here (the unknown-command message lists
+ * them); the inspection commands show and dead belong here too when
+ * they are built.
+ */
+static const struct command {
+    const char *name;
+    int (*run)(const char *cmd, int argc, char **argv); /* argv after the name */
+} commands[] = {
+    {"add", subcommand},      {"status", subcommand},     {"pause", subcommand},
+    {"resume", subcommand},   {"remove", subcommand},     {"cancel", subcommand},
+    {"retry", subcommand},    {"purge-dead", subcommand}, {"items", subcommand},
+    {"migrate", migrate_cmd}, {"runners", runners_cmd},   {NULL, NULL},
+};
+
+static const struct command *find_command(const char *name)
+{
+    for (const struct command *c = commands; c->name; c++)
+        if (strcmp(c->name, name) == 0)
+            return c;
+    return NULL;
+}
+
+/*
+ * Whether name can be the script: it ends in .lua or is a file that exists.
+ * Otherwise it is a misspelled command (`wqrun dead ...`), refused with
+ * the list of commands rather than "cannot open": exit 2.
+ */
+static int check_script(const char *name)
+{
+    size_t n = strlen(name);
+    struct stat sb;
+    if ((n > 4 && strcmp(name + n - 4, ".lua") == 0) || stat(name, &sb) == 0)
+        return 0;
+    if (find_command(name))
+        fprintf(stderr, "wqrun: the command '%s' comes first, before any option\n", name);
+    else
+        fprintf(stderr, "wqrun: unknown command '%s'\n", name);
+    fputs("commands:", stderr);
+    for (const struct command *c = commands; c->name; c++)
+        fprintf(stderr, " %s", c->name);
+    fputs("\n(a script's name ends in .lua, or it is an existing file; wqrun --help says more)\n",
+          stderr);
+    return 2;
+}
+
 /* The options of a run: each also read from its environment variable (the command line wins). */
 typedef struct optdef {
     const char *name; /* "--db" */
@@ -259,13 +320,9 @@ static int apply_env(wq_host_opts *o)
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && (strcmp(argv[1], "add") == 0 || strcmp(argv[1], "status") == 0 ||
-                     wq_store_cli_is_op(argv[1])))
-        return subcommand(argv[1], argc - 2, argv + 2);
-    if (argc > 1 && strcmp(argv[1], "migrate") == 0)
-        return wq_pg_cli_migrate(argc - 2, argv + 2, stdout, stderr);
-    if (argc > 1 && strcmp(argv[1], "runners") == 0)
-        return wq_pg_cli_runners(argc - 2, argv + 2, stdout, stderr);
+    const struct command *cmd = argc > 1 ? find_command(argv[1]) : NULL;
+    if (cmd)
+        return cmd->run(argv[1], argc - 2, argv + 2);
 
     wq_host_opts o = {0};
     o.grace = 30;
@@ -308,6 +365,8 @@ int main(int argc, char **argv)
     }
     if (i >= argc)
         return bad_usage("%s", "missing SCRIPT.lua");
+    if ((rc = check_script(argv[i])))
+        return rc;
     if (o.virtual_time && o.db_path && wq_backend_is_pg(o.db_path))
         return bad_usage("%s", "--virtual-time cannot be used with a PostgreSQL --db (the database "
                                "keeps real time)");

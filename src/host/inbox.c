@@ -11,6 +11,7 @@
 #include "engine/queue.h"
 #include "store/backend.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -49,6 +50,11 @@ static int take(void *ud, const wq_inbox_row *row)
         report_once(c->h, memory, queue, "the queue has persist = false");
         return 0;
     }
+    if (row->has_priority && (row->priority < INT32_MIN || row->priority > INT32_MAX)) {
+        static char badprio[16][65];
+        report_once(c->h, badprio, queue, "a priority that is not a 32-bit integer");
+        return 0;
+    }
     /* After shutdown the add is refused (WQ_ESHUTDOWN): the row stays for the next run. */
     char why[256];
     wq_ext_item it = {.key = row->key,
@@ -56,6 +62,8 @@ static int take(void *ud, const wq_inbox_row *row)
                       .payload = row->payload,
                       .paylen = row->paylen,
                       .after = row->after,
+                      .has_priority = row->has_priority,
+                      .priority = (int32_t)row->priority,
                       .group = row->grp,
                       .grouplen = row->grplen,
                       .why = why,

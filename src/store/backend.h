@@ -117,6 +117,8 @@ typedef struct wq_inbox_row {
     double after;
     const char *grp; /* its group (SPEC 7.4), NULL for none */
     size_t grplen;
+    int has_priority; /* 0: none (a new item gets 0, a pending one keeps its own) */
+    int64_t priority; /* as written: outside the 32-bit range when it is not such an integer */
 } wq_inbox_row;
 
 /* An add as the runtime asks the backend for it. */

@@ -7,6 +7,7 @@
 
 #include "engine/common.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,29 @@ int wq_cli_option(int argc, char **argv, int *i, const char *name, const char **
         return -1;
     *value = argv[++*i];
     return 1;
+}
+
+int wq_cli_priority(const char *s, int32_t *out, FILE *err, const char *usage_line)
+{
+    char *end;
+    errno = 0;
+    long long p = strtoll(s, &end, 10);
+    if (!*s || *end || errno == ERANGE || p < INT32_MIN || p > INT32_MAX) {
+        fprintf(err,
+                "wqrun: add: bad argument '--priority' (32-bit integer expected, got '%s')\n%s", s,
+                usage_line);
+        return -1;
+    }
+    *out = (int32_t)p;
+    return 0;
+}
+
+void wq_cli_warn_unknown_queue(FILE *err, const char *queue, const char *where)
+{
+    fprintf(err,
+            "wqrun: add: warning: no runner has defined queue '%s' in %s: the item waits "
+            "until a script defines it (a misspelled name?)\n",
+            queue, where);
 }
 
 int wq_cli_is_op(const char *cmd)

@@ -7,6 +7,7 @@
 #ifndef WQ_CLI_OPS_H
 #define WQ_CLI_OPS_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 typedef enum {
@@ -32,6 +33,14 @@ typedef struct wq_cli_args {
 /* Matches "--name VALUE" or "--name=VALUE" at argv[*i], advancing *i past the value: 1 matched,
  * 0 another argument, -1 the value is missing. */
 int wq_cli_option(int argc, char **argv, int *i, const char *name, const char **value);
+
+/* `wqrun add --priority N`: parses N into *out; 0, or -1 after printing why (as q:add says it,
+ * then usage_line) to err. */
+int wq_cli_priority(const char *s, int32_t *out, FILE *err, const char *usage_line);
+
+/* `wqrun add` to a queue the database has never seen (no runner defined it, no items, no dead
+ * letters): warns on err that the item waits until a script defines the queue. */
+void wq_cli_warn_unknown_queue(FILE *err, const char *queue, const char *where);
 
 /* Whether cmd is one of the operator commands. */
 int wq_cli_is_op(const char *cmd);

@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # The command line end to end: --version/--help, usage errors (status 2),
 # Lua errors with file:line and a traceback (status 1), wq.exit codes, the
-# idle exit rule, arg, module paths, wq.log.
+# idle exit rule, arg, module paths, wq.log; an unknown subcommand (named,
+# with the list of commands), `wqrun add --priority` and its warning for a
+# queue the state file has never seen.
 . "$(dirname "$0")/lib.sh"
+
+if ! command -v sqlite3 >/dev/null; then
+    echo "FAIL: test_cli needs the sqlite3 shell (apt-get install sqlite3)" >&2
+    exit 1
+fi
 
 # ---- --version, --help -------------------------------------------------------
 run --version
@@ -411,5 +418,102 @@ EOF
 run --quiet "$req"
 expect_rc 0 'require "wq"'
 expect_in "$OUT" "same	true	function	function	function"
+
+# ---- subcommands: an unknown one is named, with the list (issue 19) -------------------
+run dead --db "$TMP/cmd.db" webhooks
+expect_rc 2 "an unknown command"
+expect_in "$ERR" "wqrun: unknown command 'dead'" "the message names the unknown command"
+expect_in "$ERR" "commands: add status pause resume remove cancel retry purge-dead items" \
+    "and lists the commands"
+expect_not_in "$ERR" "cannot open" "not taken for a script"
+check "an unknown command writes no file" test ! -e "$TMP/cmd.db"
+run --quiet statsu
+expect_rc 2 "an unknown command after options"
+expect_in "$ERR" "unknown command 'statsu'" "named after options too"
+run --quiet add --db "$TMP/cmd.db" q k
+expect_rc 2 "a command after an option"
+expect_in "$ERR" "the command 'add' comes first" "says where a command goes"
+# a script path without .lua that exists still runs; a missing .lua path is still a script
+noext=$(script runme <<'EOF'
+print("no extension ran")
+EOF
+)
+run --quiet "$noext"
+expect_rc 0 "a script without .lua that exists"
+expect_in "$OUT" "no extension ran" "it runs"
+run --quiet "$TMP/missing.lua"
+check "a missing .lua script: non-zero status" test "$RC" -ne 0
+expect_not_in "$ERR" "unknown command" "a .lua path is a script, not a command"
+
+# ---- wqrun add --priority and a queue the file has never seen (issue 19) -----------------
+run add --help
+expect_rc 0 "add --help"
+expect_in "$OUT" "--priority N" "add --help shows --priority"
+run --help
+expect_in "$OUT" "--priority N" "--help shows add --priority"
+DB=$TMP/prio.db
+for bad in abc 1.5 2147483648 -2147483649 ''; do
+    run add --db "$DB" jobs k --priority "$bad"
+    expect_rc 2 "--priority '$bad'"
+    expect_in "$ERR" "bad argument '--priority' (32-bit integer expected, got '$bad')" \
+        "--priority '$bad': the message names the option and the value"
+done
+check "refused adds create no file" test ! -e "$DB"
+run add --db "$DB" jobs low1
+expect_rc 0 "add to a queue the file has never seen: still exit 0"
+expect_in "$ERR" "warning: no runner has defined queue 'jobs' in $DB" "warns on stderr"
+run add --db "$DB" jobs low2 --priority -1
+expect_rc 0 "add --priority -1"
+run add --db "$DB" jobs high --priority=2147483647
+expect_rc 0 "add --priority=2147483647"
+run add --db "$DB" jobs mid '{"m":1}' --priority 5
+expect_rc 0 "add --priority 5 with a payload"
+expect_eq "$(sqlite3 "$DB" "SELECT key, coalesce(priority, 'none') FROM inbox ORDER BY id")" \
+    "low1|none
+low2|-1
+high|2147483647
+mid|5" "the rows wait in the inbox with their priorities"
+order=$(script order.lua <<'EOF'
+wq.queue("jobs", {workers = 1, handler = function(key) print("ran " .. key) end})
+EOF
+)
+run --quiet --db "$DB" "$order"
+expect_rc 0 "a script that defines the queue runs the rows"
+expect_eq "$(printf '%s\n' "$OUT" | grep '^ran ')" "ran high
+ran mid
+ran low1
+ran low2" "the highest priority runs first, then FIFO within a priority"
+expect_eq "$(sqlite3 "$DB" "SELECT count(*) FROM inbox")" "0" "the inbox is empty after the run"
+run add --db "$DB" jobs again
+expect_rc 0 "add to a queue a runner has defined"
+expect_not_in "$ERR" "warning" "no warning for a known queue"
+run add --db "$DB" jbos typo
+expect_rc 0 "add to a misspelled queue"
+expect_in "$ERR" "queue 'jbos'" "the warning names the misspelled queue"
+# an inbox row whose priority is not a 32-bit integer stays, reported once; the others run
+sqlite3 "$DB" "INSERT INTO inbox(queue, key, priority) VALUES ('jobs', 'badp', 1.5),
+  ('jobs', 'bigp', 4294967296), ('jobs', 'textp', 'high'), ('jobs', 'okp', '-3')"
+run --quiet --db "$DB" "$order"
+expect_rc 0 "a run with bad inbox priorities"
+expect_eq "$(printf '%s\n' "$OUT" | grep '^ran ' | sort)" "ran again
+ran okp" "the rows with a good priority ran"
+expect_count "$ERR" "inbox rows for queue 'jobs' stay in the inbox: a priority that is not a 32-bit integer" 1 \
+    "the bad priorities are reported once"
+expect_eq "$(sqlite3 "$DB" "SELECT key FROM inbox WHERE queue = 'jobs' ORDER BY id")" "badp
+bigp
+textp" "and their rows stay in the inbox"
+# a version-2 file has no inbox.priority: --priority says so and leaves the file alone
+V2=$TMP/v2.db
+sqlite3 "$V2" "PRAGMA application_id = 2003923573; PRAGMA user_version = 2;
+  CREATE TABLE queues(name TEXT PRIMARY KEY, seen_at REAL);
+  CREATE TABLE items(queue TEXT, key TEXT); CREATE TABLE dead(queue TEXT, key TEXT);
+  CREATE TABLE inbox(id INTEGER PRIMARY KEY, queue TEXT, key TEXT, payload TEXT, after REAL,
+    created_at REAL, grp TEXT)"
+run add --db "$V2" jobs k --priority 3
+expect_rc 1 "--priority on a version-2 file"
+expect_in "$ERR" "--priority needs a state file of version 3; $V2 is of version 2" \
+    "says which version --priority needs"
+expect_eq "$(sqlite3 "$V2" "SELECT count(*) FROM inbox; PRAGMA user_version")" "0
+2" "no row, still version 2"
 
 finish

@@ -34,9 +34,19 @@ expect_eq "$(q "select value from wqrun.meta where key = 'schema_version'")" 2 "
 run add --db "$DB" q k '{"a":1}'
 expect_rc 0 "wqrun add"
 expect_eq "$OUT" queued "wqrun add prints queued"
+expect_in "$ERR" "wqrun: add: warning: no runner has defined queue 'q' in " \
+    "an add to a queue the database has never seen warns (and still queues: k runs below)"
 run add --db "$DB" q k '{"a":1}'
 expect_rc 0 "wqrun add again"
 expect_eq "$OUT" deduplicated "wqrun add of a queued key prints deduplicated"
+expect_not_in "$ERR" "warning" "no warning once the queue holds an item"
+for bad in abc 2147483648 1e3; do
+    run add --db "$DB" q kbad --priority "$bad"
+    expect_rc 2 "--priority '$bad'"
+    expect_in "$ERR" "bad argument '--priority' (32-bit integer expected, got '$bad')" \
+        "--priority '$bad': the message as on SQLite"
+done
+expect_eq "$(q "select count(*) from wqrun.jobs where key = 'kbad'")" 0 "a refused --priority adds nothing"
 expect_eq "$(q "select count(*), min(payload::text) from wqrun.jobs where queue = 'q' and key = 'k'")" '1|{"a": 1}' \
     "one row for q/k with the payload"
 
@@ -73,6 +83,17 @@ R1=$BG_PID
 check "the runner drains prio" wait_for "$LOG" "run prio" 4 15
 expect_eq "$(awk '$1 == "run" && $2 == "prio" { printf "%s ", $3 }' "$LOG")" "p5 p2 p0a p0b " \
     "priorities: higher first, FIFO within a level"
+run add --db "$DB" prio p9 --priority -7
+expect_rc 0 "add --priority -7 to a queue a runner defined"
+expect_not_in "$ERR" "warning" "no warning for a queue a runner defined (its items all ran)"
+check "p9 ran" wait_for "$LOG" "run prio p9" 1 10
+run add --db "$DB" piro typo
+expect_rc 0 "add to a misspelled queue: exit 0"
+expect_eq "$OUT" queued "it is queued"
+expect_in "$ERR" "warning: no runner has defined queue 'piro'" "and warned about"
+expect_eq "$(q "select count(*) from wqrun.jobs where queue = 'piro' and key = 'typo'")" 1 \
+    "the row waits in the database"
+expect_eq "$(q "select wqrun.remove('piro', 'typo')")" removed "removed again"
 check "lua1 (added from Lua) ran" wait_for "$LOG" "end q lua1 " 1 10
 expect_eq "$(grep '^run q lua1 ' "$LOG" | awk '{ print $6 }')" '{"from":"lua","mode":"ok"}' "lua1's payload"
 check "k ran" wait_for "$LOG" "end q k " 1 10
@@ -231,11 +252,13 @@ expect_eq "$(grep -c 'created (version 2)' "$TMP"/mig.* | awk -F: '{ n += $2 } E
 DB5=$(pg_fresh_db)
 bgs=()
 for i in 1 2 3 4; do
-    ("$WQRUN" add --db "$DB5" q "c$i" >"$TMP/cadd.$i" 2>&1; echo "rc=$?" >>"$TMP/cadd.$i") &
+    # (stderr apart: each may warn that no runner has defined q)
+    ("$WQRUN" add --db "$DB5" q "c$i" >"$TMP/cadd.$i" 2>"$TMP/cadd-err.$i"
+        echo "rc=$?" >>"$TMP/cadd.$i") &
     bgs+=($!)
 done
 wait "${bgs[@]}"
-LAST_CMD="4 x wqrun add at once on a database without the schema" OUT=$(cat "$TMP"/cadd.*) ERR=""
+LAST_CMD="4 x wqrun add at once on a database without the schema" OUT=$(cat "$TMP"/cadd.*) ERR=$(cat "$TMP"/cadd-err.*)
 expect_eq "$(cat "$TMP"/cadd.* | sort | uniq -c | awk '{ printf "%s %s,", $1, $2 }')" "4 queued,4 rc=0," "four adds at once: all queued, exit 0"
 expect_eq "$(pg_psql "$DB5" "select string_agg(key, ',' order by key) from wqrun.jobs")|$(pg_psql "$DB5" "select value from wqrun.meta")" \
     "c1,c2,c3,c4|2" "one schema, four rows"

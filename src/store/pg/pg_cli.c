@@ -151,15 +151,19 @@ int wq_pg_cli_add(int argc, char **argv, FILE *out, FILE *err)
         if (!*after || *end || !isfinite(s))
             return usage(err, add_usage, "add: --after needs a number of seconds, not '%s'", after);
     }
-    if (prio) {
-        char *end;
-        long p = strtol(prio, &end, 10);
-        if (!*prio || *end || p < INT32_MIN || p > INT32_MAX)
-            return usage(err, add_usage, "add: --priority needs an integer, not '%s'", prio);
-    }
+    int32_t p;
+    if (prio && wq_cli_priority(prio, &p, err, add_usage) < 0)
+        return 2;
     PGconn *pg = connect_db("add", db, schema, err);
     if (!pg)
         return 1;
+    /* Asked before the add, which makes the queue known by its row. */
+    char *kq = wq_pg_sql(pg, schema, "SELECT @S.known_queue($1)");
+    PGresult *kr = kq ? PQexecParams(pg, kq, 1, NULL, pos, NULL, NULL, 0) : NULL;
+    free(kq);
+    int unknown = kr && PQresultStatus(kr) == PGRES_TUPLES_OK && PQntuples(kr) == 1 &&
+                  PQgetvalue(kr, 0, 0)[0] == 'f';
+    PQclear(kr);
     /* PAYLOAD is JSON text, or a plain string when it is not valid JSON (SPEC 4). */
     const char *sql[2] = {"SELECT @S.add($1, $2, $3::jsonb, $4::float8, $5::integer, $6)",
                           "SELECT @S.add($1, $2, to_jsonb($3::text), $4::float8, $5::integer, "
@@ -172,6 +176,8 @@ int wq_pg_cli_add(int argc, char **argv, FILE *out, FILE *err)
         free(q);
         if (r && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) {
             fprintf(out, "%s\n", PQgetvalue(r, 0, 0));
+            if (unknown)
+                wq_cli_warn_unknown_queue(err, pos[0], wq_pg_describe(pg, NULL));
             rc = 0;
             PQclear(r);
             break;

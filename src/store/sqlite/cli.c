@@ -24,8 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char add_usage[] =
-    "usage: wqrun add --db PATH QUEUE KEY [PAYLOAD] [--after SECONDS] [--group GROUP]\n";
+static const char add_usage[] = "usage: wqrun add --db PATH QUEUE KEY [PAYLOAD] [--after SECONDS] "
+                                "[--priority N] [--group GROUP]\n";
 static const char status_usage[] = "usage: wqrun status --db PATH\n";
 
 static int usage(FILE *err, const char *usage_line, const char *fmt, ...)
@@ -49,9 +49,22 @@ static int negative_number(const char *a)
     return a[0] == '-' && ((a[1] >= '0' && a[1] <= '9') || a[1] == '.');
 }
 
+/* Whether the file has seen queue (a runner defined it, or it holds its items or dead letters);
+ * 1 when it cannot tell (no warning then). */
+static int queue_known(sqlite3 *conn, const char *queue)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(conn, WQ_SQL_QUEUE_KNOWN, -1, &st, NULL) != SQLITE_OK)
+        return 1;
+    sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
+    int known = sqlite3_step(st) != SQLITE_ROW || sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return known;
+}
+
 int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
 {
-    const char *db = NULL, *after_s = NULL, *group = NULL, *pos[3];
+    const char *db = NULL, *after_s = NULL, *prio_s = NULL, *group = NULL, *pos[3];
     int npos = 0, opts_done = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -67,6 +80,8 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
             int m = wq_cli_option(argc, argv, &i, "--db", &db);
             if (m == 0)
                 m = wq_cli_option(argc, argv, &i, "--after", &after_s);
+            if (m == 0)
+                m = wq_cli_option(argc, argv, &i, "--priority", &prio_s);
             if (m == 0)
                 m = wq_cli_option(argc, argv, &i, "--group", &group);
             if (m < 0)
@@ -100,6 +115,9 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
             return usage(err, add_usage, "add: --after needs a number of seconds, not '%s'",
                          after_s);
     }
+    int32_t prio = 0;
+    if (prio_s && wq_cli_priority(prio_s, &prio, err, add_usage) < 0)
+        return 2;
 
     char msg[1024];
     sqlite3 *conn = NULL;
@@ -108,19 +126,30 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
         fprintf(err, "wqrun: add: %s\n", msg);
         return 1;
     }
-    /* PAYLOAD is kept as written when it is JSON, else stored as a JSON string. */
+    /* An older file is not migrated here (see the top): its inbox lacks the newer columns. */
+    int version = wq_schema_version(conn);
+    const char *needs = prio_s && version < 3  ? "--priority"
+                        : group && version < 2 ? "--group"
+                                               : NULL;
+    if (needs) {
+        fprintf(err,
+                "wqrun: add: %s needs a state file of version %d; %s is of version %d (a runner "
+                "of this wqrun migrates it when it opens it)\n",
+                needs, prio_s && version < 3 ? 3 : 2, db, version);
+        sqlite3_close(conn);
+        return 1;
+    }
+    /* PAYLOAD is kept as written when it is JSON, else stored as a JSON string. Without a group
+     * or a priority, the row every version's inbox has room for. */
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO inbox(queue, key, payload, after%s%s) VALUES (?1, ?2,"
+             " CASE WHEN ?3 IS NULL THEN NULL WHEN json_valid(?3) THEN ?3 ELSE json_quote(?3) END,"
+             " ?4%s%s)",
+             group ? ", grp" : "", prio_s ? ", priority" : "", group ? ", ?5" : "",
+             prio_s ? ", ?6" : "");
     sqlite3_stmt *st;
-    /* Without a group, the row a version-1 file also has room for. */
-    int rc = sqlite3_prepare_v2(conn,
-                                group ? "INSERT INTO inbox(queue, key, payload, after, grp)"
-                                        " VALUES (?1, ?2, CASE WHEN ?3 IS NULL THEN NULL"
-                                        " WHEN json_valid(?3) THEN ?3 ELSE json_quote(?3) END,"
-                                        " ?4, ?5)"
-                                      : "INSERT INTO inbox(queue, key, payload, after)"
-                                        " VALUES (?1, ?2, CASE WHEN ?3 IS NULL THEN NULL"
-                                        " WHEN json_valid(?3) THEN ?3 ELSE json_quote(?3) END,"
-                                        " ?4)",
-                                -1, &st, NULL);
+    int rc = sqlite3_prepare_v2(conn, sql, -1, &st, NULL);
     if (rc == SQLITE_OK) {
         sqlite3_bind_text(st, 1, pos[0], -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, pos[1], -1, SQLITE_STATIC);
@@ -134,6 +163,8 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
             sqlite3_bind_null(st, 4);
         if (group)
             sqlite3_bind_text(st, 5, group, -1, SQLITE_STATIC);
+        if (prio_s)
+            sqlite3_bind_int(st, 6, prio);
         rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : SQLITE_ERROR;
         sqlite3_finalize(st);
     }
@@ -141,6 +172,8 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
     if (rc != SQLITE_OK) {
         fprintf(err, "wqrun: add: cannot write the inbox of %s: %s\n", db, sqlite3_errmsg(conn));
         status = 1;
+    } else if (!queue_known(conn, pos[0])) {
+        wq_cli_warn_unknown_queue(err, pos[0], db);
     }
     if (sqlite3_close(conn) != SQLITE_OK && status == 0) {
         fprintf(err, "wqrun: add: cannot close %s\n", db);

@@ -74,9 +74,7 @@ static int64_t change(sqlite3 *db, const char *sql, const wq_cli_args *a)
     return rc == SQLITE_DONE ? sqlite3_changes64(db) : -1;
 }
 
-static const char queue_known_sql[] = "SELECT EXISTS (SELECT 1 FROM queues WHERE name = ?1)"
-                                      " OR EXISTS (SELECT 1 FROM items WHERE queue = ?1)"
-                                      " OR EXISTS (SELECT 1 FROM dead WHERE queue = ?1)";
+static const char queue_known_sql[] = WQ_SQL_QUEUE_KNOWN;
 
 /*
  * Applies the command to a file nobody else owns (the caller holds the

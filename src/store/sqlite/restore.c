@@ -10,6 +10,7 @@
 #include "store/sqlite/store_int.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 /*
@@ -205,7 +206,7 @@ static const char select_inbox_sql[] =
     " CASE WHEN after IS NULL THEN 0.0"
     "  WHEN typeof(created_at) IN ('real', 'integer') THEN created_at + after - ?2"
     "  ELSE after END,"
-    " CAST(grp AS TEXT)"
+    " CAST(grp AS TEXT), priority, typeof(priority) = 'integer'"
     " FROM inbox WHERE id > ?1 ORDER BY id";
 
 static int taken(const wq_store *s, int64_t id)
@@ -292,9 +293,16 @@ int wq_store_poll_inbox(wq_store *s, int (*fn)(void *ud, const wq_inbox_row *row
             r = wq_store_fail(s, WQ_ENOMEM, "out of memory reading the inbox");
             break;
         }
-        wq_inbox_row row = {queue, key, keylen, payload, paylen, after, NULL, 0};
+        wq_inbox_row row = {.queue = queue,
+                            .key = key,
+                            .keylen = keylen,
+                            .payload = payload,
+                            .paylen = paylen,
+                            .after = after};
         row.grp = (const char *)sqlite3_column_text(st, 5);
         row.grplen = row.grp ? (size_t)sqlite3_column_bytes(st, 5) : 0;
+        row.has_priority = sqlite3_column_type(st, 6) != SQLITE_NULL;
+        row.priority = sqlite3_column_int(st, 7) ? sqlite3_column_int64(st, 6) : INT64_MAX;
         if (fn(ud, &row) == 1) {
             take(s, id);
             n++;

@@ -145,8 +145,12 @@ static const char v1_to_v2[] =
     "  done_at REAL                   -- Unix time it was applied\n"
     ");\n";
 
+/* Version 2 -> 3: an inbox row may carry a priority (`wqrun add --priority N`). */
+static const char v2_to_v3[] =
+    "ALTER TABLE inbox ADD COLUMN priority INTEGER; -- the item's priority, or NULL: none\n";
+
 /* migrations[v] brings a file from version v to v + 1. */
-static const char *const migrations[WQ_STORE_VERSION] = {schema_v1, v1_to_v2};
+static const char *const migrations[WQ_STORE_VERSION] = {schema_v1, v1_to_v2, v2_to_v3};
 
 /* Reads application_id, user_version and the number of schema objects. SQLite result code. */
 static int read_header(sqlite3 *db, int *app, int *ver, int *nobj)

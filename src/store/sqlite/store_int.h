@@ -19,7 +19,7 @@
 /* PRAGMA application_id of a wqrun state file: "wqru". */
 #define WQ_STORE_APP_ID 0x77717275
 /* PRAGMA user_version this build writes and understands. */
-#define WQ_STORE_VERSION 2
+#define WQ_STORE_VERSION 3
 
 /* Ends the message refusing a damaged file: what the user can do about it. */
 #define WQ_STORE_DAMAGED_HINT                                                                      \
@@ -28,6 +28,13 @@
 
 /* SQL for "now" as Unix seconds (REAL), valid in SQLite 3.40. */
 #define WQ_SQL_NOW "((julianday('now') - 2440587.5) * 86400.0)"
+
+/* SQL: whether the file has seen queue ?1 (a runner defined it, or it holds items or dead
+ * letters). */
+#define WQ_SQL_QUEUE_KNOWN                                                                         \
+    "SELECT EXISTS (SELECT 1 FROM queues WHERE name = ?1)"                                         \
+    " OR EXISTS (SELECT 1 FROM items WHERE queue = ?1)"                                            \
+    " OR EXISTS (SELECT 1 FROM dead WHERE queue = ?1)"
 
 /* How a pending entry's seq is written (see write_item in store.c). */
 enum { SEQ_INSERT, SEQ_FORCE, SEQ_IF_RAISED };
