@@ -472,7 +472,9 @@ static const char *add_one(const wq_host *h, const wq_hqueue *hq, json_object *i
                             .paylen = it.paylen,
                             .after = it.after,
                             .grp = it.group,
-                            .grplen = it.grouplen};
+                            .grplen = it.grouplen,
+                            .has_priority = it.has_priority,
+                            .priority = it.priority};
         r = wq_backend_inbox_put(h->backend, &row);
         if (r == 0) {
             *queued = WQ_ADD_DEFERRED;

@@ -21,6 +21,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* An operator action's log line, the same whoever asked (Lua, CLI, HTTP). */
+static void log_action(lqueue *lq, const char *key, size_t len, const char *what)
+{
+    char shown[WQ_SHOWN_KEY];
+    wq_log_field f[] = {WQ_LOG_STR("queue", lq->name), WQ_LOG_BYTES("key", key, len),
+                        WQ_LOG_STR("action", what)};
+    wq_show_key(shown, key, len);
+    wq_host_logf(lq->host, WQ_LOG_INFO, f, 3, "wqrun: %s: '%s' %s", lq->name, shown, what);
+}
+
 /* ---- pause ---- */
 
 /* Pauses or resumes the engine queue; 1 changed, 0 it already was. */
@@ -120,8 +130,10 @@ int lqops_remove(void *q, const char *key, size_t len)
 {
     lqueue *lq = q;
     int r = wq_queue_remove(lq->q, key, len);
-    if (r == 0)
+    if (r == 0) {
         lworker_forget(lq, key, len); /* gone as if never added: no failure count either */
+        log_action(lq, key, len, "removed");
+    }
     return r;
 }
 
@@ -201,6 +213,7 @@ int lqops_retry_dead(lua_State *L, lqueue *lq, const char *key, size_t len)
     if (lq->bq)
         wq_bq_undead(lq->bq, key, len);
     lua_settop(L, dead - 1);
+    log_action(lq, key, len, "retried (dead letter re-queued)");
     return 1;
 }
 
@@ -269,6 +282,11 @@ static int purge_p(lua_State *L)
     }
     lua_rawseti(L, LUA_REGISTRYINDEX, lq->dead_ref);
     lq->ndead = 0;
+    if (*n > 0) {
+        wq_log_field f[] = {WQ_LOG_STR("queue", lq->name), WQ_LOG_NUM("purged", *n)};
+        wq_host_logf(lq->host, WQ_LOG_INFO, f, 2, "wqrun: %s: %d dead letter(s) purged", lq->name,
+                     *n);
+    }
     return 0;
 }
 

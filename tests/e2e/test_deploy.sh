@@ -47,7 +47,7 @@ expect_between "$n" 3 12 "WATCHDOG=1 every half WatchdogSec (0.1 s) while the lo
 kill -TERM "$PID"
 for _ in $(seq 100); do grep -q "STOPPING=1" "$TMP/notify.log" && break; sleep 0.02; done
 expect_in "$(cat "$TMP/notify.log")" "STOPPING=1" "STOPPING=1 at the drain"
-body=$(curl -s -m 5 -w ' %{http_code}' -d '{"key":"posted-1","payload":{"n":1}}' "http://127.0.0.1:$PORT/queues/jobs/items")
+body=$(curl -s -m 5 -w ' %{http_code}' -d '{"key":"posted-1","payload":{"n":1},"priority":7}' "http://127.0.0.1:$PORT/queues/jobs/items")
 expect_eq "$body" '{"queued":true,"deferred":true} 202' "an add during the drain is accepted (202, deferred)"
 body=$(curl -s -m 5 -w ' %{http_code}' -d '[{"key":"posted-2"},{"key":"posted-3","after":0.5}]' \
     "http://127.0.0.1:$PORT/queues/jobs/items:batch")
@@ -56,6 +56,7 @@ expect_eq "$body" '{"results":[{"queued":true,"deferred":true},{"queued":true,"d
 # Acknowledged means kept: the rows are in the file before the runner has even ended.
 expect_eq "$(sql "$TMP/a.db" "SELECT group_concat(key || '=' || coalesce(payload, '-'), ' ') FROM (SELECT * FROM inbox ORDER BY id)")" \
     'posted-1={"n":1} posted-2=- posted-3=-' "sqlite3 reads the acknowledged adds in the inbox at once"
+expect_eq "$(sql "$TMP/a.db" "SELECT priority FROM inbox WHERE key = 'posted-1'")" 7 "with their priority"
 wait_exit "$PID" 10
 expect_eq "$RC" 0 "the drain ends normally"
 expect_in "$(cat "$TMP/a.out")" "ran slow-1" "the running handler finished"
@@ -141,6 +142,22 @@ expect_in "$ERR" "ERROR wqrun: mail: 'user-7' failed 2 times, dead-lettered" "an
 run --log-format yaml "$FAILS"
 expect_rc 2 "an unknown log format is a usage error"
 expect_in "$ERR" "--log-format takes text or json, got 'yaml'" "and says what it takes"
+
+# ------------------------------------------------ operator actions logged whatever their source
+listen_start -- --serve --db "$TMP/ops.db" "$FAILS"
+for _ in $(seq 100); do grep -q "dead-lettered" "$ERRF" && break; sleep 0.05; done
+code=$(curl -s -m 5 -o /dev/null -w '%{http_code}' -X POST "$BASE/queues/mail/dead/user-7/retry")
+expect_eq "$code" 200 "a dead letter retried over HTTP"
+for _ in $(seq 100); do [ "$(grep -c "dead-lettered" "$ERRF")" -ge 2 ] && break; sleep 0.05; done
+"$WQRUN" retry --db "$TMP/ops.db" mail user-7 >/dev/null 2>&1
+for _ in $(seq 100); do [ "$(grep -c "dead-lettered" "$ERRF")" -ge 3 ] && break; sleep 0.05; done
+expect_eq "$(grep -c "wqrun: mail: 'user-7' retried (dead letter re-queued)" "$ERRF")" 2 \
+    "the retry is logged the same way over HTTP and from the command line"
+"$WQRUN" purge-dead --db "$TMP/ops.db" mail >/dev/null 2>&1
+for _ in $(seq 100); do grep -q "purged" "$ERRF" && break; sleep 0.05; done
+expect_in "$(cat "$ERRF")" "wqrun: mail: 1 dead letter(s) purged" "a purge is logged"
+kill -TERM "$PID"
+wait "$PID" 2>/dev/null
 
 # ------------------------------------------------ WQRUN_* variables
 OUT=$(WQRUN_LOG_FORMAT=json WQRUN_QUIET=yes "$WQRUN" --db "$TMP/e.db" "$FAILS" 2>&1 >/dev/null)

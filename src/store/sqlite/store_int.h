@@ -164,6 +164,8 @@ struct inbox_put {
     char *queue, *key, *payload, *grp; /* owned; payload and grp may be NULL */
     size_t keylen, paylen, grplen;
     double after;
+    int has_priority;
+    int64_t priority;
 };
 
 struct cmd_result {
