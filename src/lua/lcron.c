@@ -35,6 +35,7 @@ struct lcron {
     int skip;    /* opts.catch_up == "skip" */
     double next; /* wall clock, -1 when it never fires again */
     double last; /* wall clock of the last add, 0 before the first */
+    int defined; /* by this run's script (q:schedule); 0: restored from the file only */
     uint64_t timer;
     lcron *nextc;
 };
@@ -240,8 +241,15 @@ static int schedule(lua_State *L)
         free_one(old);
     }
     *p = c;
+    c->defined = 1;
     persist(c);
-    arm(c);
+    /* A time missed while the process was down is added now, in this call:
+     * a script that defines its schedules and ends would exit before a
+     * timer got its turn, and the missed time would stay in the file. */
+    if (c->next > 0 && c->next <= now)
+        fire(lq->host, c, 0);
+    else
+        arm(c);
     return 0;
 }
 
@@ -293,6 +301,8 @@ static int schedules(lua_State *L)
         lua_setfield(L, -2, "tz");
         lua_pushstring(L, c->skip ? "skip" : "once");
         lua_setfield(L, -2, "catch_up");
+        lua_pushboolean(L, c->defined);
+        lua_setfield(L, -2, "defined");
         lua_rawseti(L, -2, ++n);
     }
     return 1;
