@@ -147,7 +147,12 @@ int wq_host_add_queue(wq_host *h, const wq_queue_ops *ops, void *q, const char *
         h->queues = nq;
         h->queues_cap = ncap;
     }
-    h->queues[h->nqueues++] = (wq_hqueue){ops, q, name, persist};
+    wq_hqueue *hq = &h->queues[h->nqueues++];
+    memset(hq, 0, sizeof *hq);
+    hq->ops = ops;
+    hq->q = q;
+    hq->name = name;
+    hq->persist = persist;
     return 0;
 }
 
@@ -680,12 +685,44 @@ static void on_child(evutil_socket_t sig, short what, void *arg)
     wq_host_settle(h);
 }
 
+/* Once a second: each queue's done counter, for its rate over the last minute. */
+static void sample_done(wq_host *h)
+{
+    int64_t now = wq_real_now();
+    if (h->last_sample && now - h->last_sample < WQ_NS_PER_S)
+        return;
+    h->last_sample = h->last_sample ? h->last_sample + WQ_NS_PER_S : now;
+    if (now - h->last_sample > WQ_NS_PER_S) /* a stalled loop: start the count again from now */
+        h->last_sample = now;
+    for (int i = 0; i < h->nqueues; i++) {
+        wq_hqueue *hq = &h->queues[i];
+        wq_qstats st;
+        hq->ops->stats(hq->q, &st);
+        hq->done_hist[hq->hist_at] = st.done;
+        hq->hist_at = (hq->hist_at + 1) % (WQ_DONE_HISTORY + 1);
+        if (hq->hist_len < WQ_DONE_HISTORY + 1)
+            hq->hist_len++;
+    }
+}
+
+uint64_t wq_host_done_last_minute(const wq_hqueue *hq, int *window)
+{
+    *window = hq->hist_len - 1;
+    if (hq->hist_len < 2)
+        return 0;
+    int n = WQ_DONE_HISTORY + 1;
+    uint64_t latest = hq->done_hist[(hq->hist_at + n - 1) % n];
+    uint64_t oldest = hq->done_hist[(hq->hist_at + n - hq->hist_len) % n];
+    return latest >= oldest ? latest - oldest : 0;
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     wq_host *h = arg;
     wq_monotime_calibrate();
+    sample_done(h);
     /* The state file deleted or replaced under us: nothing acknowledged
      * from now on could be kept, so stop (exit 1) instead of going on. */
     if (h->backend && !h->store_failed && wq_backend_check(h->backend) < 0) {

@@ -161,12 +161,25 @@ typedef struct wq_queue_ops {
 } wq_queue_ops;
 
 /* A queue as the host knows it. */
+/* Seconds of `done` history a queue keeps for its rate (GET /queues: done_last_minute). */
+#define WQ_DONE_HISTORY 60
+
 typedef struct wq_hqueue {
     const wq_queue_ops *ops;
     void *q;
     const char *name; /* owned by the queue */
     int persist;      /* its items live in the state file */
+    /* Its `done` counter once a second (real clock), for the rate over the last minute. */
+    uint64_t done_hist[WQ_DONE_HISTORY + 1];
+    int hist_len, hist_at; /* samples kept; the index of the next one */
 } wq_hqueue;
+
+/*
+ * Items done by queue hq over the last minute (or since the runner started,
+ * when it is younger) as of its latest sample, and the seconds that covers
+ * in *window (0: no history yet).
+ */
+uint64_t wq_host_done_last_minute(const wq_hqueue *hq, int *window);
 
 /* The runtime's side of the loop. */
 typedef struct wq_host_hooks {
@@ -224,9 +237,10 @@ struct wq_host {
     wq_hqueue *queues;
     int nqueues, queues_cap;
 
-    int children; /* running child processes */
-    void *procs;  /* list of running child process records (proc.c) */
-    void *httpc;  /* the HTTP client of wq.http, once used (httpc.c) */
+    int64_t last_sample; /* real ns of the last done sample (sample_done) */
+    int children;        /* running child processes */
+    void *procs;         /* list of running child process records (proc.c) */
+    void *httpc;         /* the HTTP client of wq.http, once used (httpc.c) */
 
     int store_failed;               /* a commit failed: no more writes, exit 1 */
     char ack_error[512];            /* why the last waiters released with 0 were not acknowledged */

@@ -228,6 +228,12 @@ json_object *wq_http_queue_summary(wq_host *h, const wq_hqueue *hq)
     for (const wq_qstat_field *f = wq_qstat_fields; f->name; f++)
         add_uint(o, f->name, wq_qstat_value(&st, f));
     json_object_object_add(o, "paused", json_object_new_boolean(st.paused));
+    /* This runner's items done over the last minute (sampled each second), for a
+     * rate a page can show at once; done_window is the seconds it covers (< 60 while
+     * the runner is younger than a minute). */
+    int window;
+    add_uint(o, "done_last_minute", wq_host_done_last_minute(hq, &window));
+    add_uint(o, "done_window", (uint64_t)window);
     if (d)
         json_object_object_add(o, "scope", json_object_new_string("database"));
     return o;

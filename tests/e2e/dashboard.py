@@ -250,6 +250,23 @@ def rate_shown():
 wait("a done/min rate and a sparkline for fast", rate_shown, 8)
 ok("fast shows a done/min rate (%s) and a sparkline" % steady(lambda: cell(queue_row("fast"), "rate")))
 
+# A fresh page (no auto refresh: one sample only, no history of its own) shows the
+# runner's own count of the last minute at once, not "…".
+driver.get(BASE + "/?refresh=0")
+wait("the overview after a reload", lambda: queue_row("fast"))
+t = cell(queue_row("fast"), "rate")
+if t in ("…", "0") or float(t.replace(",", "")) <= 0:
+    fail("a freshly loaded page shows Done/min %r for fast (the runner's done_last_minute: %s)"
+         % (t, queues()["fast"].get("done_last_minute")))
+ok("a freshly loaded page shows fast's Done/min at once (%s), from GET /queues' done_last_minute" % t)
+qs = queues()
+held = {n: cell(queue_row(n), "throttled") for n in ("jobs", "idle", "fast")}
+if held != {n: "{:,}".format(qs[n]["throttled"]) for n in ("jobs", "idle", "fast")}:
+    fail("the Held column %s differs from GET /queues' throttled" % held)
+ok("the Held column shows each queue's throttled count (%s)" % held)
+driver.get(BASE + "/")
+wait("the overview again", lambda: queue_row("fast"))
+
 external = driver.execute_script(
     "return performance.getEntriesByType('resource').map(e => e.name)"
     ".filter(n => !n.startsWith(location.origin + '/'))")
