@@ -783,37 +783,20 @@ static const char claim_sql[] =
         CLAIM_ORDER) "\n" CLAIM_MARK("SELECT * FROM c UNION SELECT * FROM h");
 /* From the hint: a, the higher priorities; c, this one from the hint on; f, only when those
  * two fall short, from the head (lower priorities, items behind the hint). */
-static const char claim_from_sql[] = "WITH " CLAIM_PICK(
-    "a", "priority > $4 AND NOT running AND NOT held",
-    CLAIM_ORDER) ",\n" CLAIM_PICK("c",
-                                  "priority = $4 AND (run_at, seq) >= (to_timestamp($5), $6)"
-                                  " AND NOT running AND NOT held",
-                                  "run_at, seq") ",\n" CLAIM_PICK("f",
-                                                                  "NOT running AND NOT held"
-                                                                  " AND (SELECT count(*) FROM a) + "
-                                                                  "(SELECT count(*) FROM c) < $2",
-                                                                  CLAIM_ORDER) "\n" CLAIM_MARK("SEL"
-                                                                                               "ECT"
-                                                                                               " * "
-                                                                                               "FRO"
-                                                                                               "M "
-                                                                                               "a "
-                                                                                               "UNI"
-                                                                                               "ON "
-                                                                                               "SEL"
-                                                                                               "ECT"
-                                                                                               " * "
-                                                                                               "FRO"
-                                                                                               "M "
-                                                                                               "c "
-                                                                                               "UNI"
-                                                                                               "ON "
-                                                                                               "SEL"
-                                                                                               "ECT"
-                                                                                               " * "
-                                                                                               "FRO"
-                                                                                               "M "
-                                                                                               "f");
+#define CLAIM_FROM_A CLAIM_PICK("a", "priority > $4 AND NOT running AND NOT held", CLAIM_ORDER)
+#define CLAIM_FROM_C                                                                               \
+    CLAIM_PICK("c",                                                                                \
+               "priority = $4 AND (run_at, seq) >= (to_timestamp($5), $6)"                         \
+               " AND NOT running AND NOT held",                                                    \
+               "run_at, seq")
+#define CLAIM_FROM_F                                                                               \
+    CLAIM_PICK("f",                                                                                \
+               "NOT running AND NOT held"                                                          \
+               " AND (SELECT count(*) FROM a) + (SELECT count(*) FROM c) < $2",                    \
+               CLAIM_ORDER)
+#define CLAIM_FROM_UNION "SELECT * FROM a UNION SELECT * FROM c UNION SELECT * FROM f"
+static const char claim_from_sql[] =
+    "WITH " CLAIM_FROM_A ",\n" CLAIM_FROM_C ",\n" CLAIM_FROM_F "\n" CLAIM_MARK(CLAIM_FROM_UNION);
 
 const wq_pg_stmt wq_pg_stmts[PGS_COUNT] = {
     /* The rows are found once, by the index holding exactly the pending ones, and updated
