@@ -678,7 +678,7 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
         route = R_RESUME;
     else if (strcmp(rest, "/items") == 0)
         route = R_ITEMS;
-    else if (post && keyed(rest, "/items/", "/cancel", &k, &kn))
+    else if (!del && keyed(rest, "/items/", "/cancel", &k, &kn)) /* GET KEY: encode its '/' */
         route = R_CANCEL;
     else if (keyed(rest, "/items/", "", &k, &kn))
         route = R_KEY; /* GET: the key's state; DELETE: remove; any other method: 405 below */

@@ -310,6 +310,23 @@ static int queue_purge_dead(lua_State *L)
     return 1;
 }
 
+/* The dead letter of key from its entry on top of the stack, leaving its four fields above it
+ * (they keep the strings alive). */
+static void read_dead(lua_State *L, const char *key, size_t len, wq_dead_view *d)
+{
+    memset(d, 0, sizeof *d);
+    d->key = key;
+    d->keylen = len;
+    lua_getfield(L, -1, "json");
+    d->payload = lua_tolstring(L, -1, &d->paylen);
+    lua_getfield(L, -2, "error");
+    d->error = lua_tostring(L, -1);
+    lua_getfield(L, -3, "attempts");
+    d->attempts = lua_tointeger(L, -1);
+    lua_getfield(L, -4, "failed_at");
+    d->failed_at = lua_tonumber(L, -1);
+}
+
 /* One dead letter, pointing into the dead table's strings (alive while it holds them). */
 struct dead_entry {
     wq_dead_view v;
@@ -353,16 +370,9 @@ static int dead_p(lua_State *L)
             cap *= 2;
         }
         wq_dead_view *d = &a->v[a->n++].v;
-        memset(d, 0, sizeof *d);
-        d->key = lua_tolstring(L, -2, &d->keylen);
-        lua_getfield(L, -1, "json");
-        d->payload = lua_tolstring(L, -1, &d->paylen);
-        lua_getfield(L, -2, "error");
-        d->error = lua_tostring(L, -1);
-        lua_getfield(L, -3, "attempts");
-        d->attempts = lua_tointeger(L, -1);
-        lua_getfield(L, -4, "failed_at");
-        d->failed_at = lua_tonumber(L, -1);
+        size_t len;
+        const char *key = lua_tolstring(L, -2, &len);
+        read_dead(L, key, len, d);
         lua_pop(L, 5); /* the strings stay alive in the table */
     }
     if (a->n)
@@ -677,17 +687,7 @@ static int lookup(lua_State *L, lqueue *lq, const char *key, size_t len, wq_key_
     lworker_push_dead(L, lq);
     lua_pushlstring(L, key, len);
     if (lua_rawget(L, -2) == LUA_TTABLE) {
-        wq_dead_view *d = &v->dead;
-        d->key = key;
-        d->keylen = len;
-        lua_getfield(L, -1, "json");
-        d->payload = lua_tolstring(L, -1, &d->paylen);
-        lua_getfield(L, -2, "error");
-        d->error = lua_tostring(L, -1);
-        lua_getfield(L, -3, "attempts");
-        d->attempts = lua_tointeger(L, -1);
-        lua_getfield(L, -4, "failed_at");
-        d->failed_at = lua_tonumber(L, -1);
+        read_dead(L, key, len, &v->dead);
         dead = 1;
     }
     if (dead && (!done || d_later(v)))
