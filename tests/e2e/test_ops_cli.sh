@@ -374,7 +374,8 @@ expect_eq "$(printf '%s' "$OUT" | python3 -c 'import json,sys; d=json.load(sys.s
     "show --json of a dead key"
 run show --db "$SDB" s nope
 expect_rc 1 "show of an unknown key"
-expect_in "$ERR" "no such key 'nope' in queue 's'" "show says no such key"
+expect_eq "$ERR" "wqrun: show: no such key 'nope' in queue 's' (not pending, done or dead)" \
+    "show says no such key, and nothing else"
 run show --db "$SDB" nosuch k
 expect_rc 1 "show in an unknown queue"
 expect_in "$ERR" "no queue 'nosuch'" "show names the unknown queue"

@@ -285,7 +285,8 @@ expect_re "$OUT" '^attempts +1$' "show: its attempts"
 expect_re "$OUT" '^error +fatal$' "show: its error"
 run show --db "$SH" s nope
 expect_rc 1 "show of an unknown key"
-expect_in "$ERR" "no such key 'nope' in queue 's'" "show says no such key"
+expect_eq "$ERR" "wqrun: show: no such key 'nope' in queue 's' (not pending, done or dead)" \
+    "show says no such key, and nothing else"
 run dead --db "$SH" s
 expect_rc 0 "dead"
 expect_re "$OUT" '^bad +1 +[0-9]{4}-[0-9-]+ [0-9:]+ +fatal$' "dead: key, attempts, failed at, the error's first line"

@@ -430,11 +430,12 @@ static int show_key(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
         2, v, err);
     if (!r)
         return 1;
-#define COL(c) (PQgetisnull(r, 0, c) ? NULL : PQgetvalue(r, 0, c))
+    int found = PQntuples(r) > 0;
+#define COL(c) (!found || PQgetisnull(r, 0, c) ? NULL : PQgetvalue(r, 0, c))
     wq_cli_key k = {COL(0), COL(1), COL(2), COL(3),  COL(4),  COL(5),  COL(6),
                     COL(7), COL(8), COL(9), COL(10), COL(11), COL(12), COL(13)};
 #undef COL
-    int rc = wq_cli_show(a, out, err, PQntuples(r) ? &k : NULL);
+    int rc = wq_cli_show(a, out, err, found ? &k : NULL);
     PQclear(r);
     return rc;
 }
