@@ -745,14 +745,19 @@ struct item_args {
     int found;
 };
 
+/* Calls a->fn with what the queue knows of the key; without fn, returns its q:item() value. */
 static int item_p(lua_State *L)
 {
     struct item_args *a = lua_touserdata(L, 1);
     wq_key_view v;
     a->found = lookup(L, a->lq, a->key, a->len, &v);
-    if (a->found)
+    if (a->found && a->fn)
         a->fn(a->ud, &v);
-    return 0;
+    else if (a->found)
+        push_key_view(L, &v);
+    else
+        lua_pushnil(L);
+    return 1;
 }
 
 int lqops_item(void *q, const char *key, size_t len, void (*fn)(void *ud, const wq_key_view *v),
@@ -791,12 +796,18 @@ static int queue_item(lua_State *L)
     lua_settop(L, 2);
     wq_bop op = {.kind = WQ_BOP_ITEM, .key = key, .keylen = len};
     lqueue_op(L, lq, "item", &op, 0, item_k);
-    wq_key_view v;
-    if (!lookup(L, lq, key, len, &v)) {
-        lua_pushnil(L);
-        return 1;
-    }
-    push_key_view(L, &v);
+    /* The engine's record and the done memory must not change while they are read: no
+     * collection (whose finalizers could remove the key) until the table is built. */
+    struct item_args a = {lq, key, len, NULL, NULL, 0};
+    int gc = lua_gc(L, LUA_GCISRUNNING);
+    lua_gc(L, LUA_GCSTOP);
+    lua_pushcfunction(L, item_p);
+    lua_pushlightuserdata(L, &a);
+    int st = lua_pcall(L, 1, 1, 0);
+    if (gc)
+        lua_gc(L, LUA_GCRESTART);
+    if (st != LUA_OK)
+        return lua_error(L);
     return 1;
 }
 
