@@ -555,6 +555,23 @@ struct build {
     int n;
 };
 
+/*
+ * Calls f(arg) protected, pushing its one result (or the error): the engine's records and the
+ * done memory must not change while they are read, so no collection runs (whose finalizers
+ * could add or remove keys) until the answer is built. The pcall status.
+ */
+static int call_no_gc(lua_State *L, lua_CFunction f, void *arg)
+{
+    int gc = lua_gc(L, LUA_GCISRUNNING);
+    lua_gc(L, LUA_GCSTOP);
+    lua_pushcfunction(L, f);
+    lua_pushlightuserdata(L, arg);
+    int st = lua_pcall(L, 1, 1, 0);
+    if (gc)
+        lua_gc(L, LUA_GCRESTART);
+    return st;
+}
+
 /* Pushes the q:items() entry of v. */
 static void push_item(lua_State *L, const wq_item_view *v)
 {
@@ -647,15 +664,7 @@ static int queue_items(lua_State *L)
     b.n = select_items(lq, &qry, &b.sel);
     if (b.n < 0)
         return luaL_error(L, "items: out of memory");
-    /* The records must not change while they are read: no collection (whose finalizers could
-     * add or remove keys) until the table is built. */
-    int gc = lua_gc(L, LUA_GCISRUNNING);
-    lua_gc(L, LUA_GCSTOP);
-    lua_pushcfunction(L, build_p);
-    lua_pushlightuserdata(L, &b);
-    int st = lua_pcall(L, 1, 1, 0);
-    if (gc)
-        lua_gc(L, LUA_GCRESTART);
+    int st = call_no_gc(L, build_p, &b);
     free(b.sel);
     if (st != LUA_OK)
         return lua_error(L);
@@ -796,17 +805,8 @@ static int queue_item(lua_State *L)
     lua_settop(L, 2);
     wq_bop op = {.kind = WQ_BOP_ITEM, .key = key, .keylen = len};
     lqueue_op(L, lq, "item", &op, 0, item_k);
-    /* The engine's record and the done memory must not change while they are read: no
-     * collection (whose finalizers could remove the key) until the table is built. */
     struct item_args a = {lq, key, len, NULL, NULL, 0};
-    int gc = lua_gc(L, LUA_GCISRUNNING);
-    lua_gc(L, LUA_GCSTOP);
-    lua_pushcfunction(L, item_p);
-    lua_pushlightuserdata(L, &a);
-    int st = lua_pcall(L, 1, 1, 0);
-    if (gc)
-        lua_gc(L, LUA_GCRESTART);
-    if (st != LUA_OK)
+    if (call_no_gc(L, item_p, &a) != LUA_OK)
         return lua_error(L);
     return 1;
 }
