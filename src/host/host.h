@@ -121,6 +121,19 @@ typedef struct wq_dead_view {
     double failed_at; /* Unix seconds */
 } wq_dead_view;
 
+/* What a queue knows of one key (q:item, GET /queues/NAME/items/KEY, wqrun show): pending
+ * wins over a dead letter or a done memory; of those two, the later one. */
+typedef struct wq_key_view {
+    const char *state; /* "queued", "processing", "waiting", "done" or "dead" */
+    wq_item_view item; /* pending: item.state == state */
+    wq_dead_view dead; /* "dead" */
+    const char *key;   /* "done": the key, its time and result (JSON text, NULL: none) */
+    size_t keylen;
+    double finished_at;
+    const char *result;
+    size_t rlen;
+} wq_key_view;
+
 /* What the host may ask of a queue; q is the pointer given to wq_host_add_queue. */
 typedef struct wq_queue_ops {
     void (*stats)(void *q, wq_qstats *out);
@@ -155,6 +168,10 @@ typedef struct wq_queue_ops {
                  void *ud);
     /* Calls fn for each dead letter, oldest first; the number or a WQ_E* code. */
     int (*dead)(void *q, void (*fn)(void *ud, const wq_dead_view *d), void *ud);
+    /* Calls fn with what the queue knows of key (valid for the call): 1, or 0 when it knows
+     * nothing of it, or a WQ_E* code. */
+    int (*item)(void *q, const char *key, size_t len, void (*fn)(void *ud, const wq_key_view *v),
+                void *ud);
     /* Any of the actions above on a backend that applies them itself (wq_bq_op): 0 and fn is
      * called with the answer, WQ_BACKEND_LOCAL (use the members above), or a WQ_E* code. */
     int (*op)(void *q, const wq_bop *op, wq_bop_fn fn, void *ud);

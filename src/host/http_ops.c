@@ -1,6 +1,7 @@
 /*
  * The operator routes of the HTTP API (SPEC 7.5), under /queues/NAME/:
- * pause and resume, listing and removing pending items, cancelling a
+ * pause and resume, listing and removing pending items, one key's state
+ * (pending, done or dead: GET items/KEY), cancelling a
  * running one, listing, retrying and purging dead letters. Keys travel in
  * the path, percent-encoded (a key may hold '/', '%', spaces, any byte).
  * Every change is answered only once it is committed (as POST items is):
@@ -73,18 +74,12 @@ struct items_ctx {
     int more, nomem;
 };
 
-static void on_item(void *ud, const wq_item_view *it)
+/* The listing's object of a pending item, or NULL (out of memory). */
+static json_object *item_json(const wq_item_view *it)
 {
-    struct items_ctx *c = ud;
-    if (c->n++ == c->limit) {
-        c->more = 1; /* one beyond the page: there is a next one */
-        return;
-    }
     json_object *o = json_object_new_object();
-    if (!o) {
-        c->nomem = 1;
-        return;
-    }
+    if (!o)
+        return NULL;
     json_object_object_add(o, "key", bytes(it->key, it->keylen));
     json_object_object_add(o, "payload", payload_value(it->payload, it->paylen));
     json_object_object_add(o, "state", json_object_new_string(it->state));
@@ -95,6 +90,21 @@ static void on_item(void *ud, const wq_item_view *it)
     json_object_object_add(o, "attempt", json_object_new_int64(it->attempt));
     json_object_object_add(o, "last_error",
                            it->last_error ? json_object_new_string(it->last_error) : NULL);
+    return o;
+}
+
+static void on_item(void *ud, const wq_item_view *it)
+{
+    struct items_ctx *c = ud;
+    if (c->n++ == c->limit) {
+        c->more = 1; /* one beyond the page: there is a next one */
+        return;
+    }
+    json_object *o = item_json(it);
+    if (!o) {
+        c->nomem = 1;
+        return;
+    }
     json_object_array_add(c->items, o);
     free(c->last);
     c->last = malloc(it->keylen + 1);
@@ -193,6 +203,14 @@ static void fill_nulls(json_object *arr, const char *const *fields)
     }
 }
 
+/* The fields of a pending item, a dead letter and a done memory that are null when absent. */
+static const char *const pending_fields[] = {"payload", "group", "ready_at", "last_error", NULL};
+static const char *const dead_fields[] = {"payload", "error", NULL};
+static const char *const done_fields[] = {"result", NULL};
+
+static void key_error(struct evhttp_request *req, int code, const char *pre, const char *key,
+                      size_t len, const char *post, const char *queue, const char *tail);
+
 static void reply_listing(remote_reply *rr, int result, const char *text)
 {
     json_object *arr = NULL, *body = json_object_new_object();
@@ -205,13 +223,10 @@ static void reply_listing(remote_reply *rr, int result, const char *text)
         return;
     }
     if (rr->kind == WQ_BOP_DEAD) {
-        static const char *const dead_fields[] = {"payload", "error", NULL};
         fill_nulls(arr, dead_fields);
         json_object_object_add(body, "dead", arr);
         json_object_object_add(body, "total", json_object_new_int64(result));
     } else {
-        static const char *const item_fields[] = {"payload", "group", "ready_at", "last_error",
-                                                  NULL};
         json_object *next = NULL;
         if (json_object_array_length(arr) > rr->limit) { /* one beyond the page */
             json_object_array_del_idx(arr, rr->limit, json_object_array_length(arr) - rr->limit);
@@ -220,16 +235,42 @@ static void reply_listing(remote_reply *rr, int result, const char *text)
                                           &key))
                 next = json_object_get(key);
         }
-        fill_nulls(arr, item_fields);
+        fill_nulls(arr, pending_fields);
         json_object_object_add(body, "items", arr);
         json_object_object_add(body, "next_after_key", next);
     }
     wq_http_reply_json(rr->req, 200, "OK", body);
 }
 
-static void key_error(struct evhttp_request *req, int code, const char *pre, const char *key,
-                      size_t len, const char *post, const char *queue, const char *tail);
 static json_object *one(const char *field, json_object *v);
+
+/* The database's answer about one key: its object with its state's fields, or 404. */
+static void reply_key(remote_reply *rr, int result, const char *text)
+{
+    if (result <= 0) {
+        key_error(rr->req, 404, "no item ", rr->key ? rr->key : "", rr->keylen, " in queue ",
+                  rr->queue, " (not pending, done or dead)");
+        return;
+    }
+    json_object *o = NULL, *st;
+    if (wq_json_parse(text, strlen(text), &o) != NULL ||
+        !json_object_object_get_ex(o, "state", &st)) {
+        json_object_put(o);
+        wq_http_reply_error(rr->req, 500, "Internal Server Error",
+                            "the database's answer could not be read");
+        return;
+    }
+    const char *state = json_object_get_string(st);
+    json_object *wrap = json_object_new_array();
+    if (wrap) { /* fill_nulls walks an array */
+        json_object_array_add(wrap, json_object_get(o));
+        fill_nulls(wrap, strcmp(state, "done") == 0   ? done_fields
+                         : strcmp(state, "dead") == 0 ? dead_fields
+                                                      : pending_fields);
+        json_object_put(wrap);
+    }
+    wq_http_reply_json(rr->req, 200, "OK", o);
+}
 
 static void remote_answered(void *ud, int result, const char *text)
 {
@@ -282,6 +323,7 @@ static void remote_answered(void *ud, int result, const char *text)
             break;
         case WQ_BOP_ITEMS:
         case WQ_BOP_DEAD: reply_listing(rr, result, text ? text : "[]"); break;
+        case WQ_BOP_ITEM: reply_key(rr, result, text ? text : "null"); break;
         case WQ_BOP_DONE_INFO:
         case WQ_BOP_FORGET_DONE:
         case WQ_BOP_SET_GROUP_LIMIT:
@@ -392,23 +434,59 @@ struct dead_ctx {
     int nomem;
 };
 
-static void on_dead(void *ud, const wq_dead_view *d)
+/* The listing's object of a dead letter, or NULL (out of memory). */
+static json_object *dead_json(const wq_dead_view *d)
 {
-    struct dead_ctx *c = ud;
-    if (c->n++ >= c->limit)
-        return;
     json_object *o = json_object_new_object();
-    if (!o) {
-        c->nomem = 1;
-        return;
-    }
+    if (!o)
+        return NULL;
     json_object_object_add(o, "key", bytes(d->key, d->keylen));
     json_object_object_add(o, "payload", payload_value(d->payload, d->paylen));
     json_object_object_add(o, "error", d->error ? json_object_new_string(d->error) : NULL);
     json_object_object_add(o, "attempts", json_object_new_int64(d->attempts));
     json_object_object_add(o, "failed_at", json_object_new_double(d->failed_at));
+    return o;
+}
+
+static void on_dead(void *ud, const wq_dead_view *d)
+{
+    struct dead_ctx *c = ud;
+    if (c->n++ >= c->limit)
+        return;
+    json_object *o = dead_json(d);
+    if (!o) {
+        c->nomem = 1;
+        return;
+    }
     json_object_array_add(c->dead, o);
 }
+
+/* ---- GET /queues/NAME/items/KEY: what the queue knows of one key ---- */
+
+static void on_key(void *ud, const wq_key_view *v)
+{
+    json_object **out = ud;
+    json_object *o;
+    if (v->item.key) {
+        o = item_json(&v->item);
+    } else if (strcmp(v->state, "dead") == 0) {
+        o = dead_json(&v->dead);
+        if (o)
+            json_object_object_add(o, "state", json_object_new_string("dead"));
+    } else {
+        o = json_object_new_object();
+        if (o) {
+            json_object_object_add(o, "key", bytes(v->key, v->keylen));
+            json_object_object_add(o, "state", json_object_new_string("done"));
+            json_object_object_add(o, "finished_at", json_object_new_double(v->finished_at));
+            json_object_object_add(o, "result", payload_value(v->result, v->rlen));
+        }
+    }
+    *out = o;
+}
+
+static void get_item(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq, const char *key,
+                     size_t len);
 
 static void get_dead(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq, const char *query)
 {
@@ -539,6 +617,25 @@ static void retry(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq, c
         wq_http_reply_durable(h, req, 200, "OK", one("retried", json_object_new_boolean(1)));
 }
 
+static void get_item(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq, const char *key,
+                     size_t len)
+{
+    wq_bop op = {.kind = WQ_BOP_ITEM, .key = key, .keylen = len};
+    if (remote(h, req, hq, &op, 0))
+        return;
+    json_object *o = NULL;
+    int r = hq->ops->item ? hq->ops->item(hq->q, key, len, on_key, &o) : 0;
+    if (r < 0 || (r > 0 && !o)) {
+        json_object_put(o);
+        wq_http_reply_error(req, 500, "Internal Server Error", "out of memory");
+    } else if (r == 0) {
+        key_error(req, 404, "no item ", key, len, " in queue ", hq->name,
+                  " (not pending, done or dead)");
+    } else {
+        wq_http_reply_json(req, 200, "OK", o);
+    }
+}
+
 /* ---- routing ---- */
 
 /* Whether rest is prefix + KEY + suffix; the raw key's bounds in *k, *kn. */
@@ -572,7 +669,7 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
     int post = cmd == EVHTTP_REQ_POST, del = cmd == EVHTTP_REQ_DELETE;
     const char *k = NULL;
     size_t kn = 0;
-    enum { R_QUEUE, R_PAUSE, R_RESUME, R_ITEMS, R_CANCEL, R_REMOVE, R_DEAD, R_RETRY } route;
+    enum { R_QUEUE, R_PAUSE, R_RESUME, R_ITEMS, R_CANCEL, R_KEY, R_DEAD, R_RETRY } route;
     if (!*rest || strcmp(rest, "/") == 0)
         route = R_QUEUE;
     else if (strcmp(rest, "/pause") == 0)
@@ -581,10 +678,10 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
         route = R_RESUME;
     else if (strcmp(rest, "/items") == 0)
         route = R_ITEMS;
-    else if (post && keyed(rest, "/items/", "/cancel", &k, &kn))
+    else if (!del && keyed(rest, "/items/", "/cancel", &k, &kn)) /* GET KEY: encode its '/' */
         route = R_CANCEL;
     else if (keyed(rest, "/items/", "", &k, &kn))
-        route = R_REMOVE; /* any other method: 405 below */
+        route = R_KEY; /* GET: the key's state; DELETE: remove; any other method: 405 below */
     else if (strcmp(rest, "/dead") == 0)
         route = R_DEAD;
     else if (keyed(rest, "/dead/", "/retry", &k, &kn))
@@ -600,7 +697,7 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
     case R_CANCEL:
     case R_RETRY: allowed = post, allow = "POST"; break;
     case R_ITEMS: allowed = get, allow = "GET, HEAD, POST"; break; /* POST: http.c */
-    case R_REMOVE: allowed = del, allow = "DELETE"; break;
+    case R_KEY: allowed = get || del, allow = "GET, HEAD, DELETE"; break;
     case R_DEAD: allowed = get || del, allow = "GET, HEAD, DELETE"; break;
     default: allowed = 0, allow = ""; break;
     }
@@ -614,13 +711,13 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
         return 1;
     }
     /* Operations the backend cannot do yet answer so, instead of acting on this runner alone. */
-    const char *op = route == R_PAUSE || route == R_RESUME ? "pause"
-                     : route == R_ITEMS                    ? "items"
-                     : route == R_CANCEL                   ? "cancel"
-                     : route == R_REMOVE                   ? "remove"
-                     : route == R_DEAD                     ? "dead"
-                     : route == R_RETRY                    ? "retry_dead"
-                                                           : NULL;
+    const char *op = route == R_PAUSE || route == R_RESUME         ? "pause"
+                     : route == R_ITEMS || (route == R_KEY && get) ? "items"
+                     : route == R_CANCEL                           ? "cancel"
+                     : route == R_KEY                              ? "remove"
+                     : route == R_DEAD                             ? "dead"
+                     : route == R_RETRY                            ? "retry_dead"
+                                                                   : NULL;
     const char *refused =
         op && hq->persist && h->backend ? wq_backend_refuse(h->backend, op) : NULL;
     if (refused) {
@@ -658,7 +755,12 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
     }
     case R_ITEMS: get_items(h, req, hq, query); break;
     case R_CANCEL: cancel(h, req, hq, key, keylen); break;
-    case R_REMOVE: remove_item(h, req, hq, key, keylen); break;
+    case R_KEY:
+        if (get)
+            get_item(h, req, hq, key, keylen);
+        else
+            remove_item(h, req, hq, key, keylen);
+        break;
     case R_DEAD:
         if (get) {
             get_dead(h, req, hq, query);

@@ -328,6 +328,23 @@ static int queue_purge_dead(lua_State *L)
     return 1;
 }
 
+/* The dead letter of key from its entry on top of the stack, leaving its four fields above it
+ * (they keep the strings alive). */
+static void read_dead(lua_State *L, const char *key, size_t len, wq_dead_view *d)
+{
+    memset(d, 0, sizeof *d);
+    d->key = key;
+    d->keylen = len;
+    lua_getfield(L, -1, "json");
+    d->payload = lua_tolstring(L, -1, &d->paylen);
+    lua_getfield(L, -2, "error");
+    d->error = lua_tostring(L, -1);
+    lua_getfield(L, -3, "attempts");
+    d->attempts = lua_tointeger(L, -1);
+    lua_getfield(L, -4, "failed_at");
+    d->failed_at = lua_tonumber(L, -1);
+}
+
 /* One dead letter, pointing into the dead table's strings (alive while it holds them). */
 struct dead_entry {
     wq_dead_view v;
@@ -371,16 +388,9 @@ static int dead_p(lua_State *L)
             cap *= 2;
         }
         wq_dead_view *d = &a->v[a->n++].v;
-        memset(d, 0, sizeof *d);
-        d->key = lua_tolstring(L, -2, &d->keylen);
-        lua_getfield(L, -1, "json");
-        d->payload = lua_tolstring(L, -1, &d->paylen);
-        lua_getfield(L, -2, "error");
-        d->error = lua_tostring(L, -1);
-        lua_getfield(L, -3, "attempts");
-        d->attempts = lua_tointeger(L, -1);
-        lua_getfield(L, -4, "failed_at");
-        d->failed_at = lua_tonumber(L, -1);
+        size_t len;
+        const char *key = lua_tolstring(L, -2, &len);
+        read_dead(L, key, len, d);
         lua_pop(L, 5); /* the strings stay alive in the table */
     }
     if (a->n)
@@ -563,6 +573,53 @@ struct build {
     int n;
 };
 
+/*
+ * Calls f(arg) protected, pushing its one result (or the error): the engine's records and the
+ * done memory must not change while they are read, so no collection runs (whose finalizers
+ * could add or remove keys) until the answer is built. The pcall status.
+ */
+static int call_no_gc(lua_State *L, lua_CFunction f, void *arg)
+{
+    int gc = lua_gc(L, LUA_GCISRUNNING);
+    lua_gc(L, LUA_GCSTOP);
+    lua_pushcfunction(L, f);
+    lua_pushlightuserdata(L, arg);
+    int st = lua_pcall(L, 1, 1, 0);
+    if (gc)
+        lua_gc(L, LUA_GCRESTART);
+    return st;
+}
+
+/* Pushes the q:items() entry of v. */
+static void push_item(lua_State *L, const wq_item_view *v)
+{
+    lua_createtable(L, 0, 8);
+    lua_pushlstring(L, v->key, v->keylen);
+    lua_setfield(L, -2, "key");
+    if (v->payload) {
+        wq_push_payload(L, v->payload, v->paylen);
+        lua_setfield(L, -2, "payload");
+    }
+    lua_pushstring(L, v->state);
+    lua_setfield(L, -2, "state");
+    lua_pushinteger(L, v->priority);
+    lua_setfield(L, -2, "priority");
+    if (v->group) {
+        lua_pushlstring(L, v->group, v->grouplen);
+        lua_setfield(L, -2, "group");
+    }
+    if (v->ready_at > 0) {
+        lua_pushnumber(L, v->ready_at);
+        lua_setfield(L, -2, "ready_at");
+    }
+    lua_pushinteger(L, v->attempt);
+    lua_setfield(L, -2, "attempt");
+    if (v->last_error) {
+        lua_pushstring(L, v->last_error);
+        lua_setfield(L, -2, "last_error");
+    }
+}
+
 /* Pushes the array of q:items() entries for the selected records. */
 static int build_p(lua_State *L)
 {
@@ -572,31 +629,7 @@ static int build_p(lua_State *L)
     for (int i = 0; i < b->n; i++) {
         wq_item_view v;
         fill_view(b->lq, &b->sel[i], &v);
-        lua_createtable(L, 0, 8);
-        lua_pushlstring(L, v.key, v.keylen);
-        lua_setfield(L, -2, "key");
-        if (v.payload) {
-            wq_push_payload(L, v.payload, v.paylen);
-            lua_setfield(L, -2, "payload");
-        }
-        lua_pushstring(L, v.state);
-        lua_setfield(L, -2, "state");
-        lua_pushinteger(L, v.priority);
-        lua_setfield(L, -2, "priority");
-        if (v.group) {
-            lua_pushlstring(L, v.group, v.grouplen);
-            lua_setfield(L, -2, "group");
-        }
-        if (v.ready_at > 0) {
-            lua_pushnumber(L, v.ready_at);
-            lua_setfield(L, -2, "ready_at");
-        }
-        lua_pushinteger(L, v.attempt);
-        lua_setfield(L, -2, "attempt");
-        if (v.last_error) {
-            lua_pushstring(L, v.last_error);
-            lua_setfield(L, -2, "last_error");
-        }
+        push_item(L, &v);
         lua_rawseti(L, out, i + 1);
     }
     return 1;
@@ -649,22 +682,154 @@ static int queue_items(lua_State *L)
     b.n = select_items(lq, &qry, &b.sel);
     if (b.n < 0)
         return luaL_error(L, "items: out of memory");
-    /* The records must not change while they are read: no collection (whose finalizers could
-     * add or remove keys) until the table is built. */
-    int gc = lua_gc(L, LUA_GCISRUNNING);
-    lua_gc(L, LUA_GCSTOP);
-    lua_pushcfunction(L, build_p);
-    lua_pushlightuserdata(L, &b);
-    int st = lua_pcall(L, 1, 1, 0);
-    if (gc)
-        lua_gc(L, LUA_GCRESTART);
+    int st = call_no_gc(L, build_p, &b);
     free(b.sel);
     if (st != LUA_OK)
         return lua_error(L);
     return 1;
 }
 
-const luaL_Reg lqops_methods[] = {{"pause", queue_pause},           {"resume", queue_resume},
-                                  {"paused", queue_paused},         {"remove", queue_remove},
-                                  {"cancel", queue_cancel},         {"items", queue_items},
-                                  {"purge_dead", queue_purge_dead}, {NULL, NULL}};
+/* ---- one key: q:item(key) ---- */
+
+/* Whether v's dead letter came after its done memory. */
+static int d_later(const wq_key_view *v)
+{
+    return v->dead.failed_at >= v->finished_at;
+}
+
+/*
+ * What lq knows of key, in *v: 1, or 0 nothing. Pushes what keeps v's strings alive (the caller
+ * drops it). Pending wins; else the later of a dead letter and a done memory.
+ */
+static int lookup(lua_State *L, lqueue *lq, const char *key, size_t len, wq_key_view *v)
+{
+    memset(v, 0, sizeof *v);
+    wq_item_info info;
+    if (wq_queue_lookup(lq->q, key, len, &info)) {
+        fill_view(lq, &info, &v->item);
+        v->state = v->item.state;
+        return 1;
+    }
+    int dead = 0, done = lqueue_done_lookup(lq, key, len, &v->finished_at, &v->result, &v->rlen);
+    lworker_push_dead(L, lq);
+    lua_pushlstring(L, key, len);
+    if (lua_rawget(L, -2) == LUA_TTABLE) {
+        read_dead(L, key, len, &v->dead);
+        dead = 1;
+    }
+    if (dead && (!done || d_later(v)))
+        v->state = "dead";
+    else if (done)
+        v->state = "done";
+    else
+        return 0;
+    v->key = key;
+    v->keylen = len;
+    return 1;
+}
+
+/* Pushes the q:item() table of v. */
+static void push_key_view(lua_State *L, const wq_key_view *v)
+{
+    if (v->item.key) {
+        push_item(L, &v->item);
+        return;
+    }
+    lua_createtable(L, 0, 6);
+    lua_pushlstring(L, v->key, v->keylen);
+    lua_setfield(L, -2, "key");
+    lua_pushstring(L, v->state);
+    lua_setfield(L, -2, "state");
+    if (strcmp(v->state, "done") == 0) {
+        lua_pushnumber(L, v->finished_at);
+        lua_setfield(L, -2, "finished_at");
+        if (v->result) {
+            wq_push_payload(L, v->result, v->rlen);
+            lua_setfield(L, -2, "result");
+        }
+        return;
+    }
+    if (v->dead.payload) {
+        wq_push_payload(L, v->dead.payload, v->dead.paylen);
+        lua_setfield(L, -2, "payload");
+    }
+    if (v->dead.error) {
+        lua_pushstring(L, v->dead.error);
+        lua_setfield(L, -2, "error");
+    }
+    lua_pushinteger(L, v->dead.attempts);
+    lua_setfield(L, -2, "attempts");
+    lua_pushnumber(L, v->dead.failed_at);
+    lua_setfield(L, -2, "failed_at");
+}
+
+struct item_args {
+    lqueue *lq;
+    const char *key;
+    size_t len;
+    void (*fn)(void *ud, const wq_key_view *v);
+    void *ud;
+    int found;
+};
+
+/* Calls a->fn with what the queue knows of the key; without fn, returns its q:item() value. */
+static int item_p(lua_State *L)
+{
+    struct item_args *a = lua_touserdata(L, 1);
+    wq_key_view v;
+    a->found = lookup(L, a->lq, a->key, a->len, &v);
+    if (a->found && a->fn)
+        a->fn(a->ud, &v);
+    else if (a->found)
+        push_key_view(L, &v);
+    else
+        lua_pushnil(L);
+    return 1;
+}
+
+int lqops_item(void *q, const char *key, size_t len, void (*fn)(void *ud, const wq_key_view *v),
+               void *ud)
+{
+    lqueue *lq = q;
+    struct item_args a = {lq, key, len, fn, ud, 0};
+    lua_State *L = lq->L;
+    lua_pushcfunction(L, item_p);
+    lua_pushlightuserdata(L, &a);
+    if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+        lua_pop(L, 1);
+        return WQ_ENOMEM;
+    }
+    return a.found;
+}
+
+static int item_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    if (lqueue_check_answer(L, "item") <= 0) {
+        lua_pushnil(L);
+        return 1;
+    }
+    lqueue_push_answer(L, "item");
+    return 1;
+}
+
+/* q:item(key) -> {key=, state=, ...} (the fields of its state) or nil */
+static int queue_item(lua_State *L)
+{
+    lqueue *lq = lqueue_check_op(L, "item", "items");
+    size_t len;
+    const char *key = wq_checkkey(L, 2, "item", &len);
+    lua_settop(L, 2);
+    wq_bop op = {.kind = WQ_BOP_ITEM, .key = key, .keylen = len};
+    lqueue_op(L, lq, "item", &op, 0, item_k);
+    struct item_args a = {lq, key, len, NULL, NULL, 0};
+    if (call_no_gc(L, item_p, &a) != LUA_OK)
+        return lua_error(L);
+    return 1;
+}
+
+const luaL_Reg lqops_methods[] = {
+    {"pause", queue_pause},           {"resume", queue_resume}, {"paused", queue_paused},
+    {"remove", queue_remove},         {"cancel", queue_cancel}, {"items", queue_items},
+    {"purge_dead", queue_purge_dead}, {"item", queue_item},     {NULL, NULL}};

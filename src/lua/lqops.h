@@ -1,6 +1,6 @@
 /*
  * Operating a queue (SPEC 7.5): q:pause, q:resume, q:paused, q:remove,
- * q:cancel, q:items, q:purge_dead, and the same actions as wq_queue_ops
+ * q:cancel, q:items, q:item, q:purge_dead, and the same actions as wq_queue_ops
  * for the host (HTTP, the commands table).
  */
 #ifndef WQ_LQOPS_H
@@ -13,7 +13,8 @@
 
 struct lqueue;
 
-/* Queue methods: pause, resume, paused, remove, cancel, items, purge_dead (for luaL_setfuncs). */
+/* Queue methods: pause, resume, paused, remove, cancel, items, item, purge_dead (for
+ * luaL_setfuncs). */
 extern const luaL_Reg lqops_methods[];
 /* After the restore: applies the paused flag the state file holds. 0, or -1 (message in the
  * store). */
@@ -36,5 +37,7 @@ int lqops_purge_dead(void *q);
 int lqops_items(void *q, const wq_items_query *qry, void (*fn)(void *ud, const wq_item_view *it),
                 void *ud);
 int lqops_dead(void *q, void (*fn)(void *ud, const wq_dead_view *d), void *ud);
+int lqops_item(void *q, const char *key, size_t len, void (*fn)(void *ud, const wq_key_view *v),
+               void *ud);
 
 #endif

@@ -1420,6 +1420,19 @@ static int queue_retry_dead(lua_State *L)
     return 1;
 }
 
+int lqueue_done_lookup(const lqueue *lq, const char *key, size_t len, double *at,
+                       const char **result, size_t *rlen)
+{
+    const uint64_t *v = done_get(lq, key, len);
+    if (!v || wq_host_unix(lq->host, wq_host_now(lq->host)) - done_at(*v) > lq->keep_done)
+        return 0;
+    *at = done_at(*v);
+    const done_entry *e = done_inline(*v) ? NULL : (const done_entry *)(uintptr_t)*v;
+    *result = e && e->has_result ? e->result : NULL;
+    *rlen = *result ? e->rlen : 0;
+    return 1;
+}
+
 static int done_info_k(lua_State *L, int status, lua_KContext ctx)
 {
     (void)status;
@@ -1449,17 +1462,18 @@ static int queue_done_info(lua_State *L)
     wq_bop op = {.kind = WQ_BOP_DONE_INFO, .key = key, .keylen = len};
     if (lq->keep_done > 0)
         lqueue_op(L, lq, "done_info", &op, 0, done_info_k);
-    const uint64_t *v = done_get(lq, key, len);
-    if (!v || wq_host_unix(lq->host, wq_host_now(lq->host)) - done_at(*v) > lq->keep_done) {
+    double at;
+    const char *result;
+    size_t rlen;
+    if (!lqueue_done_lookup(lq, key, len, &at, &result, &rlen)) {
         lua_pushnil(L);
         return 1;
     }
     lua_createtable(L, 0, 2);
-    lua_pushnumber(L, done_at(*v));
+    lua_pushnumber(L, at);
     lua_setfield(L, -2, "finished_at");
-    const done_entry *e = done_inline(*v) ? NULL : (const done_entry *)(uintptr_t)*v;
-    if (e && e->has_result) {
-        wq_push_payload(L, e->result, e->rlen);
+    if (result) {
+        wq_push_payload(L, result, rlen);
         lua_setfield(L, -2, "result");
     }
     return 1;
@@ -1620,6 +1634,7 @@ static const wq_queue_ops lqueue_ops = {
     .purge_dead = lqops_purge_dead,
     .items = lqops_items,
     .dead = lqops_dead,
+    .item = lqops_item,
     .op = lqops_op,
 };
 

@@ -105,6 +105,10 @@ void lqueue_note_add(lqueue *lq);
  * now, with its result (JSON text, may be NULL); no-op when keep_done is 0.
  */
 void lqueue_remember_done(lqueue *lq, const char *key, size_t len, const char *result, size_t rlen);
+/* Whether key is remembered as done within keep_done: 1 with its time (Unix seconds) and result
+ * (JSON text, NULL: none; valid while it is remembered), else 0. */
+int lqueue_done_lookup(const lqueue *lq, const char *key, size_t len, double *at,
+                       const char **result, size_t *rlen);
 /* The same at a given time; persist: also write it to the state file (not when restoring). */
 void lqueue_remember_done_at(lqueue *lq, const char *key, size_t len, double at, const char *result,
                              size_t rlen, int persist);

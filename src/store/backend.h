@@ -164,7 +164,8 @@ typedef enum {
     WQ_BOP_DONE_INFO,       /* key (keep_done) */
     WQ_BOP_FORGET_DONE,     /* key (keep_done) */
     WQ_BOP_SET_GROUP_LIMIT, /* key: the group; limit (NULL: back to the queue's default) */
-    WQ_BOP_GROUP_LIMIT      /* key: the group */
+    WQ_BOP_GROUP_LIMIT,     /* key: the group */
+    WQ_BOP_ITEM             /* key: what the queue knows of it (q:item) */
 } wq_bop_kind;
 
 typedef struct wq_bop {
@@ -186,7 +187,8 @@ typedef struct wq_bop {
  * q:items() / q:dead(), absent when null; ITEMS in key order, DEAD oldest first); DONE_INFO 1
  * with text the JSON object {finished_at, result} of q:done_info(), 0 not remembered;
  * FORGET_DONE 1 forgotten, 0 not remembered; SET_GROUP_LIMIT 0; GROUP_LIMIT 1 (the group's
- * own) or 0 (the queue's default) with text the JSON object {concurrency, rate, burst}; or
+ * own) or 0 (the queue's default) with text the JSON object {concurrency, rate, burst}; ITEM 1
+ * with text the JSON object of q:item(key) (fields absent when null), 0 the key is unknown; or
  * WQ_EIO with text saying why.
  */
 typedef void (*wq_bop_fn)(void *ud, int result, const char *text);

@@ -18,6 +18,8 @@ static const char ops_usage[] =
     "       wqrun retry --db PATH|URL QUEUE (KEY | --all)\n"
     "       wqrun purge-dead --db PATH|URL QUEUE\n"
     "       wqrun items --db PATH|URL QUEUE [--state S] [--limit N] [--json]\n"
+    "       wqrun show --db PATH|URL QUEUE KEY [--json]\n"
+    "       wqrun dead --db PATH|URL QUEUE [--limit N] [--json]\n"
     "       (with a postgres:// URL, also --pg-schema NAME)\n";
 
 /* Command-line name, commands-table name, and whether it takes a key; in wq_cli_op order. */
@@ -25,9 +27,16 @@ static const struct {
     const char *cli, *op;
     int key;
 } ops[] = {
-    {"pause", "pause", 0},           {"resume", "resume", 0}, {"remove", "remove", 1},
-    {"cancel", "cancel", 1},         {"retry", "retry", 1},   {"retry", "retry_all", 0},
-    {"purge-dead", "purge_dead", 0}, {"items", NULL, 0},
+    {"pause", "pause", 0},
+    {"resume", "resume", 0},
+    {"remove", "remove", 1},
+    {"cancel", "cancel", 1},
+    {"retry", "retry", 1},
+    {"retry", "retry_all", 0},
+    {"purge-dead", "purge_dead", 0},
+    {"items", NULL, 0},
+    {"show", NULL, 1},
+    {"dead", NULL, 0},
 };
 
 int wq_cli_option(int argc, char **argv, int *i, const char *name, const char **value)
@@ -143,10 +152,10 @@ int wq_cli_parse(const char *cmd, int argc, char **argv, wq_cli_args *a, FILE *o
             else if (m == 0 && a->op == WQ_CLI_ITEMS &&
                      (m = wq_cli_option(argc, argv, &i, "--state", &v)) > 0)
                 a->state = v;
-            else if (m == 0 && a->op == WQ_CLI_ITEMS &&
+            else if (m == 0 && (a->op == WQ_CLI_ITEMS || a->op == WQ_CLI_DEAD) &&
                      (m = wq_cli_option(argc, argv, &i, "--limit", &v)) > 0)
                 limit = v;
-            else if (m == 0 && a->op == WQ_CLI_ITEMS && strcmp(arg, "--json") == 0)
+            else if (m == 0 && a->op >= WQ_CLI_ITEMS && strcmp(arg, "--json") == 0)
                 m = a->json = 1;
             else if (m == 0 && a->op == WQ_CLI_RETRY && strcmp(arg, "--all") == 0)
                 m = all = 1;
@@ -179,8 +188,13 @@ int wq_cli_parse(const char *cmd, int argc, char **argv, wq_cli_args *a, FILE *o
     if (!valid_queue(a->queue))
         return usage(err, cmd, "bad queue name '%s' (1-64 characters of [A-Za-z0-9_.-])", a->queue);
     if (a->state && strcmp(a->state, "queued") != 0 && strcmp(a->state, "processing") != 0 &&
-        strcmp(a->state, "waiting") != 0)
-        return usage(err, cmd, "--state takes queued, processing or waiting, got '%s'", a->state);
+        strcmp(a->state, "waiting") != 0 && strcmp(a->state, "dead") != 0)
+        return usage(err, cmd, "--state takes queued, processing, waiting or dead, got '%s'",
+                     a->state);
+    if (a->state && strcmp(a->state, "dead") == 0) { /* the dead letters, as `wqrun dead` */
+        a->op = WQ_CLI_DEAD;
+        a->state = NULL;
+    }
     if (limit) {
         char *end;
         a->limit = strtol(limit, &end, 10);
@@ -197,6 +211,8 @@ void wq_cli_items_head(const wq_cli_args *a, FILE *out)
 {
     if (a->json)
         fputs("[", out);
+    else if (a->op == WQ_CLI_DEAD)
+        fprintf(out, "%-24s  %8s  %-19s  %s\n", "KEY", "ATTEMPTS", "FAILED AT (UTC)", "ERROR");
     else
         fprintf(out, "%-24s  %-10s  %8s  %7s  %-19s  %-*s  %s\n", "KEY", "STATE", "PRIORITY",
                 "ATTEMPT", "READY AT (UTC)", ERROR_WIDTH, "LAST ERROR", "PAYLOAD");
@@ -215,6 +231,13 @@ int wq_cli_items_row(const wq_cli_args *a, FILE *out, long i, const wq_cli_item 
     }
     char key[WQ_SHOWN_KEY];
     wq_show_key(key, it->key ? it->key : "", it->key ? strlen(it->key) : 0);
+    if (a->op == WQ_CLI_DEAD) {
+        char line[ERROR_WIDTH * 4 + 1];
+        wq_show_line(line, sizeof line, it->last_error ? it->last_error : "-");
+        fprintf(out, "%-24s  %8s  %-19s  %s\n", key, it->attempt, it->ready ? it->ready : "-",
+                line);
+        return 0;
+    }
     char error[ERROR_WIDTH + 1];
     wq_show_line(error, sizeof error, it->last_error ? it->last_error : "-");
     const char *payload = it->payload ? it->payload : "-";
@@ -228,4 +251,43 @@ void wq_cli_items_tail(const wq_cli_args *a, FILE *out, long printed)
 {
     if (a->json)
         fputs(printed ? "\n]\n" : "]\n", out);
+}
+
+/* Prints "name  value" for a value the key has; a value of several lines goes on indented. */
+static void field(FILE *out, const char *name, const char *v)
+{
+    if (!v)
+        return;
+    fprintf(out, "%-12s ", name);
+    for (const char *p = v; *p; p++) {
+        fputc(*p, out);
+        if (*p == '\n' && p[1])
+            fprintf(out, "%-12s ", "");
+    }
+    fputc('\n', out);
+}
+
+int wq_cli_show(const wq_cli_args *a, FILE *out, FILE *err, const wq_cli_key *k)
+{
+    char key[WQ_SHOWN_KEY];
+    if (!k) {
+        wq_show_key(key, a->key, strlen(a->key));
+        fprintf(err, "wqrun: show: no such key '%s' in queue '%s' (not pending, done or dead)\n",
+                key, a->queue);
+        return 1;
+    }
+    if (a->json) {
+        fprintf(out, "%s\n", k->json);
+        return 0;
+    }
+    wq_show_key(key, k->key, strlen(k->key));
+    static const char *const names[] = {
+        "key",      "state",       "payload", "priority", "group",     "attempt", "last error",
+        "ready at", "finished at", "result",  "attempts", "failed at", "error"};
+    const char *values[] = {key,         k->state,      k->payload,  k->priority,    k->group,
+                            k->attempt,  k->last_error, k->ready_at, k->finished_at, k->result,
+                            k->attempts, k->failed_at,  k->error};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        field(out, names[i], values[i]);
+    return 0;
 }

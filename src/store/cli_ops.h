@@ -1,6 +1,6 @@
 /*
  * The operator commands of the command line (SPEC 7.5, 8.4): `wqrun
- * pause|resume|remove|cancel|retry|purge-dead|items`. Their arguments are
+ * pause|resume|remove|cancel|retry|purge-dead|items|show|dead`. Their arguments are
  * the same on both backends, parsed here once; each backend's command
  * line (src/store/sqlite/cli_ops.c, src/store/pg/pg_cli.c) applies them.
  */
@@ -18,7 +18,9 @@ typedef enum {
     WQ_CLI_RETRY,
     WQ_CLI_RETRY_ALL,
     WQ_CLI_PURGE,
-    WQ_CLI_ITEMS
+    WQ_CLI_ITEMS,
+    WQ_CLI_SHOW, /* one key's state (read only, as ITEMS) */
+    WQ_CLI_DEAD  /* the dead letters: `wqrun dead`, `wqrun items --state dead` */
 } wq_cli_op;
 
 typedef struct wq_cli_args {
@@ -44,7 +46,8 @@ void wq_cli_warn_unknown_queue(FILE *err, const char *queue, const char *where);
 
 /* Whether cmd is one of the operator commands. */
 int wq_cli_is_op(const char *cmd);
-/* The name of op in the SQLite commands table ("pause", "retry_all", ...; NULL for items). */
+/* The name of op in the SQLite commands table ("pause", "retry_all", ...; NULL for the ones that
+ * only read: items, show, dead). */
 const char *wq_cli_op_name(wq_cli_op op);
 
 /*
@@ -55,16 +58,29 @@ int wq_cli_parse(const char *cmd, int argc, char **argv, wq_cli_args *a, FILE *o
                  int *done);
 
 /* One row of `wqrun items` as text (NULL ready, payload or last_error: none), and its JSON
- * object. */
+ * object. A dead letter (`wqrun dead`) fills key, attempt (its attempts), ready (failed at),
+ * last_error (its error) and json. */
 typedef struct wq_cli_item {
     const char *key, *state, *priority, *attempt, *ready, *payload, *json, *last_error;
 } wq_cli_item;
 
-/* The listing of `wqrun items`, the same for both backends (a text table, or --json): the
- * head, then row i (0-based) of the rows read (at most --limit + 1: 1 when i is the one past
- * the limit, which says so and ends the listing, else 0), then the tail (printed: rows shown). */
+/* The listing of `wqrun items` or `wqrun dead`, the same for both backends (a text table, or
+ * --json): the head, then row i (0-based) of the rows read (at most --limit + 1: 1 when i is
+ * the one past the limit, which says so and ends the listing, else 0), then the tail (printed:
+ * rows shown). */
 void wq_cli_items_head(const wq_cli_args *a, FILE *out);
 int wq_cli_items_row(const wq_cli_args *a, FILE *out, long i, const wq_cli_item *it);
 void wq_cli_items_tail(const wq_cli_args *a, FILE *out, long printed);
+
+/* What `wqrun show` found of a key, as text (NULL: the state has no such field; times in UTC),
+ * and its JSON object (the fields of its state, null when absent). */
+typedef struct wq_cli_key {
+    const char *state, *key, *payload, *priority, *group, *attempt, *last_error, *ready_at,
+        *finished_at, *result, *error, *attempts, *failed_at, *json;
+} wq_cli_key;
+
+/* Prints `wqrun show`'s answer: k as a block of "name  value" lines (or its JSON with --json);
+ * k NULL: "no such key" on err. The exit status: 0 found, 1 not. */
+int wq_cli_show(const wq_cli_args *a, FILE *out, FILE *err, const wq_cli_key *k);
 
 #endif

@@ -287,7 +287,7 @@ expect 200 HEAD /queues/held/items
 is_json_error() { printf '%s' "$1" | "${JSON[@]}" error >/dev/null 2>&1; }
 for spec in "/healthz GET, HEAD" "/metrics GET, HEAD" "/queues GET, HEAD" \
   "/queues/held/items GET, HEAD, POST" "/queues/held/items:batch POST" "/queues/held GET, HEAD" \
-  "/queues/held/pause POST" "/queues/held/dead GET, HEAD, DELETE" "/queues/held/items/k DELETE"; do
+  "/queues/held/pause POST" "/queues/held/dead GET, HEAD, DELETE" "/queues/held/items/k GET, HEAD, DELETE"; do
   p=${spec%% *} allow=${spec#* }
   for m in PATCH OPTIONS TRACE PUT; do
     http "$m" "$p" -H 'Content-Type: application/json' --data-binary '{"key":"x"}'
@@ -307,7 +307,7 @@ for p in /nope /index.html /metricsx /healthz/x /queues/nope /queues/held/itemsx
   is_json_error "$BODY" || fail "GET $p: 404 body is not {\"error\": ...}: ${BODY:0:200}"
 done
 expect 200 GET /queues/held        # one queue's summary (SPEC 7.5)
-expect 405 GET /queues/held/items/x # DELETE removes the item
+expect 404 GET /queues/held/items/never-added # GET: a key's state; none for this one
 long=$(printf 'q%.0s' {1..65})
 for p in /queues/nope/items /queues/Held/items "/queues/$long/items" '/queues/a%20b/items' /queues//items; do
   expect_post 404 "$p" '{"key":"k"}'

@@ -324,4 +324,96 @@ expect_eq "$(sql "$CDB" "SELECT count(*) FROM dead; SELECT count(*) FROM items W
 run --quiet --db "$CDB" "$mailq"
 expect_not_in "$ERR" "command" "the next runner finds nothing left to apply"
 
+# ====================================================== show, dead, items --state dead
+SDB=$TMP/show.db
+sfill=$(script sfill.lua <<'LUA'
+local s = wq.queue("s", {keep_done = 3600, max_retries = 0, handler = function(key)
+    if key == "bad" then error("fatal\nsecond line", 0) end
+    if key == "ok" then return {rows = 3} end
+end})
+s:add("ok")
+s:add("bad", {n = 1})
+s:add("plain")
+wq.sleep(0.1)
+local idle = wq.queue("si")
+idle:add("a/b c", {n = 1}, {priority = 5, group = "g"})
+idle:add_after("later", 3600)
+LUA
+)
+run --quiet --db "$SDB" "$sfill"
+expect_rc 0 "fill a state file with keys in every state"
+run show --db "$SDB" si "a/b c"
+expect_rc 0 "show of a queued key"
+expect_re "$OUT" '^key +a/b c$' "show: the key"
+expect_re "$OUT" '^state +queued$' "show: queued"
+expect_re "$OUT" '^payload +\{"n":1\}$' "show: its payload"
+expect_re "$OUT" '^priority +5$' "show: its priority"
+expect_re "$OUT" '^group +g$' "show: its group"
+expect_re "$OUT" '^attempt +1$' "show: attempt 1"
+run show --db "$SDB" si later --json
+expect_eq "$(printf '%s' "$OUT" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["state"], d["ready_at"] > 0, d["attempt"], d["last_error"], sorted(d))')" \
+    "waiting True 1 None ['attempt', 'group', 'key', 'last_error', 'payload', 'priority', 'ready_at', 'state']" \
+    "show --json of a delayed key: waiting, ready_at, the listing's fields"
+run show --db "$SDB" s ok
+expect_rc 0 "show of a done key"
+expect_re "$OUT" '^state +done$' "show: done"
+expect_re "$OUT" '^finished at +[0-9]{4}-[0-9-]+ [0-9:]+ UTC$' "show: finished at, in UTC"
+expect_re "$OUT" '^result +\{"rows":3\}$' "show: its result"
+run show --db "$SDB" s ok --json
+expect_eq "$(printf '%s' "$OUT" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["state"], d["result"], d["finished_at"] > 1e9, sorted(d))')" \
+    "done {'rows': 3} True ['finished_at', 'key', 'result', 'state']" "show --json of a done key"
+run show --db "$SDB" s bad
+expect_rc 0 "show of a dead key"
+expect_re "$OUT" '^state +dead$' "show: dead"
+expect_re "$OUT" '^attempts +1$' "show: its attempts"
+expect_re "$OUT" '^error +fatal$' "show: its error"
+expect_re "$OUT" '^ +second line$' "show: the error's next line, indented"
+run show --db "$SDB" s bad --json
+expect_eq "$(printf '%s' "$OUT" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["state"], d["payload"], repr(d["error"]), d["attempts"], d["failed_at"] > 1e9, sorted(d))')" \
+    "dead {'n': 1} 'fatal\\nsecond line' 1 True ['attempts', 'error', 'failed_at', 'key', 'payload', 'state']" \
+    "show --json of a dead key"
+run show --db "$SDB" s nope
+expect_rc 1 "show of an unknown key"
+expect_eq "$ERR" "wqrun: show: no such key 'nope' in queue 's' (not pending, done or dead)" \
+    "show says no such key, and nothing else"
+run show --db "$SDB" nosuch k
+expect_rc 1 "show in an unknown queue"
+expect_in "$ERR" "no queue 'nosuch'" "show names the unknown queue"
+run show --db "$SDB" s
+expect_rc 2 "show without a key"
+run dead --db "$SDB" s
+expect_rc 0 "dead"
+expect_re "$OUT" '^KEY +ATTEMPTS +FAILED AT \(UTC\) +ERROR$' "dead prints a header"
+expect_re "$OUT" '^bad +1 +[0-9]{4}-[0-9-]+ [0-9:]+ +fatal$' "dead: key, attempts, failed at, the error's first line"
+expect_not_in "$OUT" "second line" "dead: the first line only"
+run items --db "$SDB" s --state dead --json
+expect_rc 0 "items --state dead"
+expect_eq "$(printf '%s' "$OUT" | python3 -c 'import json,sys; print([(d["key"], d["payload"], d["error"], d["attempts"]) for d in json.load(sys.stdin)])')" \
+    "[('bad', {'n': 1}, 'fatal\\nsecond line', 1)]" "items --state dead --json lists the dead letters"
+run dead --db "$SDB" si
+expect_eq "$OUT" "KEY                       ATTEMPTS  FAILED AT (UTC)      ERROR" "no dead letters: the header only"
+# Pending wins: a re-added dead key shows queued (with its failure count gone).
+sql "$SDB" "INSERT INTO items(queue, key, payload, state, priority, seq, added_at, updated_at)
+            VALUES ('s', 'bad', NULL, 'queued', 0, 999, 0, 0)"
+run show --db "$SDB" s bad
+expect_re "$OUT" '^state +queued$' "a key both pending and dead shows pending"
+# While a runner holds the file: read from it, a running key is processing.
+srun=$(script srun.lua <<'LUA'
+local s = wq.queue("s", {keep_done = 3600, max_retries = 0, handler = function(key)
+    if key == "slow" then wq.sleep(60) end
+end})
+s:add("slow")
+print("up")
+io.stdout:flush()
+LUA
+)
+"$WQRUN" --quiet --serve --grace 1 --db "$SDB" "$srun" >"$TMP/srun.out" 2>&1 &
+SPID=$!
+PIDS+=("$SPID")
+wait_for "$TMP/srun.out" up 1 5
+check "the running key is processing in the file" bash -c \
+    "for i in \$(seq 50); do '$WQRUN' show --db '$SDB' s slow | grep -q '^state *processing\$' && exit 0; sleep 0.1; done; exit 1"
+kill -TERM "$SPID"
+wait_exit "$SPID" 10
+
 finish

@@ -7,6 +7,8 @@
 #   - keys with '/', '%', spaces, '+', non-ASCII bytes, percent-decoded;
 #   - unknown queue or key 404, cancel of a key not processing 409,
 #     remove of a processing key 409, wrong method 405, bad query 400;
+#   - GET items/KEY: a key in every state (queued, processing, waiting,
+#     done with its result, dead with its error), 404, encoded keys;
 #   - --token: every route but /healthz needs it;
 #   - acknowledged means durable: kill -9 right after each answer, the
 #     state file has the change.
@@ -110,7 +112,7 @@ expect_eq "$(sql "$DB" "SELECT group_concat(key, '|') FROM (SELECT key FROM item
     "1+1|later|z" "each acknowledged remove survived a kill -9 right after the answer"
 expect_call 404 DELETE "/queues/idle/items/a%2Fb" "no queued or delayed item 'a/b' in queue 'idle'"
 expect_call 404 DELETE "/queues/nope/items/x" "no such queue"
-expect_call 405 GET "/queues/idle/items/z"
+expect_call 200 GET "/queues/idle/items/z" '"state":"queued"'
 expect_call 405 PUT "/queues/idle/items/z"
 expect_call 200 DELETE "/queues/idle/items/1+1" '{"removed":true}'
 expect_call 200 DELETE "/queues/idle/items/later" '{"removed":true}'
@@ -196,6 +198,58 @@ expect_eq "$(sql "$DB" "SELECT paused FROM queues WHERE name = 'idle'")" "1" "a 
 AUTH=(-H "Authorization: Bearer s3cr3t")
 expect_call 200 POST /queues/idle/resume '"changed":true'
 expect_call 200 GET /queues/idle/items '"key":"z"'
+kill -TERM "$PID"
+wait_exit "$PID" 10
+expect_eq "$RC" "0" "SIGTERM"
+
+# ---- GET /queues/NAME/items/KEY: one key's state -----------------------------------
+AUTH=()
+KDB=$TMP/key.db
+ksrv=$(script ksrv.lua <<'LUA'
+local s = wq.queue("s", {keep_done = 3600, max_retries = 0, handler = function(key)
+    if key == "slow" then wq.sleep(60) end
+    if key == "bad" then error("fatal\nsecond line", 0) end
+    if key == "ok" then return {rows = 3} end
+end})
+s:add("ok")
+s:add("bad", {n = 1})
+s:add("slow")
+local idle = wq.queue("si")
+idle:add("a/b c%", {n = 1}, {priority = 5, group = "g"})
+idle:add("x/y")
+idle:add_after("later", 3600)
+LUA
+)
+listen_start -- --serve --grace 1 --db "$KDB" "$ksrv" || finish
+# j EXPR: evaluates a Python expression over the last body, parsed as d
+j() { printf '%s' "$BODY" | python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+check "slow is processing, ok done, bad dead" bash -c \
+    "for i in \$(seq 50); do curl -s '$BASE/queues/s/items/slow' | grep -q '\"processing\"' &&
+       curl -s '$BASE/queues/s/items/ok' | grep -q '\"done\"' &&
+       curl -s '$BASE/queues/s/items/bad' | grep -q '\"dead\"' && exit 0; sleep 0.1; done; exit 1"
+expect_call 200 GET "/queues/si/items/a%2Fb%20c%25"
+expect_eq "$(j 'd["key"], d["state"], d["payload"], d["priority"], d["group"], d["attempt"], d["last_error"], d["ready_at"], sorted(d)')" \
+    "a/b c% queued {'n': 1} 5 g 1 None None ['attempt', 'group', 'key', 'last_error', 'payload', 'priority', 'ready_at', 'state']" \
+    "a queued key, percent-decoded: the listing's fields"
+expect_call 200 GET "/queues/si/items/x/y"
+expect_eq "$(j 'd["key"], d["state"]')" "x/y queued" "a key with '/' unencoded in the path"
+expect_call 200 GET "/queues/si/items/later"
+expect_eq "$(j 'd["state"], d["ready_at"] > 1e9')" "waiting True" "a delayed key: waiting, with ready_at"
+expect_call 200 GET "/queues/s/items/slow"
+expect_eq "$(j 'd["state"], d["attempt"]')" "processing 1" "a running key: processing"
+expect_call 200 GET "/queues/s/items/ok"
+expect_eq "$(j 'd["state"], d["result"], d["finished_at"] > 1e9, sorted(d)')" \
+    "done {'rows': 3} True ['finished_at', 'key', 'result', 'state']" "a done key: finished_at and result"
+expect_call 200 GET "/queues/s/items/bad"
+expect_eq "$(j 'd["state"], d["payload"], repr(d["error"]), d["attempts"], d["failed_at"] > 1e9, sorted(d)')" \
+    "dead {'n': 1} 'fatal\\nsecond line' 1 True ['attempts', 'error', 'failed_at', 'key', 'payload', 'state']" \
+    "a dead key: error, attempts, failed_at"
+expect_call 404 GET "/queues/s/items/nope" "no item 'nope' in queue 's'"
+expect_call 404 GET "/queues/nosuch/items/k" "no such queue"
+expect_call 405 PUT "/queues/s/items/ok"
+expect_in "$(curl -s -D - -o /dev/null -X PUT "$BASE/queues/s/items/ok")" "GET, HEAD, DELETE" "405 names the allowed methods"
+expect_call 200 DELETE "/queues/si/items/later" '"removed":true'
+expect_call 404 GET "/queues/si/items/later"
 kill -TERM "$PID"
 wait_exit "$PID" 10
 expect_eq "$RC" "0" "SIGTERM"

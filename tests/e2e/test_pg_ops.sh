@@ -238,4 +238,82 @@ expect_eq "$(curl -s "$BASE/queues/fl/items" | python3 -c 'import json,sys; prin
     "[('y', 'waiting', 2, 'disk full\\nsecond line')]" "GET /queues/fl/items: attempt and last_error"
 kill -TERM "$PID"
 wait_exit "$PID" 10
+# ---- one key's state: wqrun show, GET items/KEY; the dead letters: wqrun dead ----------
+SH=$(pg_fresh_db)
+ksrv=$(script ksrv.lua <<'LUA'
+local s = wq.queue("s", {keep_done = 3600, max_retries = 0, handler = function(key)
+    if key == "slow" then wq.sleep(60) end
+    if key == "bad" then error("fatal\nsecond line", 0) end
+    if key == "ok" then return {rows = 3} end
+end})
+LUA
+)
+listen_start -- --serve --grace 1 --db "$SH" "$ksrv" || finish
+run add --db "$SH" s ok
+run add --db "$SH" s bad '{"n":1}'
+run add --db "$SH" s slow
+check "ok done, bad dead, slow running" pg_wait "$SH" \
+    "select concat((select count(*) from wqrun.done where key = 'ok'),
+       (select count(*) from wqrun.dead where key = 'bad'),
+       (select count(*) from wqrun.jobs where key = 'slow' and running))" 111 10
+run pause --db "$SH" s
+run add --db "$SH" s 'a/b c%' '{"n":1}' --priority 5 --group g
+run add --db "$SH" s later --after 3600
+# jq EXPR: evaluates a Python expression over $OUT, parsed as d
+jq_() { printf '%s' "$OUT" | python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+run show --db "$SH" s 'a/b c%'
+expect_rc 0 "show of a queued key"
+expect_re "$OUT" '^state +queued$' "show: queued"
+expect_re "$OUT" '^payload +\{"n": 1\}$' "show: its payload"
+expect_re "$OUT" '^priority +5$' "show: its priority"
+expect_re "$OUT" '^group +g$' "show: its group"
+run show --db "$SH" s later --json
+expect_eq "$(jq_ 'd["state"], d["ready_at"] > 1e9, d["attempt"], sorted(d)')" \
+    "waiting True 1 ['attempt', 'group', 'key', 'last_error', 'payload', 'priority', 'ready_at', 'state']" \
+    "show --json of a delayed key"
+run show --db "$SH" s slow
+expect_re "$OUT" '^state +processing$' "show: a running key is processing"
+run show --db "$SH" s ok
+expect_re "$OUT" '^state +done$' "show: done"
+expect_re "$OUT" '^finished at +[0-9]{4}-[0-9-]+ [0-9:]+ UTC$' "show: finished at, in UTC"
+run show --db "$SH" s ok --json
+expect_eq "$(jq_ 'd["state"], d["result"], d["finished_at"] > 1e9, sorted(d)')" \
+    "done {'rows': 3} True ['finished_at', 'key', 'result', 'state']" "show --json of a done key"
+run show --db "$SH" s bad
+expect_re "$OUT" '^state +dead$' "show: dead"
+expect_re "$OUT" '^attempts +1$' "show: its attempts"
+expect_re "$OUT" '^error +fatal$' "show: its error"
+run show --db "$SH" s nope
+expect_rc 1 "show of an unknown key"
+expect_eq "$ERR" "wqrun: show: no such key 'nope' in queue 's' (not pending, done or dead)" \
+    "show says no such key, and nothing else"
+run dead --db "$SH" s
+expect_rc 0 "dead"
+expect_re "$OUT" '^bad +1 +[0-9]{4}-[0-9-]+ [0-9:]+ +fatal$' "dead: key, attempts, failed at, the error's first line"
+expect_not_in "$OUT" "second line" "dead: the first line only"
+run items --db "$SH" s --state dead --json
+expect_eq "$(jq_ '[(x["key"], x["payload"], x["error"], x["attempts"]) for x in d]')" \
+    "[('bad', {'n': 1}, 'fatal\\nsecond line', 1)]" "items --state dead --json lists the dead letters"
+BODY=
+for path in "a%2Fb%20c%25 queued" "later waiting" "slow processing" "ok done" "bad dead"; do
+    set -- $path
+    OUT=$(curl -s "$BASE/queues/s/items/$1")
+    expect_eq "$(jq_ 'd["state"]')" "$2" "GET /queues/s/items/$1: $2"
+done
+OUT=$(curl -s "$BASE/queues/s/items/a%2Fb%20c%25")
+expect_eq "$(jq_ 'd["key"], d["payload"], d["priority"], d["group"], d["attempt"], d["last_error"], d["ready_at"]')" \
+    "a/b c% {'n': 1} 5 g 1 None None" "GET of a queued key: the listing's fields, null when absent"
+OUT=$(curl -s "$BASE/queues/s/items/ok")
+expect_eq "$(jq_ 'd["result"], sorted(d)')" "{'rows': 3} ['finished_at', 'key', 'result', 'state']" "GET of a done key"
+OUT=$(curl -s "$BASE/queues/s/items/bad")
+expect_eq "$(jq_ 'repr(d["error"]), d["attempts"], d["payload"], sorted(d)')" \
+    "'fatal\\nsecond line' 1 {'n': 1} ['attempts', 'error', 'failed_at', 'key', 'payload', 'state']" "GET of a dead key"
+expect_eq "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/queues/s/items/nope")" 404 "GET of an unknown key: 404"
+run add --db "$SH" s x/y
+OUT=$(curl -s "$BASE/queues/s/items/x/y")
+expect_eq "$(jq_ 'd["key"], d["state"]')" "x/y queued" "a key with '/' unencoded in the path"
+kill -TERM "$PID"
+wait_exit "$PID" 10
+expect_eq "$RC" 0 "the runner stops cleanly"
+
 finish

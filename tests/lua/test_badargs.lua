@@ -296,6 +296,7 @@ local SIGNATURES = {
     ["queue:stats"] = {fn = "stats"},
     ["queue:retry_dead"] = {fn = "retry_dead", p("key", "k", KEY)},
     ["queue:done_info"] = {fn = "done_info", p("key", "k", KEY)},
+    ["queue:item"] = {fn = "item", p("key", "k", KEY)},
     ["queue:forget_done"] = {fn = "forget_done", p("key", "k", KEY)},
     ["queue:name"] = {fn = "name"},
     ["queue:dead"] = {fn = "dead"},

@@ -22,6 +22,7 @@
 #include "engine/common.h"
 #include "engine/keymap.h"
 #include "engine/log.h"
+#include "store/pg/pg_item.h"
 #include "store/pg/pg_schema.h"
 #include "store/pg/pgconn.h"
 
@@ -2373,6 +2374,7 @@ static void op_result(void *ud, PGresult *res)
     case WQ_BOP_PURGE_DEAD: o->result = atoi(v); break;
     case WQ_BOP_SET_GROUP_LIMIT: o->result = 0; break;
     case WQ_BOP_GROUP_LIMIT:
+    case WQ_BOP_ITEM:
     case WQ_BOP_DONE_INFO:
     case WQ_BOP_ITEMS:
     case WQ_BOP_DEAD:
@@ -2443,6 +2445,7 @@ static int pg_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
             " 'burst', CASE WHEN g.own THEN g.burst ELSE q.g_burst END))::text"
             " FROM (SELECT 1) one LEFT JOIN @S.queues q ON q.name = $1"
             " LEFT JOIN @S.groups g ON g.queue = $1 AND g.grp = $2",
+        [WQ_BOP_ITEM] = WQ_PG_KEY_JSON,
         [WQ_BOP_FORGET_DONE] = "WITH d AS (DELETE FROM @S.done WHERE queue = $1 AND key = $2"
                                " RETURNING 1) SELECT count(*) FROM d",
         [WQ_BOP_DEAD] = "SELECT (SELECT count(*) FROM @S.dead WHERE queue = $1),"

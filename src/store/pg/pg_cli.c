@@ -11,6 +11,7 @@
 #include "store/cli_ops.h"
 
 #include "engine/common.h"
+#include "store/pg/pg_item.h"
 #include "store/pg/pg_schema.h"
 #include "store/pg/pgconn.h"
 
@@ -363,21 +364,33 @@ static int wait_cancelled(PGconn *pg, const wq_cli_args *a, const char *token, F
     return 0;
 }
 
+/* The dead letters (`wqrun dead`) in the columns of an items listing (see wq_cli_item). */
+static const char dead_sql[] =
+    "SELECT key, NULL, NULL, attempts,"
+    " to_char(failed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), NULL,"
+    " jsonb_build_object('key', key, 'payload', payload, 'error', error,"
+    "  'attempts', attempts, 'failed_at', extract(epoch FROM failed_at))::text, error"
+    " FROM @S.dead WHERE queue = $1 AND $2::text IS NULL ORDER BY failed_at, key COLLATE \"C\""
+    " LIMIT $3::bigint";
+
+/* `wqrun items`, and `wqrun dead` (or items --state dead). */
 static int list_items(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
 {
     char lim[24];
     snprintf(lim, sizeof lim, "%ld", a->limit + 1);
     const char *v[3] = {a->queue, a->state, lim};
     PGresult *r = query(pg, a->pg_schema, a->cmd,
-                        "SELECT key, state, priority, attempt,"
-                        " to_char(ready_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'),"
-                        " payload::text, jsonb_build_object('key', key, 'payload', payload,"
-                        "  'state', state, 'priority', priority, 'group', grp,"
-                        "  'ready_at', extract(epoch FROM ready_at), 'attempt', attempt,"
-                        "  'last_error', last_error)::text, last_error"
-                        " FROM @S.items WHERE queue = $1 AND ($2::text IS NULL OR state = $2)"
-                        " ORDER BY state = 'waiting', priority DESC, coalesce(ready_at, "
-                        "enqueued_at), key LIMIT $3::bigint",
+                        a->op == WQ_CLI_DEAD
+                            ? dead_sql
+                            : "SELECT key, state, priority, attempt,"
+                              " to_char(ready_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'),"
+                              " payload::text, jsonb_build_object('key', key, 'payload', payload,"
+                              "  'state', state, 'priority', priority, 'group', grp,"
+                              "  'ready_at', extract(epoch FROM ready_at), 'attempt', attempt,"
+                              "  'last_error', last_error)::text, last_error"
+                              " FROM @S.items WHERE queue = $1 AND ($2::text IS NULL OR state = $2)"
+                              " ORDER BY state = 'waiting', priority DESC, coalesce(ready_at, "
+                              "enqueued_at), key LIMIT $3::bigint",
                         3, v, err);
     if (!r)
         return 1;
@@ -396,6 +409,43 @@ static int list_items(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
     return 0;
 }
 
+#define UTC(c) "to_char(to_timestamp(" c ") AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC'"
+
+/* What the database knows of the key, as the runners' q:item answers it. */
+static int show_key(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
+{
+    const char *v[2] = {a->queue, a->key};
+    PGresult *r = query(
+        pg, a->pg_schema, a->cmd,
+        "SELECT state, key, payload::text, priority::text, \"group\", attempt::text, last_error,"
+        " " UTC("ready_at") ", " UTC(
+            "finished_at") ", result::text, error, attempts::text,"
+                           " " UTC("failed_at") ", (CASE WHEN rank = 0 THEN "
+                                                "jsonb_build_object('key', key, 'state',"
+                                                " state, 'payload', payload, 'priority', priority, "
+                                                "'group', \"group\", 'ready_at',"
+                                                " ready_at, 'attempt', attempt, 'last_error', "
+                                                "last_error)"
+                                                " WHEN state = 'done' THEN "
+                                                "jsonb_build_object('key', key, 'state', state,"
+                                                " 'finished_at', finished_at, 'result', result)"
+                                                " ELSE jsonb_build_object('key', key, 'state', "
+                                                "state, 'payload', payload, 'error', error,"
+                                                " 'attempts', attempts, 'failed_at', failed_at) "
+                                                "END)::text FROM " WQ_PG_KEY_ROW,
+        2, v, err);
+    if (!r)
+        return 1;
+    int found = PQntuples(r) > 0;
+#define COL(c) (!found || PQgetisnull(r, 0, c) ? NULL : PQgetvalue(r, 0, c))
+    wq_cli_key k = {COL(0), COL(1), COL(2), COL(3),  COL(4),  COL(5),  COL(6),
+                    COL(7), COL(8), COL(9), COL(10), COL(11), COL(12), COL(13)};
+#undef COL
+    int rc = wq_cli_show(a, out, err, found ? &k : NULL);
+    PQclear(r);
+    return rc;
+}
+
 /* Applies a parsed command; the exit status. */
 static int apply_op(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
 {
@@ -408,8 +458,10 @@ static int apply_op(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
                 wq_pg_describe(pg, NULL));
         return 1;
     }
-    if (a->op == WQ_CLI_ITEMS)
+    if (a->op == WQ_CLI_ITEMS || a->op == WQ_CLI_DEAD)
         return list_items(pg, a, out, err);
+    if (a->op == WQ_CLI_SHOW)
+        return show_key(pg, a, out, err);
     if (a->key)
         wq_show_key(key, a->key, strlen(a->key));
     const char *kv[2] = {a->queue, a->key};

@@ -16,7 +16,7 @@ int wq_pg_cli_status(int argc, char **argv, FILE *out, FILE *err);
 /* `wqrun runners --db URL`: the runners sharing the database. */
 int wq_pg_cli_runners(int argc, char **argv, FILE *out, FILE *err);
 
-/* `wqrun pause|resume|remove|cancel|retry|purge-dead|items --db URL QUEUE ...` (SPEC 7.5):
+/* `wqrun pause|resume|remove|cancel|retry|purge-dead|items|show|dead --db URL QUEUE ...`:
  * applied in the database; a cancel waits up to 5 s for its runner to end the run. */
 int wq_pg_cli_op(const char *cmd, int argc, char **argv, FILE *out, FILE *err);
 

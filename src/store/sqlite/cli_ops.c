@@ -1,5 +1,5 @@
 /*
- * `wqrun pause|resume|remove|cancel|retry|purge-dead|items` (SPEC 7.5):
+ * `wqrun pause|resume|remove|cancel|retry|purge-dead|items|show|dead` (SPEC 7.5):
  * operating a queue from the command line, with or without a runner.
  *
  * Ownership is the state file's lock, as for a runner. When no runner
@@ -9,7 +9,9 @@
  * row into the commands table and waits up to 5 s for the runner's
  * outcome (commands.c); if the runner goes away meanwhile, the command
  * takes the lock and applies its row itself, unless the runner committed
- * it first: either way the change is made once. `items` only reads.
+ * it first: either way the change is made once. `items`, `show` and
+ * `dead` only read: the file, which a runner keeps current within its
+ * group-commit window (an acknowledged add is in it).
  */
 #include "store/sqlite/cli.h"
 
@@ -364,34 +366,49 @@ static int run_change(sqlite3 *db, int fd, const char *path, const wq_cli_args *
 
 /* ---- items ---- */
 
+/* 0 when the file knows the queue, else 1 after saying so. */
+static int known_or_say(sqlite3 *db, const char *path, const wq_cli_args *a, FILE *err)
+{
+    int64_t known = one_int(db, queue_known_sql, a);
+    if (known < 0)
+        fprintf(err, "wqrun: %s: cannot read %s: %s\n", a->cmd, path, sqlite3_errmsg(db));
+    else if (known == 0)
+        fprintf(err, "wqrun: %s: no queue '%s' in %s\n", a->cmd, a->queue, path);
+    return known <= 0;
+}
+
+/* The dead letters (`wqrun dead`) in the columns of an items listing (see wq_cli_item). */
+static const char dead_sql[] =
+    "SELECT key, NULL, NULL, attempts, datetime(failed_at, 'unixepoch'), NULL,"
+    " json_object('key', key, 'payload', CASE WHEN payload IS NULL THEN NULL"
+    "  WHEN json_valid(payload) THEN json(payload) ELSE payload END,"
+    "  'error', error, 'attempts', attempts, 'failed_at', failed_at), error"
+    " FROM dead WHERE queue = ?1 AND ?2 IS NULL ORDER BY failed_at, key LIMIT ?3";
+
+/* `wqrun items`, and `wqrun dead` (or items --state dead). */
 static int list_items(sqlite3 *db, const char *path, const wq_cli_args *a, FILE *out, FILE *err)
 {
     int v2 = wq_schema_version(db) >= 2; /* items.grp is new in version 2 */
-    int64_t known = one_int(db, queue_known_sql, a);
-    if (known <= 0) {
-        if (known < 0)
-            fprintf(err, "wqrun: items: cannot read %s: %s\n", path, sqlite3_errmsg(db));
-        else
-            fprintf(err, "wqrun: items: no queue '%s' in %s\n", a->queue, path);
-        return 1;
-    }
     sqlite3_stmt *st;
     char sql[1536];
-    snprintf(sql, sizeof sql,
-             "SELECT i.key, i.state, i.priority, coalesce(f.requeues, 0) + 1,"
-             " datetime(i.ready_at, 'unixepoch'), i.payload,"
-             " json_object('key', i.key, 'payload', CASE WHEN i.payload IS NULL THEN NULL"
-             "  WHEN json_valid(i.payload) THEN json(i.payload) ELSE i.payload END,"
-             "  'state', i.state, 'priority', i.priority, 'group', %s,"
-             "  'ready_at', i.ready_at, 'attempt', coalesce(f.requeues, 0) + 1,"
-             "  'last_error', f.last_error), f.last_error"
-             " FROM items AS i LEFT JOIN failures AS f ON f.queue = i.queue AND f.key = i.key"
-             " WHERE i.queue = ?1 AND (?2 IS NULL OR i.state = ?2)"
-             " ORDER BY i.state = 'waiting' AND i.ready_at IS NOT NULL, i.priority DESC, i.seq,"
-             "  i.ready_at LIMIT ?3",
-             v2 ? "i.grp" : "NULL");
+    if (a->op == WQ_CLI_DEAD)
+        snprintf(sql, sizeof sql, "%s", dead_sql);
+    else
+        snprintf(sql, sizeof sql,
+                 "SELECT i.key, i.state, i.priority, coalesce(f.requeues, 0) + 1,"
+                 " datetime(i.ready_at, 'unixepoch'), i.payload,"
+                 " json_object('key', i.key, 'payload', CASE WHEN i.payload IS NULL THEN NULL"
+                 "  WHEN json_valid(i.payload) THEN json(i.payload) ELSE i.payload END,"
+                 "  'state', i.state, 'priority', i.priority, 'group', %s,"
+                 "  'ready_at', i.ready_at, 'attempt', coalesce(f.requeues, 0) + 1,"
+                 "  'last_error', f.last_error), f.last_error"
+                 " FROM items AS i LEFT JOIN failures AS f ON f.queue = i.queue AND f.key = i.key"
+                 " WHERE i.queue = ?1 AND (?2 IS NULL OR i.state = ?2)"
+                 " ORDER BY i.state = 'waiting' AND i.ready_at IS NOT NULL, i.priority DESC, i.seq,"
+                 "  i.ready_at LIMIT ?3",
+                 v2 ? "i.grp" : "NULL");
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-        fprintf(err, "wqrun: items: cannot read %s: %s\n", path, sqlite3_errmsg(db));
+        fprintf(err, "wqrun: %s: cannot read %s: %s\n", a->cmd, path, sqlite3_errmsg(db));
         return 1;
     }
     sqlite3_bind_text(st, 1, a->queue, -1, SQLITE_STATIC);
@@ -412,9 +429,87 @@ static int list_items(sqlite3 *db, const char *path, const wq_cli_args *a, FILE 
     wq_cli_items_tail(a, out, n);
     int failed = rc != SQLITE_DONE && rc != SQLITE_ROW;
     if (failed)
-        fprintf(err, "wqrun: items: cannot read %s: %s\n", path, sqlite3_errmsg(db));
+        fprintf(err, "wqrun: %s: cannot read %s: %s\n", a->cmd, path, sqlite3_errmsg(db));
     sqlite3_finalize(st);
     return failed;
+}
+
+/* ---- one key ---- */
+
+/* A payload or result column as a JSON value. */
+#define JSON_VALUE(c)                                                                              \
+    "CASE WHEN " c " IS NULL THEN NULL WHEN json_valid(" c ") THEN json(" c ")"                    \
+    " ELSE " c " END"
+#define UTC(c) "datetime(" c ", 'unixepoch') || ' UTC'"
+
+/* What the file holds of the key: pending wins, else the later of its done memory and its dead
+ * letter (as the runner answers q:item). A file of version 1 has no done memory nor groups. */
+static int show_key(sqlite3 *db, const char *path, const wq_cli_args *a, FILE *out, FILE *err)
+{
+    int v2 = wq_schema_version(db) >= 2;
+    char sql[4096];
+    snprintf(
+        sql, sizeof sql,
+        "SELECT state, key, payload, priority, grp, attempt, last_error, " UTC("ready_at") ", " UTC("finished_at") ", result, error, attempts, " UTC(
+            "failed_at") ","
+                         " CASE WHEN rank = 0 THEN json_object('key', key, 'state', state,"
+                         "  'payload', " JSON_VALUE(
+                             "payload") ", 'priority', priority, 'group', grp,"
+                                        "  'ready_at', ready_at, 'attempt', attempt, 'last_error', "
+                                        "last_error)"
+                                        " WHEN state = 'done' THEN json_object('key', key, "
+                                        "'state', state,"
+                                        "  'finished_at', finished_at, 'result', " JSON_VALUE(
+                                            "result") ")"
+                                                      " ELSE json_object('key', key, 'state', "
+                                                      "state, 'payload', " JSON_VALUE(
+                                                          "payload") ","
+                                                                     "  'error', error, "
+                                                                     "'attempts', attempts, "
+                                                                     "'failed_at', failed_at) END"
+                                                                     " FROM (SELECT 0 AS rank, "
+                                                                     "i.state, i.key, i.payload, "
+                                                                     "i.priority, %s AS grp,"
+                                                                     "  coalesce(f.requeues, 0) + "
+                                                                     "1 AS attempt, f.last_error, "
+                                                                     "i.ready_at,"
+                                                                     "  NULL AS finished_at, NULL "
+                                                                     "AS result, NULL AS error, "
+                                                                     "NULL AS attempts,"
+                                                                     "  NULL AS failed_at"
+                                                                     "  FROM items AS i LEFT JOIN "
+                                                                     "failures AS f ON f.queue = "
+                                                                     "i.queue AND f.key = i.key"
+                                                                     "  WHERE i.queue = ?1 AND "
+                                                                     "i.key = ?2"
+                                                                     " %s"
+                                                                     " UNION ALL SELECT 1, 'dead', "
+                                                                     "key, payload, NULL, NULL, "
+                                                                     "NULL, NULL, NULL, NULL, NULL,"
+                                                                     "  error, attempts, failed_at "
+                                                                     "FROM dead WHERE queue = ?1 "
+                                                                     "AND key = ?2)"
+                                                                     " ORDER BY rank, "
+                                                                     "coalesce(failed_at, "
+                                                                     "finished_at) DESC LIMIT 1",
+        v2 ? "i.grp" : "NULL",
+        v2 ? "UNION ALL SELECT 1, 'done', key, NULL, NULL, NULL, NULL, NULL, NULL,"
+             " finished_at, result, NULL, NULL, NULL FROM done WHERE queue = ?1 AND key = ?2"
+           : "");
+    sqlite3_stmt *st = prep(db, sql, a);
+    int rc = st ? sqlite3_step(st) : SQLITE_ERROR;
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        fprintf(err, "wqrun: show: cannot read %s: %s\n", path, sqlite3_errmsg(db));
+        sqlite3_finalize(st);
+        return 1;
+    }
+#define COL(c) ((const char *)sqlite3_column_text(st, c))
+    wq_cli_key k = {COL(0), COL(1), COL(2), COL(3),  COL(4),  COL(5),  COL(6),
+                    COL(7), COL(8), COL(9), COL(10), COL(11), COL(12), COL(13)};
+#undef COL
+    int r = wq_cli_show(a, out, err, rc == SQLITE_ROW ? &k : NULL);
+    sqlite3_finalize(st);
+    return r;
 }
 
 /* ---- entry ---- */
@@ -464,8 +559,11 @@ int wq_store_cli_op_io(const char *cmd, int argc, char **argv, FILE *out, FILE *
     if (!ours) {
         fprintf(err, "wqrun: %s: no queue '%s' in %s (no wqrun state yet)\n", cmd, a.queue, a.db);
         r = 1;
-    } else if (a.op == WQ_CLI_ITEMS) {
-        r = list_items(db, a.db, &a, out, err);
+    } else if (a.op == WQ_CLI_ITEMS || a.op == WQ_CLI_SHOW || a.op == WQ_CLI_DEAD) {
+        r = known_or_say(db, a.db, &a, err);
+        if (r == 0)
+            r = a.op == WQ_CLI_SHOW ? show_key(db, a.db, &a, out, err)
+                                    : list_items(db, a.db, &a, out, err);
     } else if (version < 2) {
         fprintf(err,
                 "wqrun: %s: %s is a state file of version %d; this command needs version 2, "
