@@ -161,17 +161,19 @@ static int runners_cmd(const char *cmd, int argc, char **argv)
 /*
  * The subcommands: argv[1] names one of these, or it is a script. A new
  * subcommand is one more line here (the unknown-command message lists
- * them); the inspection commands show and dead belong here too when
- * they are built.
+ * them).
  */
 static const struct command {
     const char *name;
     int (*run)(const char *cmd, int argc, char **argv); /* argv after the name */
 } commands[] = {
-    {"add", subcommand},      {"status", subcommand},     {"pause", subcommand},
-    {"resume", subcommand},   {"remove", subcommand},     {"cancel", subcommand},
-    {"retry", subcommand},    {"purge-dead", subcommand}, {"items", subcommand},
-    {"migrate", migrate_cmd}, {"runners", runners_cmd},   {NULL, NULL},
+    {"add", subcommand},      {"status", subcommand},
+    {"pause", subcommand},    {"resume", subcommand},
+    {"remove", subcommand},   {"cancel", subcommand},
+    {"retry", subcommand},    {"purge-dead", subcommand},
+    {"items", subcommand},    {"show", subcommand},
+    {"dead", subcommand},     {"migrate", migrate_cmd},
+    {"runners", runners_cmd}, {NULL, NULL},
 };
 
 static const struct command *find_command(const char *name)

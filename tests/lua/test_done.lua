@@ -52,14 +52,15 @@ t.raises(function() wq.queue("bad", {keep_done = -1}) end, "queue: bad argument 
 
 do -- the memory expires after keep_done
     local n = 0
-    local short = wq.queue("short", {keep_done = 0.05, handler = function() n = n + 1 end})
+    local short = wq.queue("short", {keep_done = 0.5, handler = function() n = n + 1 end})
     short:add("k")
-    wq.sleep(0.01)
+    -- finished and its memory committed (PostgreSQL: done_info reads the database)
+    t.wait_until(function() return short:done_info("k") ~= nil end, 5)
     t.eq(short:add("k"), false, "remembered at first")
-    wq.sleep(0.1)
+    wq.sleep(0.6)
     t.eq(short:done_info("k"), nil, "forgotten after keep_done")
     t.eq(short:add("k"), true, "then added again")
-    wq.sleep(0.01)
+    t.wait_until(function() return n == 2 end, 5)
     t.eq(n, 2)
 end
 

@@ -17,8 +17,6 @@ int wq_store_cli_status(int argc, char **argv);
 int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err);
 int wq_store_cli_status_io(int argc, char **argv, FILE *out, FILE *err);
 
-/* Whether cmd is one of `pause resume remove cancel retry purge-dead items` (SPEC 7.5). */
-int wq_store_cli_is_op(const char *cmd);
 /* `wqrun CMD --db PATH QUEUE ...`: argv after CMD. Returns the exit code (0, 1, 2 bad usage). */
 int wq_store_cli_op(const char *cmd, int argc, char **argv);
 int wq_store_cli_op_io(const char *cmd, int argc, char **argv, FILE *out, FILE *err);

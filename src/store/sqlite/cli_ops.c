@@ -585,8 +585,3 @@ int wq_store_cli_op(const char *cmd, int argc, char **argv)
 {
     return wq_store_cli_op_io(cmd, argc, argv, stdout, stderr);
 }
-
-int wq_store_cli_is_op(const char *cmd)
-{
-    return wq_cli_is_op(cmd);
-}
