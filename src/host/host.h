@@ -79,13 +79,7 @@ typedef struct wq_ext_item {
     void *done_ud;
 } wq_ext_item;
 
-/* What a queue's add answers when it skipped a key that finished within keep_done. */
-#define WQ_ADD_DONE 2
-/* What an HTTP add answers when the runner is stopping: kept in the inbox for the next start. */
-#define WQ_ADD_DEFERRED 3
-/* What a unique add answers when it left the key alone: pending (queued, waiting) or running. */
-#define WQ_ADD_PENDING 4
-#define WQ_ADD_PROCESSING 5
+/* WQ_ADD_DONE, WQ_ADD_DEFERRED, WQ_ADD_PENDING, WQ_ADD_PROCESSING: store/backend.h. */
 
 /* A pending item as an operator sees it (q:items, GET /queues/NAME/items). */
 typedef struct wq_item_view {

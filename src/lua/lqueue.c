@@ -317,6 +317,13 @@ static int add_k(lua_State *L, int status, lua_KContext ctx)
     if (result < 0)
         return luaL_error(L, "%s: %s", (const char *)ctx,
                           what && *what ? what : wq_strerror(result));
+    if (result == WQ_ADD_DONE || result == WQ_ADD_PENDING || result == WQ_ADD_PROCESSING) {
+        lua_pushboolean(L, 0);
+        lua_pushstring(L, result == WQ_ADD_DONE      ? "done"
+                          : result == WQ_ADD_PENDING ? "pending"
+                                                     : "processing");
+        return 2;
+    }
     lua_pushboolean(L, result == 1 || result == 0);
     return 1;
 }
@@ -1035,7 +1042,7 @@ enum { ADD_NOW, ADD_AFTER, ADD_LIMITED };
  * then the engine's add (after: add_after by delay ns), as before.
  */
 static int put(lqueue *lq, const char *key, size_t len, const wq_add_opts *o, int after,
-               int64_t delay, int force, wq_badd_fn fn, void *ud, int no_wait)
+               int64_t delay, int force, int unique, wq_badd_fn fn, void *ud, int no_wait)
 {
     if (lq->bq) {
         wq_badd a = {.key = key,
@@ -1048,6 +1055,7 @@ static int put(lqueue *lq, const char *key, size_t len, const wq_add_opts *o, in
                      .grp = o->group,
                      .grplen = o->grouplen,
                      .force = force,
+                     .unique = unique,
                      .no_wait = no_wait};
         int r = wq_bq_add(lq->bq, &a, fn, ud);
         if (r != WQ_BACKEND_LOCAL)
@@ -1075,8 +1083,6 @@ static int add_common(lua_State *L, int how, const char *fn)
         memset(&o, 0, sizeof o);
     else
         read_add_args(L, rest, fn, &o, &force, &unique);
-    if (unique && wq_backend_shared(lq->host->backend))
-        return luaL_error(L, "%s: unique adds are not supported on PostgreSQL yet", fn);
     if (!o.group && lq->group_of_ref != LUA_NOREF)
         lgroup_resolve(L, lq, 2, top >= rest ? rest : 0, fn, &o);
     if (done_gate(lq, key, len, force)) {
@@ -1084,7 +1090,9 @@ static int add_common(lua_State *L, int how, const char *fn)
         lua_pushliteral(L, "done");
         return 2;
     }
-    const char *skip = unique ? unique_skip(lq, key, len) : NULL;
+    /* The engine decides for itself; a shared database decides in wqrun.add(). */
+    const char *skip =
+        unique && !wq_backend_shared(lq->host->backend) ? unique_skip(lq, key, len) : NULL;
     if (skip) { /* "if it is pending or running, do nothing" */
         lua_pushboolean(L, 0);
         lua_pushstring(L, skip);
@@ -1105,7 +1113,8 @@ static int add_common(lua_State *L, int how, const char *fn)
         if (!w)
             return luaL_error(L, "%s: out of memory", fn);
     }
-    int r = put(lq, key, len, &o, how != ADD_NOW, delay, force, w ? add_answered : NULL, w, 0);
+    int r =
+        put(lq, key, len, &o, how != ADD_NOW, delay, force, unique, w ? add_answered : NULL, w, 0);
     if (r == ADD_NOT_LOCAL) {
         if (!w) {
             lua_pushboolean(L, 1);
@@ -1575,14 +1584,11 @@ static void op_stop(void *q)
 static int op_add(void *q, const wq_ext_item *it)
 {
     lqueue *lq = q;
-    if (it->unique && wq_backend_shared(lq->host->backend)) {
-        if (it->why)
-            snprintf(it->why, it->whysize, "unique adds are not supported on PostgreSQL yet");
-        return WQ_EINVAL;
-    }
     if (done_gate(lq, it->key, it->keylen, it->force))
         return WQ_ADD_DONE;
-    const char *skip = it->unique ? unique_skip(lq, it->key, it->keylen) : NULL;
+    const char *skip = it->unique && !wq_backend_shared(lq->host->backend)
+                           ? unique_skip(lq, it->key, it->keylen)
+                           : NULL;
     if (skip)
         return skip[0] == 'p' && skip[1] == 'r' ? WQ_ADD_PROCESSING : WQ_ADD_PENDING;
     wq_add_opts o = {.payload = it->payload,
@@ -1602,9 +1608,9 @@ static int op_add(void *q, const wq_ext_item *it)
     }
     if (lq->bq && wq_queue_shutting_down(lq->q))
         return WQ_ESHUTDOWN;
-    int r =
-        put(lq, it->key, it->keylen, &o, it->after > 0,
-            it->after > 0 ? wq_seconds_to_ns(it->after) : 0, it->force, it->done, it->done_ud, 1);
+    int r = put(lq, it->key, it->keylen, &o, it->after > 0,
+                it->after > 0 ? wq_seconds_to_ns(it->after) : 0, it->force, it->unique, it->done,
+                it->done_ud, 1);
     if (r == ADD_NOT_LOCAL)
         return WQ_EAGAIN; /* it->done tells the outcome once committed */
     if (r == WQ_EINVAL && lq->bq && it->why)

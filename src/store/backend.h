@@ -121,6 +121,14 @@ typedef struct wq_inbox_row {
     int64_t priority; /* as written: outside the 32-bit range when it is not such an integer */
 } wq_inbox_row;
 
+/* What a queue's add answers when it skipped a key that finished within keep_done. */
+#define WQ_ADD_DONE 2
+/* What an HTTP add answers when the runner is stopping: kept in the inbox for the next start. */
+#define WQ_ADD_DEFERRED 3
+/* What a unique add answers when it left the key alone: pending (queued, waiting) or running. */
+#define WQ_ADD_PENDING 4
+#define WQ_ADD_PROCESSING 5
+
 /* An add as the runtime asks the backend for it. */
 typedef struct wq_badd {
     const char *key;
@@ -132,7 +140,8 @@ typedef struct wq_badd {
     int32_t priority;
     const char *grp; /* NULL: none */
     size_t grplen;
-    int force; /* add even if the key finished within keep_done */
+    int force;  /* add even if the key finished within keep_done */
+    int unique; /* a key pending or processing is left as it is (answers WQ_ADD_PENDING...) */
     /* Refuse (WQ_EIO) rather than hold it while the database is unreachable: a caller that
      * can answer "try again" (HTTP 503). Otherwise the backend buffers it (bounded). */
     int no_wait;

@@ -47,7 +47,7 @@ expect_eq "$(grep -c '^run kd k1 ' "$LOG")" 1 "k1 ran once"
 run --quiet --db "$DB" --runner-name check "$LUA/pg_done_check.lua" info:k1 add:k1 info:nope
 expect_rc 0 "the checking runner"
 expect_eq "$OUT" "info	k1	$BY	number
-add	k1	false
+add	k1	false	done
 info	nope	none	-" "q:done_info shows the worker's result; q:add skips; an unknown key has none"
 
 # force, over HTTP and from Lua: runs again, and the memory is the new run's.

@@ -26,7 +26,7 @@ q() { pg_psql "$DB" "$1"; }
 # ---- the upgrade from version 1 ------------------------------------------------
 UP=$(pg_fresh_db)
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" created (version 2)' "a new schema is version 2"
+expect_eq "$OUT" 'schema "wqrun" created (version 3)' "a new schema is version 3"
 # Back to version 1's tables (the functions are made anew by every migration).
 V1="drop table wqrun.signals, wqrun.groups; drop function wqrun.pause, wqrun.remove, wqrun.cancel,
   wqrun.retry_dead, wqrun.purge_dead, wqrun.known_queue, wqrun.check_queue;
@@ -39,13 +39,20 @@ V1="drop table wqrun.signals, wqrun.groups; drop function wqrun.pause, wqrun.rem
 pg_psql "$UP" "$V1" >/dev/null
 run add --db "$UP" w k1
 expect_rc 0 "a command upgrades a version 1 schema first"
-expect_eq "$(pg_psql "$UP" "select value from wqrun.meta where key = 'schema_version'")" 2 \
-    "upgraded to version 2"
+expect_eq "$(pg_psql "$UP" "select value from wqrun.meta where key = 'schema_version'")" 3 \
+    "upgraded to version 3"
 expect_eq "$(pg_psql "$UP" "select wqrun.remove('w', 'k1')")" removed "the version 2 functions work"
 pg_psql "$UP" "$V1" >/dev/null
 run migrate --db "$UP"
 expect_rc 0 "migrate a version 1 schema"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 1 to 2' "migrate says what it did"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 1 to 3' "migrate says what it did"
+# Version 2 had add() without unique_add: its functions are replaced, the new one works.
+pg_psql "$UP" "drop function wqrun.add(text, text, jsonb, double precision, integer, text, boolean, boolean);
+  update wqrun.meta set value = '2' where key = 'schema_version'" >/dev/null
+run migrate --db "$UP"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 2 to 3' "a version 2 schema is upgraded"
+expect_eq "$(pg_psql "$UP" "select wqrun.add('w', 'u1'), wqrun.add('w', 'u1', unique_add => true)")" \
+    "queued|skipped: pending" "wqrun.add(..., unique_add => true) leaves a pending key alone"
 
 # ---- the commands with only the URL ----------------------------------------------
 run add --db "$DB" w a '{"n":1}'

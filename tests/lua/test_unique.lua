@@ -1,19 +1,25 @@
+-- backends: all
 -- Unique adds ({unique = true}): "if this key is pending or running, do
 -- nothing" — no follow-up run, payload and time unchanged — with the reason
 -- as the second result; keep_done's skip answers "done"; the default stays
 -- client-go's follow-up rule.
 local t = require "wqtest"
-local release = false
-local q = wq.queue("u", {keep_done = 60, handler = function(key) while not release do wq.sleep(0.01) end end})
+local release, running = false, false
+local q = wq.queue("u", {keep_done = 60, handler = function(key)
+    running = true
+    while not release do wq.sleep(0.01) end
+end})
+q:pause() -- nothing is handed out: "a" stays queued while we look
 t.eq({q:add("a", {n = 1})}, {true})
 t.eq({q:add("a", {n = 2}, {unique = true})}, {false, "pending"}, "queued: left alone")
 t.eq(q:items()[1].payload, {n = 1}, "payload unchanged")
-wq.sleep(0.05)
+q:resume()
+t.wait_until(function() return running end, 5)
 t.eq({q:add("a", nil, {unique = true})}, {false, "processing"}, "running: no follow-up")
 t.eq({q:add_after("b", 10, nil, {unique = true})}, {true})
 t.eq({q:add_after("b", 1, nil, {unique = true})}, {false, "pending"}, "waiting: the earlier time is not taken either")
 release = true
-wq.sleep(0.05)
+t.wait_until(function() return q:done_info("a") ~= nil end, 5)
 t.eq({q:add("a", nil, {unique = true})}, {false, "done"}, "finished within keep_done")
 t.raises(function() q:add("c", nil, {unique = 1}) end, "add: bad argument 'unique' (boolean expected)")
 q:remove("b")

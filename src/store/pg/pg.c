@@ -212,7 +212,7 @@ typedef struct padd {
     pgq *q;
     int answered;    /* 1: params[0] holds the outcome; -1: it holds the error */
     int single;      /* sent alone (wq_add), not in the batch */
-    char *params[7]; /* queue, key, payload, after, priority, group, force */
+    char *params[8]; /* queue, key, payload, after, priority, group, force, unique */
     wq_badd_fn fn;
     void *ud;
 } padd;
@@ -473,7 +473,7 @@ static void send_view(pgb *b);
 
 static void free_add(padd *a)
 {
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 8; i++)
         free(a->params[i]);
 }
 
@@ -698,11 +698,12 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
                 continue;
             if (nbatch++)
                 sb_str(&js, ",");
-            /* params: queue, key, payload (JSON), after, priority (numbers), group, force */
-            static const char *const field[7] = {
+            /* params: queue, key, payload (JSON), after, priority (numbers), group, force,
+             * unique */
+            static const char *const field[8] = {
                 "{\"queue\":",    ",\"key\":",   ",\"payload\":", ",\"after\":",
-                ",\"priority\":", ",\"group\":", ",\"force\":"};
-            for (int f = 0; f < 7; f++) {
+                ",\"priority\":", ",\"group\":", ",\"force\":",   ",\"unique\":"};
+            for (int f = 0; f < 8; f++) {
                 if (!a->params[f])
                     continue;
                 sb_str(&js, field[f]);
@@ -723,7 +724,7 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
         free(js.p);
         for (size_t i = 0; i < n && !down; i++) {
             padd *a = &b->adds[i];
-            if (a->single && wq_pgconn_send(b->c, "wq_add", NULL, 7, (const char *const *)a->params,
+            if (a->single && wq_pgconn_send(b->c, "wq_add", NULL, 8, (const char *const *)a->params,
                                             add_result, a) < 0)
                 down = 1;
         }
@@ -838,8 +839,12 @@ static int outcome_code(const char *what)
         return WQ_EIO;
     if (strcmp(what, "deduplicated") == 0)
         return 0;
+    if (strcmp(what, "skipped: pending") == 0)
+        return WQ_ADD_PENDING;
+    if (strcmp(what, "skipped: processing") == 0)
+        return WQ_ADD_PROCESSING;
     if (strncmp(what, "skipped", 7) == 0)
-        return 2;
+        return WQ_ADD_DONE;
     return 1;
 }
 
@@ -1701,7 +1706,8 @@ static void prepare_all(pgb *b, wq_pgconn *conn, int listen)
         free(sql);
     }
     char *add = wq_pg_sql(pg, b->schema,
-                          "SELECT @S.add($1, $2, $3::jsonb, $4, $5, $6, coalesce($7, false))");
+                          "SELECT @S.add($1, $2, $3::jsonb, $4, $5, $6, coalesce($7, false), "
+                          "coalesce($8, false))");
     if (add)
         wq_pgconn_prepare(conn, "wq_add", add, NULL, NULL);
     free(add);
@@ -2143,6 +2149,8 @@ static int pg_add(wq_bqueue *bq, const wq_badd *a, wq_badd_fn fn, void *ud)
     if (a->grp && !(p->params[5] = dupn(a->grp, a->grplen)))
         oom = 1;
     if (a->force && !(p->params[6] = strdup("true")))
+        oom = 1;
+    if (a->unique && !(p->params[7] = strdup("true")))
         oom = 1;
     if (oom) {
         free_add(p);

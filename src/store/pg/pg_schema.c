@@ -120,6 +120,11 @@ static const char *const schema_v2 =
     "  integer[], text[], jsonb[]);\n"
     "UPDATE @S.meta SET value = '2' WHERE key = 'schema_version';\n";
 
+/* Version 2 -> 3: add() takes unique_add (the functions below recreate it). */
+static const char *const schema_v3 =
+    "DROP FUNCTION IF EXISTS @S.add(text, text, jsonb, double precision, integer, text, boolean);\n"
+    "UPDATE @S.meta SET value = '3' WHERE key = 'schema_version';\n";
+
 /*
  * The functions, as this version of wqrun defines them: created (or
  * replaced) after every migration, so they always match the binary. A
@@ -333,7 +338,8 @@ static const char *const functions =
     /* wqrun.add: the rules of q:add / q:add_after (WORKQUEUE.md) on the row. */
     "CREATE OR REPLACE FUNCTION @S.add(queue text, key text, payload jsonb DEFAULT NULL,\n"
     "    after_seconds double precision DEFAULT NULL, priority integer DEFAULT NULL,\n"
-    "    grp text DEFAULT NULL, force boolean DEFAULT false) RETURNS text LANGUAGE plpgsql AS "
+    "    grp text DEFAULT NULL, force boolean DEFAULT false, unique_add boolean DEFAULT false)\n"
+    "  RETURNS text LANGUAGE plpgsql AS "
     "$fn$\n"
     "DECLARE\n"
     "  v_now timestamptz := now();\n"
@@ -341,7 +347,7 @@ static const char *const functions =
     "  r @S.jobs%ROWTYPE;\n"
     "  v_out text;\n"
     "  v_keep double precision;\n"
-    "  v_held boolean := false; v_gs record; v_nready integer;\n"
+    "  v_held boolean := false; v_gs record; v_nready integer; v_running boolean;\n"
     "BEGIN\n"
     "  IF queue IS NULL OR queue !~ '^[A-Za-z0-9_.-]{1,64}$' THEN\n"
     "    RAISE EXCEPTION 'wqrun.add: bad argument ''queue'' (1-64 characters of "
@@ -367,6 +373,14 @@ static const char *const functions =
     "      AND NOT EXISTS (SELECT 1 FROM @S.jobs j WHERE j.queue = add.queue AND j.key = "
     "add.key) THEN\n"
     "    RETURN 'skipped: done';\n"
+    "  END IF;\n"
+    /* unique: a key pending or running is left as it is (no follow-up, nothing changed) */
+    "  IF coalesce(add.unique_add, false) THEN\n"
+    "    SELECT j.running INTO v_running FROM @S.jobs j WHERE j.queue = add.queue AND j.key = "
+    "add.key;\n"
+    "    IF FOUND THEN\n"
+    "      RETURN CASE WHEN v_running THEN 'skipped: processing' ELSE 'skipped: pending' END;\n"
+    "    END IF;\n"
     "  END IF;\n"
     /* a new due item of a saturated group is held at once (see claim) */
     "  IF add.grp IS NOT NULL AND v_ready IS NULL THEN\n"
@@ -486,7 +500,8 @@ static const char *const functions =
     "      v_out[e.i] := @S.add(e.it->>'queue', e.it->>'key',\n"
     "        CASE WHEN e.it->'payload' <> 'null'::jsonb THEN e.it->'payload' END,\n"
     "        (e.it->>'after')::double precision, (e.it->>'priority')::integer, e.it->>'group',\n"
-    "        coalesce((e.it->>'force')::boolean, false));\n"
+    "        coalesce((e.it->>'force')::boolean, false), coalesce((e.it->>'unique')::boolean, "
+    "false));\n"
     "    END LOOP;\n"
     "  END IF;\n"
     "  FOR q IN SELECT DISTINCT w.queue FROM @S.waiting w WHERE w.queue IN\n"
@@ -757,7 +772,7 @@ static const char *const functions =
     "  SELECT count(*)::integer FROM d $fn$;\n";
 
 /* The migrations: migrations[v - 1] takes version v - 1 to v. */
-static const char *const *const migrations[] = {&schema_v1, &schema_v2};
+static const char *const *const migrations[] = {&schema_v1, &schema_v2, &schema_v3};
 
 /* The claims of a queue without limits: CLAIM_PICK is a CTE NAME of up to $2 due, unlocked
  * items of queue $1 matching WHERE, in ORDER (locked); CLAIM_MARK hands the first $2 of the
