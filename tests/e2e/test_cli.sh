@@ -420,10 +420,10 @@ expect_rc 0 'require "wq"'
 expect_in "$OUT" "same	true	function	function	function"
 
 # ---- subcommands: an unknown one is named, with the list (issue 19) -------------------
-run dead --db "$TMP/cmd.db" webhooks
+run paus --db "$TMP/cmd.db" webhooks
 expect_rc 2 "an unknown command"
-expect_in "$ERR" "wqrun: unknown command 'dead'" "the message names the unknown command"
-expect_in "$ERR" "commands: add status pause resume remove cancel retry purge-dead items" \
+expect_in "$ERR" "wqrun: unknown command 'paus'" "the message names the unknown command"
+expect_in "$ERR" "commands: add status pause resume remove cancel retry purge-dead items show dead" \
     "and lists the commands"
 expect_not_in "$ERR" "cannot open" "not taken for a script"
 check "an unknown command writes no file" test ! -e "$TMP/cmd.db"

@@ -146,7 +146,11 @@ header() { tr -d '\r' <"$HDRS" | awk -v h="$1" 'tolower($1) == tolower(h) ":" { 
 
 # snap: every queue's stats, one "queue.field value" line each.
 AUTH=() # curl arguments the helpers below send (the token, while a runner wants one)
-snap() { curl -sS -m 10 "${AUTH[@]}" "$BASE/queues" | "${JSON[@]}" queues || fail "GET /queues: not a JSON array of queues"; }
+# (without the last minute's done count and window, which move with the clock)
+snap() {
+  curl -sS -m 10 "${AUTH[@]}" "$BASE/queues" | "${JSON[@]}" queues |
+    grep -vE '^[^ ]+\.done_(last_minute|window) ' || fail "GET /queues: not a JSON array of queues"
+}
 # qstat QUEUE FIELD
 qstat() { snap | awk -v k="$1.$2" '$1 == k { print $2 }'; }
 
