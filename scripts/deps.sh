@@ -19,7 +19,6 @@ packages=(
   openssl # a self-signed certificate for the test server of tests/e2e/test_wq_http.sh
   nginx # an HTTP/2 server for tests/e2e/test_wq_http2.sh, the server of bench/bench_wqhttp.sh
   curl procps clang-format wrk prometheus # wrk: bench/bench_http.sh; prometheus: promtool for tests/e2e/test_http.sh
-  nginx # the keep-alive server of bench/bench_wqhttp.sh (run there by hand, as one process in a temporary directory)
   groff-base # nroff renders the man page in tests/e2e/test_install.sh
   tzdata # real time zones for the cron DST tests (tests/engine/test_cron.c)
   chromium chromium-driver python3-selenium # the dashboard in a real browser (tests/e2e/test_dashboard.sh)
