@@ -63,8 +63,13 @@ q "select wqrun.add_many(jsonb_agg(jsonb_build_object('queue', 'r', 'key', 'r' |
      'group', 'h' || (i % 2)) order by i)) from generate_series(1, 12) i" >/dev/null
 check "all 12 ran" wait_for "$LOG" "end r " 12 10
 GAPS=$(awk '$1 == "start" && $2 == "r" { if ($4 in last) { d = $5 - last[$4]; if (min == "" || d < min) min = d } last[$4] = $5 } END { printf "%.3f", min }' "$LOG")
-check "starts of one group at least 0.2 s apart on both runners together (min gap $GAPS s)" \
-    [ "$(awk -v g="$GAPS" 'BEGIN { print (g >= 0.19) }')" = 1 ]
+# The database spaces the claims 0.2 s apart; a start is logged when the handler runs,
+# after its runner's loop got to it, which on a loaded 2-vCPU machine (CI runs two
+# tests at once) varies by tens of ms between the two runners: a gap may look up to
+# ~50 ms short. Two starts claimed together would show a gap near 0; the span below
+# bounds the rate over the whole run.
+check "starts of one group at least 0.2 s apart on both runners together (min gap $GAPS s, 0.15 allowed for the runners' loop latency)" \
+    [ "$(awk -v g="$GAPS" 'BEGIN { print (g >= 0.15) }')" = 1 ]
 SPAN=$(awk '$1 == "start" && $2 == "r" { if (!f || $5 < f) f = $5; if ($5 > l) l = $5 } END { printf "%.3f", l - f }' "$LOG")
 expect_between "$SPAN" 0.95 1.8 "6 starts per group at 5/s take about 1 s"
 
@@ -103,8 +108,8 @@ read -r FRATE FPEAK SPEAK NRUN <"$TMP/crawl.txt"
 LAST_CMD="crawl sweep" OUT=$(cat "$TMP/crawl.txt") ERR=""
 expect_between "$FRATE" 45 51 "the fast host keeps its 50/s across both runners"
 check "never more than 51 fast-host starts in a second ($FPEAK)" [ "$FPEAK" -le 51 ]
-check "the slow host: starts at least 0.45 s apart at 2/s, both runners together ($SPEAK s)" \
-    [ "$(awk -v g="$SPEAK" 'BEGIN { print (g >= 0.45) }')" = 1 ]
+check "the slow host: starts at least 0.5 s apart at 2/s, both runners together ($SPEAK s; 0.4 allowed for the runners' loop latency, as above)" \
+    [ "$(awk -v g="$SPEAK" 'BEGIN { print (g >= 0.4) }')" = 1 ]
 expect_eq "$NRUN" 2 "both runners crawled"
 check "other hosts were not held up by the slow one" wait_for "$LOG" "end crawl https://other" 20 5
 
