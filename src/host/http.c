@@ -510,12 +510,8 @@ static json_object *queued_body(int queued)
     if (o) {
         json_object_object_add(o, "queued",
                                json_object_new_boolean(queued == 1 || queued == WQ_ADD_DEFERRED));
-        if (queued == WQ_ADD_DONE || queued == WQ_ADD_PENDING || queued == WQ_ADD_PROCESSING)
-            json_object_object_add(o, "reason",
-                                   json_object_new_string(queued == WQ_ADD_DONE ? "done"
-                                                          : queued == WQ_ADD_PENDING
-                                                              ? "pending"
-                                                              : "processing"));
+        if (wq_add_reason(queued))
+            json_object_object_add(o, "reason", json_object_new_string(wq_add_reason(queued)));
         if (queued == WQ_ADD_DEFERRED) /* stopping: kept in the inbox for the next start */
             json_object_object_add(o, "deferred", json_object_new_boolean(1));
     }

@@ -72,8 +72,6 @@ static int buf_add(buf *b, const char *p, size_t n)
     return 0;
 }
 
-static client *get_client(wq_host *h);
-
 /* ---- libcurl's callbacks ---- */
 
 static size_t on_body(char *p, size_t size, size_t n, void *ud)

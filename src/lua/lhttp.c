@@ -67,15 +67,7 @@ static int response_json(lua_State *L)
     const char *body = lua_tolstring(L, -1, &len);
     if (!body)
         return luaL_error(L, "response:json: the response has no body string");
-    int rc = wq_ljson_decode(L, body, len);
-    if (rc == LUA_ERRMEM)
-        return lua_error(L);
-    if (rc != LUA_OK) {
-        lua_pushnil(L);
-        lua_insert(L, -2);
-        return 2;
-    }
-    return 1;
+    return wq_ljson_decode_results(L, body, len);
 }
 
 static int http_k(lua_State *L, int status, lua_KContext ctx)

@@ -379,3 +379,16 @@ int wq_ljson_decode(lua_State *L, const char *json, size_t len)
     json_object_put(c.root);
     return status != LUA_OK ? status : c.status;
 }
+
+int wq_ljson_decode_results(lua_State *L, const char *json, size_t len)
+{
+    int status = wq_ljson_decode(L, json, len);
+    if (status == LUA_ERRMEM)
+        return lua_error(L);
+    if (status != LUA_OK) {
+        lua_pushnil(L);
+        lua_insert(L, -2);
+        return 2;
+    }
+    return 1;
+}

@@ -31,4 +31,11 @@ int wq_ljson_encode(lua_State *L, int idx);
  */
 int wq_ljson_decode(lua_State *L, const char *json, size_t len);
 
+/*
+ * The Lua convention over wq_ljson_decode, for a lua_CFunction to return:
+ * pushes the value (returns 1), or nil and the message (returns 2); raises
+ * when out of memory.
+ */
+int wq_ljson_decode_results(lua_State *L, const char *json, size_t len);
+
 #endif

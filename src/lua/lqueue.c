@@ -317,11 +317,9 @@ static int add_k(lua_State *L, int status, lua_KContext ctx)
     if (result < 0)
         return luaL_error(L, "%s: %s", (const char *)ctx,
                           what && *what ? what : wq_strerror(result));
-    if (result == WQ_ADD_DONE || result == WQ_ADD_PENDING || result == WQ_ADD_PROCESSING) {
+    if (wq_add_reason(result)) {
         lua_pushboolean(L, 0);
-        lua_pushstring(L, result == WQ_ADD_DONE      ? "done"
-                          : result == WQ_ADD_PENDING ? "pending"
-                                                     : "processing");
+        lua_pushstring(L, wq_add_reason(result));
         return 2;
     }
     lua_pushboolean(L, result == 1 || result == 0);
@@ -970,19 +968,20 @@ static void prune_done(wq_host *h, void *data, uint64_t id)
 static const char *const add_opts[] = {"priority", "group", "force", "unique", NULL};
 
 /*
- * unique adds: why key is left as it is — it is processing, or pending
- * (queued, waiting, or due to run again) — or NULL when it is neither.
+ * A unique add of key: WQ_ADD_PROCESSING or WQ_ADD_PENDING (queued, waiting,
+ * or due to run again) when it is left as it is, 0 when it goes ahead. The
+ * engine decides for itself; a shared database decides in wqrun.add().
  */
-static const char *unique_skip(lqueue *lq, const char *key, size_t len)
+static int unique_skip(lqueue *lq, int unique, const char *key, size_t len)
 {
     wq_item_info info;
-    if (!wq_queue_lookup(lq->q, key, len, &info))
-        return NULL;
+    if (!unique || wq_backend_shared(lq->host->backend) || !wq_queue_lookup(lq->q, key, len, &info))
+        return 0;
     if (info.state & WQ_ST_PROCESSING)
-        return "processing";
+        return WQ_ADD_PROCESSING;
     if (info.state & (WQ_ST_DIRTY | WQ_ST_QUEUED | WQ_ST_WAITING))
-        return "pending";
-    return NULL;
+        return WQ_ADD_PENDING;
+    return 0;
 }
 
 /* Reads the optional payload (at idx) and opts table (at idx + 1) of an add. */
@@ -1085,17 +1084,11 @@ static int add_common(lua_State *L, int how, const char *fn)
         read_add_args(L, rest, fn, &o, &force, &unique);
     if (!o.group && lq->group_of_ref != LUA_NOREF)
         lgroup_resolve(L, lq, 2, top >= rest ? rest : 0, fn, &o);
-    if (done_gate(lq, key, len, force)) {
-        lua_pushboolean(L, 0); /* finished within keep_done: skipped */
-        lua_pushliteral(L, "done");
-        return 2;
-    }
-    /* The engine decides for itself; a shared database decides in wqrun.add(). */
-    const char *skip =
-        unique && !wq_backend_shared(lq->host->backend) ? unique_skip(lq, key, len) : NULL;
-    if (skip) { /* "if it is pending or running, do nothing" */
+    /* finished within keep_done, or unique and pending or running: left alone, saying why */
+    int skip = done_gate(lq, key, len, force) ? WQ_ADD_DONE : unique_skip(lq, unique, key, len);
+    if (skip) {
         lua_pushboolean(L, 0);
-        lua_pushstring(L, skip);
+        lua_pushstring(L, wq_add_reason(skip));
         return 2;
     }
     if (how == ADD_LIMITED && wq_limiter_when(lq->limiter, key, len, &delay) < 0)
@@ -1586,11 +1579,9 @@ static int op_add(void *q, const wq_ext_item *it)
     lqueue *lq = q;
     if (done_gate(lq, it->key, it->keylen, it->force))
         return WQ_ADD_DONE;
-    const char *skip = it->unique && !wq_backend_shared(lq->host->backend)
-                           ? unique_skip(lq, it->key, it->keylen)
-                           : NULL;
+    int skip = unique_skip(lq, it->unique, it->key, it->keylen);
     if (skip)
-        return skip[0] == 'p' && skip[1] == 'r' ? WQ_ADD_PROCESSING : WQ_ADD_PENDING;
+        return skip;
     wq_add_opts o = {.payload = it->payload,
                      .paylen = it->paylen,
                      .set_payload = it->payload != NULL,

@@ -424,15 +424,7 @@ static int json_decode(lua_State *L)
                            lua_pushfstring(L, "string expected, got %s", luaL_typename(L, 1)));
     size_t len;
     const char *text = lua_tolstring(L, 1, &len);
-    int status = wq_ljson_decode(L, text, len);
-    if (status == LUA_ERRMEM)
-        return lua_error(L);
-    if (status != LUA_OK) {
-        lua_pushnil(L);
-        lua_insert(L, -2);
-        return 2;
-    }
-    return 1;
+    return wq_ljson_decode_results(L, text, len);
 }
 
 static void open_json(lua_State *L)

@@ -129,6 +129,16 @@ typedef struct wq_inbox_row {
 #define WQ_ADD_PENDING 4
 #define WQ_ADD_PROCESSING 5
 
+/* Why an add left the key alone, as q:add and HTTP say it: "done", "pending", "processing",
+ * or NULL for another answer. */
+static inline const char *wq_add_reason(int result)
+{
+    return result == WQ_ADD_DONE         ? "done"
+           : result == WQ_ADD_PENDING    ? "pending"
+           : result == WQ_ADD_PROCESSING ? "processing"
+                                         : NULL;
+}
+
 /* An add as the runtime asks the backend for it. */
 typedef struct wq_badd {
     const char *key;

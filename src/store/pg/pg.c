@@ -310,15 +310,15 @@ static void logf_(pgb *b, wq_log_level lv, const char *fmt, ...)
     (void)b;
     if (!wq_log_enabled(lv))
         return;
-    char msg[600];
+    char msg[600] = "wqrun: ";
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(msg + 7, sizeof msg - 7, fmt, ap);
     va_end(ap);
     for (char *p = msg; *p; p++) /* libpq's messages span lines: one log line each */
         if (*p == '\n' || *p == '\t')
             *p = ' ';
-    wq_log(lv, "wqrun: %s", msg);
+    wq_log_write(lv, NULL, 0, msg);
 }
 
 static void kick(pgb *b)
