@@ -1597,8 +1597,8 @@ static int op_add(void *q, const wq_ext_item *it)
             snprintf(it->why, it->whysize, "%s", buf);
         return WQ_EINVAL;
     }
-    if (lq->bq && wq_queue_shutting_down(lq->q))
-        return WQ_ESHUTDOWN;
+    /* A backend that decides adds (PostgreSQL) still takes them while this runner drains: the
+     * database keeps the item for the runners that share it (this one claims no more). */
     int r = put(lq, it->key, it->keylen, &o, it->after > 0,
                 it->after > 0 ? wq_seconds_to_ns(it->after) : 0, it->force, it->unique, it->done,
                 it->done_ud, 1);

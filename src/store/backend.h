@@ -119,6 +119,7 @@ typedef struct wq_inbox_row {
     size_t grplen;
     int has_priority; /* 0: none (a new item gets 0, a pending one keeps its own) */
     int64_t priority; /* as written: outside the 32-bit range when it is not such an integer */
+    int unique;       /* a unique add: a key pending or processing is left as it is */
 } wq_inbox_row;
 
 /* What a queue's add answers when it skipped a key that finished within keep_done. */
