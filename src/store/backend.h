@@ -185,7 +185,9 @@ typedef enum {
     WQ_BOP_FORGET_DONE,     /* key (keep_done) */
     WQ_BOP_SET_GROUP_LIMIT, /* key: the group; limit (NULL: back to the queue's default) */
     WQ_BOP_GROUP_LIMIT,     /* key: the group */
-    WQ_BOP_ITEM             /* key: what the queue knows of it (q:item) */
+    WQ_BOP_ITEM,            /* key: what the queue knows of it (q:item) */
+    WQ_BOP_CANCEL_AFTER,    /* key: its pending delayed add (q:cancel_after) */
+    WQ_BOP_STATS            /* the queue's pending, running, waiting and dead items (JSON) */
 } wq_bop_kind;
 
 typedef struct wq_bop {
