@@ -2386,6 +2386,8 @@ static void op_result(void *ud, PGresult *res)
     case WQ_BOP_DONE_INFO:
     case WQ_BOP_ITEMS:
     case WQ_BOP_DEAD:
+    case WQ_BOP_SCHEDULES:
+    case WQ_BOP_HELD_GROUPS:
         o->result = atoi(v);
         o->text = strdup(PQgetvalue(res, 0, 1));
         if (!o->text) {
@@ -2464,6 +2466,38 @@ static int pg_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
                             PG_OPT("error", "error") " AS o FROM @S.dead WHERE queue = $1 ORDER BY "
                                                      "failed_at, key COLLATE \"C\""
                                                      " LIMIT $2::bigint) x",
+        [WQ_BOP_SCHEDULES] =
+            "SELECT count(*), coalesce(jsonb_agg(x.o ORDER BY x.k), '[]')::text FROM ("
+            "SELECT name COLLATE \"C\" AS k, jsonb_build_object('name', name, 'spec', spec,"
+            " 'key', coalesce(key, name), 'tz', tz, 'catch_up', catch_up)" PG_OPT(
+                "payload", "payload") PG_OPT("next_at", "extract(epoch FROM next_at)")
+                PG_OPT("last_at", "extract(epoch FROM last_at)") " AS o FROM @S.schedules"
+                                                                 " WHERE queue = $1) x",
+        /* Counted from the held items' index; the queued and running counts and the limits
+         * only for the groups shown. */
+        [WQ_BOP_HELD_GROUPS] =
+            "WITH h AS (SELECT grp, count(*) AS held FROM @S.jobs WHERE queue = $1 AND held"
+            " GROUP BY grp)"
+            " SELECT (SELECT count(*) FROM h),"
+            " coalesce(jsonb_agg(x.o ORDER BY x.held DESC, x.k), '[]')::text FROM ("
+            "SELECT t.held, t.grp COLLATE \"C\" AS k, jsonb_build_object('group', t.grp,"
+            " 'held', t.held, 'queued', t.held + (SELECT count(*) FROM @S.jobs y"
+            " WHERE y.queue = $1 AND y.grp = t.grp AND NOT y.running AND NOT y.held"
+            " AND y.run_at <= now()), 'running', coalesce(g.running, 0),"
+            " 'own', coalesce(g.own, false))" PG_OPT(
+                "concurrency", "CASE WHEN g.own THEN g.conc ELSE q.g_conc END")
+                PG_OPT("rate", "CASE WHEN g.own THEN g.rate ELSE q.g_rate END") PG_OPT(
+                    "burst",
+                    "CASE WHEN g.own THEN g.burst ELSE q.g_burst END") " AS o"
+                                                                       " FROM (SELECT grp, held "
+                                                                       "FROM h ORDER BY held DESC, "
+                                                                       "grp COLLATE \"C\""
+                                                                       " LIMIT $2::bigint) t LEFT "
+                                                                       "JOIN @S.groups g ON "
+                                                                       "g.queue = $1 AND g.grp = "
+                                                                       "t.grp"
+                                                                       " LEFT JOIN @S.queues q ON "
+                                                                       "q.name = $1) x",
     };
     if (!fn)
         return 0; /* asked only whether the database applies it: it does */
@@ -2490,12 +2524,13 @@ static int pg_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
         o->kind = op->kind;
         o->fn = fn;
         o->ud = ud;
-        /* $1 the queue, then: the key; or state, after_key, limit (ITEMS); or limit (DEAD) */
+        /* $1 the queue, then: the key; or state, after_key, limit (ITEMS); or limit (DEAD,
+         * HELD_GROUPS); or nothing (SCHEDULES) */
         const char *v[6] = {q->name, key, NULL, NULL, NULL, NULL};
-        int n =
-            op->kind == WQ_BOP_PAUSE || op->kind == WQ_BOP_RESUME || op->kind == WQ_BOP_PURGE_DEAD
-                ? 1
-                : 2;
+        int n = op->kind == WQ_BOP_PAUSE || op->kind == WQ_BOP_RESUME ||
+                        op->kind == WQ_BOP_PURGE_DEAD || op->kind == WQ_BOP_SCHEDULES
+                    ? 1
+                    : 2;
         char conc[24] = "0", rate[40] = "0", burst[40] = "0";
         if (op->kind == WQ_BOP_SET_GROUP_LIMIT) {
             if (op->glimit) {
@@ -2510,7 +2545,7 @@ static int pg_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
         } else if (op->kind == WQ_BOP_ITEMS) {
             v[1] = op->state, v[2] = after, v[3] = lim;
             n = 4;
-        } else if (op->kind == WQ_BOP_DEAD) {
+        } else if (op->kind == WQ_BOP_DEAD || op->kind == WQ_BOP_HELD_GROUPS) {
             v[1] = lim;
             n = 2;
         }
