@@ -571,19 +571,40 @@ static json_object *schedule_json(const wq_schedule_row *s, int defined)
     return o;
 }
 
-struct sched_ctx {
+/* A listing being built from a queue's callbacks (schedules, groups). */
+struct listing {
     json_object *arr;
     int nomem;
 };
 
-static void on_schedule(void *ud, const wq_schedule_row *s, int defined)
+static void listing_add(struct listing *c, json_object *o)
 {
-    struct sched_ctx *c = ud;
-    json_object *o = schedule_json(s, defined);
     if (!o || json_object_array_add(c->arr, o) < 0) {
         json_object_put(o);
         c->nomem = 1;
     }
+}
+
+/* Answers {field: the listing} (and "total": n when total), or 500 when n says it failed. */
+static void reply_list(struct evhttp_request *req, int64_t n, struct listing *c, const char *field,
+                       int total)
+{
+    json_object *body = json_object_new_object();
+    if (n < 0 || c->nomem || !body) {
+        json_object_put(c->arr);
+        json_object_put(body);
+        wq_http_reply_error(req, 500, "Internal Server Error", "out of memory");
+        return;
+    }
+    json_object_object_add(body, field, c->arr);
+    if (total)
+        json_object_object_add(body, "total", json_object_new_int64(n));
+    wq_http_reply_json(req, 200, "OK", body);
+}
+
+static void on_schedule(void *ud, const wq_schedule_row *s, int defined)
+{
+    listing_add(ud, schedule_json(s, defined));
 }
 
 static void on_local_schedule(void *ud, const wq_schedule_row *s, int defined)
@@ -619,26 +640,17 @@ static void get_schedules(wq_host *h, struct evhttp_request *req, const wq_hqueu
     wq_bop op = {.kind = WQ_BOP_SCHEDULES};
     if (remote(h, req, hq, &op, 0))
         return;
-    struct sched_ctx c = {json_object_new_array(), 0};
+    struct listing c = {json_object_new_array(), 0};
     int n = !c.arr               ? WQ_ENOMEM
             : hq->ops->schedules ? hq->ops->schedules(hq->q, on_schedule, &c)
                                  : 0;
-    json_object *body = json_object_new_object();
-    if (n < 0 || c.nomem || !body) {
-        json_object_put(c.arr);
-        json_object_put(body);
-        wq_http_reply_error(req, 500, "Internal Server Error", "out of memory");
-        return;
-    }
-    json_object_object_add(body, "schedules", c.arr);
-    wq_http_reply_json(req, 200, "OK", body);
+    reply_list(req, n, &c, "schedules", 0);
 }
 
 /* ---- GET /queues/NAME/groups?limit=N: the groups held back the most ---- */
 
 static void on_group(void *ud, const wq_group_view *g)
 {
-    struct sched_ctx *c = ud;
     json_object *o = json_object_new_object();
     if (o) {
         json_object_object_add(o, "group", bytes(g->name, g->namelen));
@@ -652,10 +664,7 @@ static void on_group(void *ud, const wq_group_view *g)
         json_object_object_add(o, "rate", num_or_null(g->lim.rate));
         json_object_object_add(o, "burst", g->lim.rate > 0 ? num_or_null(g->lim.burst) : NULL);
     }
-    if (!o || json_object_array_add(c->arr, o) < 0) {
-        json_object_put(o);
-        c->nomem = 1;
-    }
+    listing_add(ud, o);
 }
 
 static void get_groups(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq,
@@ -667,20 +676,11 @@ static void get_groups(wq_host *h, struct evhttp_request *req, const wq_hqueue *
     wq_bop op = {.kind = WQ_BOP_HELD_GROUPS, .limit = limit};
     if (remote(h, req, hq, &op, limit))
         return;
-    struct sched_ctx c = {json_object_new_array(), 0};
+    struct listing c = {json_object_new_array(), 0};
     int64_t n = !c.arr                 ? WQ_ENOMEM
                 : hq->ops->held_groups ? hq->ops->held_groups(hq->q, limit, on_group, &c)
                                        : 0;
-    json_object *body = json_object_new_object();
-    if (n < 0 || c.nomem || !body) {
-        json_object_put(c.arr);
-        json_object_put(body);
-        wq_http_reply_error(req, 500, "Internal Server Error", "out of memory");
-        return;
-    }
-    json_object_object_add(body, "groups", c.arr);
-    json_object_object_add(body, "total", json_object_new_int64(n));
-    wq_http_reply_json(req, 200, "OK", body);
+    reply_list(req, n, &c, "groups", 1);
 }
 
 /* ---- changes ---- */
