@@ -461,6 +461,11 @@ if wide:
 ok("the overview fits a phone's width without scrolling sideways")
 if SHOTS:
     driver.save_screenshot(os.path.join(SHOTS, "dashboard-phone.png"))
+driver.get(BASE + "/#/queue/mail")
+wait("mail's groups and schedules at phone width", lambda: group_row("acme") and sched_row("digest"))
+if driver.execute_script("return document.documentElement.scrollWidth > window.innerWidth + 1"):
+    fail("mail's page (groups, schedules) scrolls sideways at %dpx" % driver.execute_script("return window.innerWidth"))
+ok("a queue's groups and schedules fit a phone's width too")
 driver.set_window_size(1280, 900)
 
 # ------------------------------------------------------------------ --token

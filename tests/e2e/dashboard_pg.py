@@ -150,6 +150,10 @@ if (digest["spec"], digest["key"]) != ("*/5 * * * *", "daily-digest") or not dig
         or int(float(at)) != int(db_next) or not 0 < float(at) - time.time() <= 300:
     fail("digest shown as %s (next at %s), the database says next_at %s" % (digest, at, db_next))
 ok("the schedules panel shows digest from the database: */5 * * * *, key daily-digest, next run %r" % digest["next"])
+wait("orphan, which no runner defines, marked so",
+     lambda: "(not defined here)" in cell('#schedules tr[data-name="orphan"]', "name")
+     and cell('#schedules tr[data-name="orphan"]', "next") == "never")
+ok("a schedule in the table that no runner's script defines is listed as '(not defined here)', next run 'never'")
 wait("beat's last run (fired by either runner)",
      lambda: cell('#schedules tr[data-name="beat"]', "last").endswith(" ago"))
 ok("beat (@every 1s) shows a last run: %r" % cell('#schedules tr[data-name="beat"]', "last"))

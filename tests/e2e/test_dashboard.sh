@@ -89,8 +89,20 @@ expect_eq "$(code "$A_BASE/queues/nope/schedules")" 404 "schedules of an unknown
 expect_in "$(cat "$TMP/body")" "no such queue 'nope'" "the 404 names the queue"
 expect_eq "$(code -X DELETE "$A_BASE/queues/mail/schedules")" 405 "DELETE schedules: 405"
 
+# A schedule the state file holds but the script no longer defines: listed, "defined": false.
+OLD=$(script old.lua <<'EOF'
+wq.queue("mail"):schedule("old", "@hourly", {key = "old-report"})
+EOF
+)
+run --db "$TMP/b.db" "$OLD"
+expect_eq "$RC" 0 "a one-shot script leaves schedule 'old' in b.db"
 listen_start -- --serve --db "$TMP/b.db" --token "$TOKEN" "$LUA" || finish
 B_BASE=$BASE
+expect_eq "$(curl -s -H "Authorization: Bearer $TOKEN" "$B_BASE/queues/mail/schedules" | python3 -c "$J"'
+for s in d["schedules"]:
+    print(s["name"], s["key"], s["defined"])')" "beat beat True
+digest daily-digest True
+old old-report False" "schedules: 'old', restored from the file but not defined by the script, is listed with defined false"
 for r in schedules groups; do
     expect_eq "$(code "$B_BASE/queues/mail/$r")" 401 "with --token, GET /queues/mail/$r without it: 401"
     expect_eq "$(code -H "Authorization: Bearer $TOKEN" "$B_BASE/queues/mail/$r")" 200 \

@@ -22,6 +22,7 @@ run migrate --db "$DB"
 pg_psql "$DB" "select wqrun.add_many(jsonb_agg(jsonb_build_object('queue', 'idle', 'key', 'i' || i)))
   from generate_series(1, 30) i;
   select wqrun.add('w', 'slow1'), wqrun.add('w', 'slow2');
+  insert into wqrun.schedules (queue, name, spec, key) values ('mail', 'orphan', '@hourly', 'orphan-key');
   insert into wqrun.dead (queue, key, error, attempts) values ('w', 'd1', 'e', 1), ('w', 'd2', 'e', 1),
     ('w', 'd3', 'e', 1)" >/dev/null
 listen_start -- --serve --db "$DB" --runner-name dash-a "$LUA/pg_dash.lua" feed || finish
@@ -62,7 +63,9 @@ expect_eq "$(printf '%s' "$S" | python3 -c "$J"'
 for s in d["schedules"]:
     print(s["name"], s["spec"], s["key"], s["tz"], s["catch_up"], s["payload"], s["defined"])')" \
     "beat @every 1s beat utc once None True
-digest */5 * * * * daily-digest utc once None True" "GET /queues/mail/schedules: the database's schedules by name"
+digest */5 * * * * daily-digest utc once None True
+orphan @hourly orphan-key utc once None False" \
+    "GET /queues/mail/schedules: the database's schedules by name (orphan: in the table, defined by no runner's script)"
 expect_eq "$(printf '%s' "$S" | python3 -c "$J"'; print("%d" % [s["next_at"] for s in d["schedules"] if s["name"] == "digest"][0])')" \
     "$(pg_psql "$DB" "select extract(epoch from next_at)::bigint from wqrun.schedules where queue = 'mail' and name = 'digest'")" \
     "digest's next_at is the database's"
