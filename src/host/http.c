@@ -480,7 +480,8 @@ static const char *add_one(const wq_host *h, const wq_hqueue *hq, json_object *i
                             .grp = it.group,
                             .grplen = it.grouplen,
                             .has_priority = it.has_priority,
-                            .priority = it.priority};
+                            .priority = it.priority,
+                            .unique = it.unique};
         r = wq_backend_inbox_put(h->backend, &row);
         if (r == 0) {
             *queued = WQ_ADD_DEFERRED;

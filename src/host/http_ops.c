@@ -341,6 +341,8 @@ static void remote_answered(void *ud, int result, const char *text)
         case WQ_BOP_ITEM: reply_key(rr, result, text ? text : "null"); break;
         case WQ_BOP_DONE_INFO:
         case WQ_BOP_FORGET_DONE:
+        case WQ_BOP_CANCEL_AFTER:
+        case WQ_BOP_STATS:
         case WQ_BOP_SET_GROUP_LIMIT:
         case WQ_BOP_GROUP_LIMIT: /* not HTTP routes */
             wq_http_reply_error(req, 500, "Internal Server Error", "unexpected answer");

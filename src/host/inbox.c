@@ -64,6 +64,7 @@ static int take(void *ud, const wq_inbox_row *row)
                       .after = row->after,
                       .has_priority = row->has_priority,
                       .priority = (int32_t)row->priority,
+                      .unique = row->unique,
                       .group = row->grp,
                       .grouplen = row->grplen,
                       .why = why,

@@ -1150,18 +1150,44 @@ static int queue_add_rate_limited(lua_State *L)
     return add_common(L, ADD_LIMITED, "add_rate_limited");
 }
 
+/* After a cancel_after the database applied: whether a delayed add was pending. */
+static int cancel_after_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    lua_pushboolean(L, lqueue_check_answer(L, "cancel_after") > 0);
+    return 1;
+}
+
 static int queue_cancel_after(lua_State *L)
 {
     lqueue *lq = lqueue_check_op(L, "cancel_after", "cancel_after");
     size_t len;
     const char *key = wq_checkkey(L, 2, "cancel_after", &len);
+    wq_bop op = {.kind = WQ_BOP_CANCEL_AFTER, .key = key, .keylen = len};
+    lqueue_op(L, lq, "cancel_after", &op, 0, cancel_after_k);
     lua_pushboolean(L, wq_queue_cancel_after(lq->q, key, len));
     return 1;
 }
 
+/* After the database's counts (a backend that shares the queue): its queued items. */
+static int len_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    lqueue_check_answer(L, "len");
+    lqueue_push_answer(L, "len");
+    lua_getfield(L, -1, "queued");
+    return 1;
+}
+
+/* q:len(): with a backend that shares the queue (PostgreSQL), every runner's queued items. */
 static int queue_len(lua_State *L)
 {
-    lua_pushinteger(L, (lua_Integer)wq_queue_len(lqueue_check(L, "len")->q));
+    lqueue *lq = lqueue_check(L, "len");
+    wq_bop op = {.kind = WQ_BOP_STATS};
+    lqueue_op(L, lq, "len", &op, 0, len_k);
+    lua_pushinteger(L, (lua_Integer)wq_queue_len(lq->q));
     return 1;
 }
 
@@ -1328,17 +1354,46 @@ static void setint(lua_State *L, const char *k, uint64_t v)
     lua_setfield(L, -2, k);
 }
 
-static int queue_stats(lua_State *L)
+/* Pushes q:stats()'s table of this runner's numbers. */
+static void push_stats(lua_State *L, lqueue *lq)
 {
     wq_qstats st;
-    fill_stats(lqueue_check(L, "stats"), &st);
-    lua_createtable(L, 0, 16);
+    fill_stats(lq, &st);
+    lua_createtable(L, 0, 20);
     lua_pushstring(L, st.name);
     lua_setfield(L, -2, "name");
     for (const wq_qstat_field *f = wq_qstat_fields; f->name; f++)
         setint(L, f->name, wq_qstat_value(&st, f));
     lua_pushboolean(L, st.paused);
     lua_setfield(L, -2, "paused");
+}
+
+/* After the database's counts: they replace this runner's for what every runner shares; the
+ * counters of runs (adds, done, failures, ...) stay this runner's. */
+static int stats_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    lqueue_check_answer(L, "stats");
+    lqueue_push_answer(L, "stats");
+    int db = lua_gettop(L);
+    push_stats(L, (lqueue *)ctx);
+    lua_pushnil(L);
+    while (lua_next(L, db)) {
+        lua_pushvalue(L, -2);
+        lua_insert(L, -2);
+        lua_settable(L, db + 1);
+    }
+    lua_pushliteral(L, "database");
+    lua_setfield(L, db + 1, "scope");
+    return 1;
+}
+
+static int queue_stats(lua_State *L)
+{
+    lqueue *lq = lqueue_check(L, "stats");
+    wq_bop op = {.kind = WQ_BOP_STATS};
+    lqueue_op(L, lq, "stats", &op, (lua_KContext)lq, stats_k);
+    push_stats(L, lq);
     return 1;
 }
 
@@ -1597,8 +1652,8 @@ static int op_add(void *q, const wq_ext_item *it)
             snprintf(it->why, it->whysize, "%s", buf);
         return WQ_EINVAL;
     }
-    if (lq->bq && wq_queue_shutting_down(lq->q))
-        return WQ_ESHUTDOWN;
+    /* A backend that decides adds (PostgreSQL) still takes them while this runner drains: the
+     * database keeps the item for the runners that share it (this one claims no more). */
     int r = put(lq, it->key, it->keylen, &o, it->after > 0,
                 it->after > 0 ? wq_seconds_to_ns(it->after) : 0, it->force, it->unique, it->done,
                 it->done_ud, 1);

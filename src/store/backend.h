@@ -119,6 +119,7 @@ typedef struct wq_inbox_row {
     size_t grplen;
     int has_priority; /* 0: none (a new item gets 0, a pending one keeps its own) */
     int64_t priority; /* as written: outside the 32-bit range when it is not such an integer */
+    int unique;       /* a unique add: a key pending or processing is left as it is */
 } wq_inbox_row;
 
 /* What a queue's add answers when it skipped a key that finished within keep_done. */
@@ -185,6 +186,8 @@ typedef enum {
     WQ_BOP_SET_GROUP_LIMIT, /* key: the group; limit (NULL: back to the queue's default) */
     WQ_BOP_GROUP_LIMIT,     /* key: the group */
     WQ_BOP_ITEM,            /* key: what the queue knows of it (q:item) */
+    WQ_BOP_CANCEL_AFTER,    /* key: its pending delayed add (q:cancel_after) */
+    WQ_BOP_STATS,           /* the queue's pending, running, waiting and dead items (JSON) */
     WQ_BOP_SCHEDULES,       /* the queue's schedules (GET /queues/NAME/schedules) */
     WQ_BOP_HELD_GROUPS      /* limit: the groups holding back the most items */
 } wq_bop_kind;

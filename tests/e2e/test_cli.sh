@@ -3,7 +3,7 @@
 # Lua errors with file:line and a traceback (status 1), wq.exit codes, the
 # idle exit rule, arg, module paths, wq.log; an unknown subcommand (named,
 # with the list of commands), `wqrun add --priority` and its warning for a
-# queue the state file has never seen.
+# queue the state file has never seen; `wqrun add --unique`.
 . "$(dirname "$0")/lib.sh"
 
 if ! command -v sqlite3 >/dev/null; then
@@ -515,5 +515,55 @@ expect_in "$ERR" "--priority needs a state file of version 3; $V2 is of version 
     "says which version --priority needs"
 expect_eq "$(sqlite3 "$V2" "SELECT count(*) FROM inbox; PRAGMA user_version")" "0
 2" "no row, still version 2"
+
+# ---- wqrun add --unique: a key pending or processing is left alone ------------------------
+U=$TMP/unique.db
+uniq=$(script unique.lua <<EOF
+-- While each key runs, its handler adds it again through the command line (with --unique
+-- for "u", without for "f") and waits for the runner to take the row from the inbox.
+wq.queue("jobs", {workers = 2, handler = function(key, payload)
+    print("ran " .. key .. " " .. tostring(payload and payload.v))
+    if payload and payload.v == 1 and key ~= "p" then
+        local args = {"add", "--db", "$U", "jobs", key, '{"v":2}'}
+        if key == "u" then args[#args + 1] = "--unique" end
+        assert(wq.exec({"$WQRUN", table.unpack(args)}).status == 0)
+        wq.sleep(0.6)
+    end
+end})
+EOF
+)
+run add --db "$U" jobs u '{"v":1}'
+expect_rc 0 "add u"
+run add --db "$U" jobs f '{"v":1}'
+expect_rc 0 "add f"
+run add --db "$U" jobs p '{"v":1}'
+run add --db "$U" jobs p '{"v":3}' --unique
+expect_rc 0 "add --unique p while p is queued in the inbox"
+expect_eq "$(sqlite3 "$U" "SELECT key || '=' || coalesce(unique_add, '-') FROM inbox ORDER BY id")" "u=-
+f=-
+p=-
+p=1" "sqlite3 reads unique_add = 1 on the --unique row only"
+run --quiet --db "$U" "$uniq"
+expect_rc 0 "the runner takes the unique rows"
+expect_eq "$(printf '%s\n' "$OUT" | grep '^ran ' | sort)" "ran f 1
+ran f 2
+ran p 1
+ran u 1" "--unique while processing: no follow-up (u); without it, the follow-up (f); while queued: the payload is kept (p)"
+expect_eq "$(sqlite3 "$U" "SELECT count(*) FROM inbox")" 0 "every unique row was taken (and left the key alone)"
+# an older file cannot hold --unique: it says so and leaves the file alone
+V3=$TMP/v3.db
+sqlite3 "$V3" "PRAGMA application_id = 2003923573; PRAGMA user_version = 3;
+  CREATE TABLE queues(name TEXT PRIMARY KEY, seen_at REAL);
+  CREATE TABLE items(queue TEXT, key TEXT); CREATE TABLE dead(queue TEXT, key TEXT);
+  CREATE TABLE inbox(id INTEGER PRIMARY KEY, queue TEXT, key TEXT, payload TEXT, after REAL,
+    created_at REAL, grp TEXT, priority INTEGER)"
+run add --db "$V3" jobs k --unique
+expect_rc 1 "--unique on a version-3 file"
+expect_in "$ERR" "--unique needs a state file of version 4; $V3 is of version 3" \
+    "says which version --unique needs"
+expect_eq "$(sqlite3 "$V3" "SELECT count(*) FROM inbox; PRAGMA user_version")" "0
+3" "no row, still version 3"
+run add --help
+expect_in "$OUT" "[--unique]" "add --help lists --unique"
 
 finish

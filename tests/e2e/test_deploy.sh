@@ -3,7 +3,8 @@
 # (READY=1 once the listener answers, STOPPING=1 at the drain, WATCHDOG=1
 # every half WatchdogSec) against a stand-in notification socket; adds
 # posted during a graceful drain accepted, committed to the state file's
-# inbox and run by the next start; log lines as JSON (RFC 3339 UTC,
+# inbox and run by the next start (on PostgreSQL: committed to the database
+# and run by another runner); log lines as JSON (RFC 3339 UTC,
 # levels, fields) or text with a time zone, --log-level, the start-up and
 # stop lines (the password of a database URL never shown); every option
 # from a WQRUN_* variable, the command line winning.
@@ -57,13 +58,17 @@ expect_eq "$body" '{"results":[{"queued":true,"deferred":true},{"queued":true,"d
 expect_eq "$(sql "$TMP/a.db" "SELECT group_concat(key || '=' || coalesce(payload, '-'), ' ') FROM (SELECT * FROM inbox ORDER BY id)")" \
     'posted-1={"n":1} posted-2=- posted-3=-' "sqlite3 reads the acknowledged adds in the inbox at once"
 expect_eq "$(sql "$TMP/a.db" "SELECT priority FROM inbox WHERE key = 'posted-1'")" 7 "with their priority"
+body=$(curl -s -m 5 -w ' %{http_code}' -d '{"key":"posted-4","unique":true}' "http://127.0.0.1:$PORT/queues/jobs/items")
+expect_eq "$body" '{"queued":true,"deferred":true} 202' "a unique add during the drain"
+expect_eq "$(sql "$TMP/a.db" "SELECT group_concat(key || '=' || coalesce(unique_add, '-'), ' ') FROM (SELECT * FROM inbox ORDER BY id)")" \
+    'posted-1=- posted-2=- posted-3=- posted-4=1' "the inbox keeps that it is unique"
 wait_exit "$PID" 10
 expect_eq "$RC" 0 "the drain ends normally"
 expect_in "$(cat "$TMP/a.out")" "ran slow-1" "the running handler finished"
 expect_not_in "$(cat "$TMP/a.out")" "ran posted" "nothing posted during the drain ran in the stopping runner"
 run --db "$TMP/a.db" "$SLOW"
 expect_rc 0 "the next start"
-expect_eq "$(printf '%s\n' "$OUT" | grep -c '^ran posted-')" 3 "the next start runs all three"
+expect_eq "$(printf '%s\n' "$OUT" | grep -c '^ran posted-')" 4 "the next start runs all four"
 expect_eq "$(sql "$TMP/a.db" "SELECT count(*) FROM inbox")" 0 "the inbox is empty after"
 
 # Without a state file nothing could keep it: 503 during the drain.
@@ -181,5 +186,31 @@ run --db "$secret_url" "$FAILS"
 expect_rc 0 "a run on PostgreSQL with a password in the URL"
 expect_in "$ERR" "postgresql://postgres:***@" "the start-up line shows the URL with the password hidden"
 expect_not_in "$ERR" "s3cret-pw" "the password appears nowhere in the log"
+
+# ------------------------------------------------ PostgreSQL: adds during one runner's drain
+# The database keeps the item for the runners that share it: the stopping runner answers 202
+# after the commit and claims nothing more; the other runner runs it.
+DB=$(pg_fresh_db)
+PA=$((PORT + 2))
+pg_bg pa --serve --db "$DB" --listen "127.0.0.1:$PA" "$SLOW" first
+A=$BG_PID
+for _ in $(seq 150); do [ "$(curl -s -m 1 "http://127.0.0.1:$PA/healthz")" = ok ] && break; sleep 0.05; done
+for _ in $(seq 100); do grep -q "ran slow-1" "$TMP/pa.out" && break
+    [ "$(pg_psql "$DB" "SELECT count(*) FROM wqrun.jobs WHERE key = 'slow-1' AND running")" = 1 ] && break; sleep 0.05; done
+kill -TERM "$A"
+sleep 0.2
+body=$(curl -s -m 5 -w ' %{http_code}' -d '{"key":"pg-posted","priority":4}' "http://127.0.0.1:$PA/queues/jobs/items")
+expect_eq "$body" '{"queued":true} 202' "PostgreSQL: an add to a draining runner is accepted after its commit"
+expect_eq "$(pg_psql "$DB" "SELECT priority || ' ' || running FROM wqrun.jobs WHERE key = 'pg-posted'")" "4 false" \
+    "psql reads it in the database at once, with its priority, not claimed"
+body=$(curl -s -m 5 -w ' %{http_code}' -d '{"key":"pg-posted","unique":true}' "http://127.0.0.1:$PA/queues/jobs/items")
+expect_eq "$body" '{"queued":false,"reason":"pending"} 202' "a unique add during the drain is decided by the database"
+wait_exit "$A" 10
+expect_eq "$RC" 0 "the PostgreSQL runner's drain ends normally"
+expect_not_in "$(cat "$TMP/pa.out")" "ran pg-posted" "the stopping runner did not run it"
+pg_bg pb --db "$DB" "$SLOW"
+wait_exit "$BG_PID" 20
+expect_in "$(cat "$TMP/pb.out")" "ran pg-posted" "another runner on the database runs it"
+expect_eq "$(pg_psql "$DB" "SELECT count(*) FROM wqrun.jobs")" 0 "nothing is left"
 
 finish

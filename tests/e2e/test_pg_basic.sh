@@ -71,6 +71,19 @@ for kp in p0a:0 p5:5 p0b:0 p2:2; do
     run add --db "$DB" prio "${kp%%:*}" --priority "${kp##*:}"
     expect_eq "$OUT" queued "add prio ${kp%%:*}"
 done
+# --unique: a pending key is left alone (payload kept), and the answer says why.
+run add --db "$DB" piro2 u1 '{"v":1}'
+expect_eq "$OUT" queued "add piro2 u1"
+run add --db "$DB" piro2 u1 '{"v":2}' --unique
+expect_rc 0 "add --unique of a pending key"
+expect_eq "$OUT" "skipped: pending" "add --unique of a pending key is skipped, saying why"
+expect_eq "$(q "select payload::text from wqrun.jobs where queue = 'piro2' and key = 'u1'")" '{"v": 1}' \
+    "its payload is unchanged"
+run add --db "$DB" piro2 u1 '{"v":3}'
+expect_eq "$OUT" deduplicated "without --unique the same add is the usual dedup"
+expect_eq "$(q "select payload::text from wqrun.jobs where queue = 'piro2' and key = 'u1'")" '{"v": 3}' \
+    "which takes the new payload"
+expect_eq "$(q "select wqrun.remove('piro2', 'u1')")" removed "u1 removed again"
 # Outcomes.
 run add --db "$DB" q e1 '{"mode":"err"}'
 run add --db "$DB" q f1 '{"mode":"fail"}'

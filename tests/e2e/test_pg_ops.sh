@@ -204,6 +204,22 @@ run add --db "$DB" dq x1
 check "x1 is dead after one run on d1 (max_retries 0 now)" pg_wait "$DB" "select attempts from wqrun.dead where key = 'x1'" 1 10
 kill -TERM "$D1"
 wait_exit "$D1" 10
+# A queue row that a pause made first (no runner had defined the queue) is no earlier
+# definition: nothing to warn about.
+PW=$(pg_fresh_db)
+pw=$(script pw.lua <<'LUA'
+local q = wq.queue("pw", {keep_done = 60, max_retries = 7, handler = function() end})
+q:pause()
+q:add("a")
+q:resume()
+wq.sleep(0.3)
+LUA
+)
+run --db "$PW" "$pw"
+expect_rc 0 "a script that pauses its queue at once"
+expect_not_in "$ERR" "the last runner started wins" "no warning of another definition: there was none"
+expect_eq "$(pg_psql "$PW" "select max_retries || ' ' || keep_done from wqrun.queues where name = 'pw'")" "7 60" \
+    "its options are stored"
 
 # ---- failed attempts: logged, and listed with their last error ---------------------------
 FL=$(pg_fresh_db)

@@ -457,9 +457,6 @@ local function run(f, args, n)
     return res.ok, res.err
 end
 
--- exported by tests/lua/run_pg.sh
-local PG = os.getenv("WQ_BACKEND") == "pg"
-
 local function check(label, what, vname, ok, err, expect, accept)
     calls = calls + 1
     local where = string.format("%s(%s = %s)", label, what, vname)
@@ -474,13 +471,6 @@ local function check(label, what, vname, ok, err, expect, accept)
         return t.fail(where .. ": accepted, but not listed as a documented acceptance")
     end
     if type(err) == "string" and (err:find(expect, 1, true) or err:match(MM_ERROR)) then
-        return t.ok(true)
-    end
-    -- On PostgreSQL a function or option that is not there yet refuses every call, naming
-    -- the function and itself, before looking at the arguments.
-    local fn = expect:match("^(.-): bad argument")
-    if PG and type(err) == "string" and fn and err:find(fn, 1, true) and
-        err:find(" is not supported with a PostgreSQL --db yet", 1, true) then
         return t.ok(true)
     end
     return t.fail(string.format("%s: error does not name the function and parameter\n     got %s\n     expected it to contain %s",

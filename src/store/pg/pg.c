@@ -239,6 +239,10 @@ struct pgb {
     /* Transactions under way, one of each kind at a time: the adds and the claims on c, the
      * outcomes on c2 (a second connection, so that the database works on both at once). */
     int adds_flight, claim_flight, out_flight;
+    /* Outcome transactions sent, and the last that committed: an operator action (pg_op)
+     * waits for the outcomes this runner had when it was asked (read your own writes). */
+    int64_t out_txn, out_done_txn;
+    struct pop *ops_waiting; /* operator actions waiting for that, in order */
     /* Statements that must get through, in order (schedule definitions, firings, deletes):
      * idempotent, so a transaction lost at commit simply goes again. */
     struct pstmt *outbox;
@@ -269,6 +273,31 @@ struct pgb {
     int64_t last_prune, last_sweep;
     int control_again; /* notified meanwhile: read them once more */
 };
+
+/* An operator action until its transaction has committed. */
+typedef struct pop {
+    wq_bop_kind kind;
+    wq_bop_fn fn;
+    void *ud;
+    int answered; /* 1: result and text hold the answer; -1: text holds the error */
+    int result;
+    char *text;
+    /* Until it is sent: the statement, its parameters, the outcome transaction it waits for */
+    char *sql;
+    char *params[6];
+    int nparams;
+    int64_t need;
+    struct pop *next;
+} pop;
+
+static void pop_free(pop *o)
+{
+    free(o->text);
+    free(o->sql);
+    for (int i = 0; i < 6; i++)
+        free(o->params[i]);
+    free(o);
+}
 
 static const wq_backend_ops pg_ops;
 
@@ -470,6 +499,7 @@ static void send_define(pgb *b, pgq *q);
 static void outbox_result(void *ud, PGresult *res);
 static void outbox_synced(void *ud, int ok);
 static void send_view(pgb *b);
+static void send_waiting_ops(pgb *b);
 
 static void free_add(padd *a)
 {
@@ -757,7 +787,11 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
             if (wq_pgconn_sync(oc, outcomes_synced, b) < 0)
                 return;
             b->out_flight = 1;
+            b->out_txn++;
             b->cycle_started = wall_s();
+        } else if (b->ops_waiting && b->ops_waiting->need > b->out_done_txn) {
+            b->out_done_txn = ++b->out_txn; /* nothing to write: as good as committed */
+            send_waiting_ops(b);
         }
     }
     /* Claims (and the waiting rows): a transaction on the first. */
@@ -1093,6 +1127,8 @@ static void outcomes_synced(void *ud, int ok)
     if (ok) {
         b->st.commits++;
         b->st.last_commit_unix = wall_s();
+        b->out_done_txn = b->out_txn;
+        send_waiting_ops(b);
     }
     kick(b);
 }
@@ -1843,6 +1879,12 @@ static void pg_close(wq_backend *base)
             b->adds[i].fn(b->adds[i].ud, WQ_EIO, "the runner is stopping");
         free_add(&b->adds[i]);
     }
+    while (b->ops_waiting) {
+        pop *o = b->ops_waiting;
+        b->ops_waiting = o->next;
+        o->fn(o->ud, WQ_EIO, "the runner is stopping");
+        pop_free(o);
+    }
     free(b->adds);
     for (size_t i = 0; i < b->nout; i++)
         pstmt_free(&b->outbox[i]);
@@ -1973,19 +2015,11 @@ static void pg_stop(wq_backend *base)
     kick(b);
 }
 
+/* Every queue option and operation the runtime offers works on PostgreSQL. */
 static const char *pg_refuse(wq_backend *base, const char *option)
 {
     (void)base;
-    static char msg[200];
-    static const char *const unsupported[] = {"cancel_after", NULL};
-    for (int i = 0; unsupported[i]; i++)
-        if (strcmp(option, unsupported[i]) == 0) {
-            snprintf(msg, sizeof msg,
-                     "%s is not supported with a PostgreSQL --db yet (coming with the next "
-                     "release; use a SQLite --db for it)",
-                     option);
-            return msg;
-        }
+    (void)option;
     return NULL;
 }
 
@@ -2340,16 +2374,6 @@ static void pg_want(wq_bqueue *bq)
     kick(((pgq *)bq)->b);
 }
 
-/* An operator action until its transaction has committed. */
-typedef struct pop {
-    wq_bop_kind kind;
-    wq_bop_fn fn;
-    void *ud;
-    int answered; /* 1: result and text hold the answer; -1: text holds the error */
-    int result;
-    char *text;
-} pop;
-
 static void op_result(void *ud, PGresult *res)
 {
     pop *o = ud;
@@ -2378,11 +2402,13 @@ static void op_result(void *ud, PGresult *res)
                                                  : WQ_EBUSY;
         break;
     case WQ_BOP_RETRY_DEAD:
+    case WQ_BOP_CANCEL_AFTER:
     case WQ_BOP_FORGET_DONE:
     case WQ_BOP_PURGE_DEAD: o->result = atoi(v); break;
     case WQ_BOP_SET_GROUP_LIMIT: o->result = 0; break;
     case WQ_BOP_GROUP_LIMIT:
     case WQ_BOP_ITEM:
+    case WQ_BOP_STATS:
     case WQ_BOP_DONE_INFO:
     case WQ_BOP_ITEMS:
     case WQ_BOP_DEAD:
@@ -2405,8 +2431,31 @@ static void op_synced(void *ud, int ok)
         o->fn(o->ud, o->result, o->text);
     else
         o->fn(o->ud, WQ_EIO, o->answered == -1 && o->text ? o->text : "database unavailable");
-    free(o->text);
-    free(o);
+    pop_free(o);
+}
+
+/* Sends o, answered through op_synced; -1 when the connection is down (o untouched). */
+static int send_op(pgb *b, pop *o)
+{
+    if (wq_pgconn_up(b->c) &&
+        wq_pgconn_send(b->c, NULL, o->sql, o->nparams, (const char *const *)o->params, op_result,
+                       o) == 0 &&
+        wq_pgconn_sync(b->c, op_synced, o) == 0)
+        return 0;
+    return -1;
+}
+
+/* The operator actions whose outcome transaction has committed go now, in order. */
+static void send_waiting_ops(pgb *b)
+{
+    while (b->ops_waiting && b->ops_waiting->need <= b->out_done_txn) {
+        pop *o = b->ops_waiting;
+        b->ops_waiting = o->next;
+        if (send_op(b, o) < 0) {
+            o->fn(o->ud, WQ_EIO, "database unavailable");
+            pop_free(o);
+        }
+    }
 }
 
 /* An optional field of the JSON objects the listings build: absent when NULL. */
@@ -2458,6 +2507,30 @@ static int pg_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
         [WQ_BOP_ITEM] = WQ_PG_KEY_JSON,
         [WQ_BOP_FORGET_DONE] = "WITH d AS (DELETE FROM @S.done WHERE queue = $1 AND key = $2"
                                " RETURNING 1) SELECT count(*) FROM d",
+        /* q:stats()'s fields that the database holds for every runner (q:len() is queued);
+         * queued counts the items group limits hold back, as the engine does. */
+        [WQ_BOP_STATS] =
+            "SELECT 0, jsonb_build_object("
+            "'queued', count(*) FILTER (WHERE NOT running AND run_at <= now()),"
+            " 'depth', count(*) FILTER (WHERE NOT running AND run_at <= now() OR running AND "
+            "dirty),"
+            " 'processing', count(*) FILTER (WHERE running),"
+            " 'waiting', count(*) FILTER (WHERE NOT running AND run_at > now()"
+            "  OR delay_at IS NOT NULL),"
+            " 'throttled', count(*) FILTER (WHERE held),"
+            " 'retrying', count(*) FILTER (WHERE requeues > 0),"
+            " 'groups', count(DISTINCT grp) FILTER (WHERE NOT running AND run_at <= now()),"
+            " 'dead', (SELECT count(*) FROM @S.dead WHERE queue = $1),"
+            " 'paused', coalesce((SELECT paused FROM @S.queues WHERE name = $1), false))::text"
+            " FROM @S.jobs WHERE queue = $1",
+        /* A waiting row is its delayed add: gone with it. Beside a queued or running item the
+         * delayed add is delay_at. The two conditions never hold for one row. */
+        [WQ_BOP_CANCEL_AFTER] =
+            "WITH d AS (DELETE FROM @S.jobs WHERE queue = $1 AND key = $2 AND NOT running"
+            " AND run_at > now() RETURNING 1),"
+            " u AS (UPDATE @S.jobs SET delay_at = NULL WHERE queue = $1 AND key = $2"
+            " AND (running OR run_at <= now()) AND delay_at IS NOT NULL RETURNING 1)"
+            " SELECT (SELECT count(*) FROM d) + (SELECT count(*) FROM u)",
         [WQ_BOP_DEAD] = "SELECT (SELECT count(*) FROM @S.dead WHERE queue = $1),"
                         " coalesce(jsonb_agg(x.o ORDER BY x.failed_at, x.k), '[]')::text FROM ("
                         "SELECT failed_at, key COLLATE \"C\" AS k, jsonb_build_object('key', key,"
@@ -2514,55 +2587,76 @@ static int pg_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
         return WQ_EINVAL;
     }
     pop *o = calloc(1, sizeof *o);
-    char *key = op->key ? dupn(op->key, op->keylen) : NULL;
-    char *after = op->after_key ? dupn(op->after_key, after_len) : NULL;
-    char *text = wq_pg_sql(wq_pgconn_pg(b->c), b->schema, sql[op->kind]);
+    if (!o)
+        return WQ_ENOMEM;
+    o->kind = op->kind;
+    o->fn = fn;
+    o->ud = ud;
+    o->sql = wq_pg_sql(wq_pgconn_pg(b->c), b->schema, sql[op->kind]);
     char lim[24];
     snprintf(lim, sizeof lim, "%zu", op->limit ? op->limit : (size_t)1000);
-    int r = WQ_ENOMEM;
-    if (o && text && (key || !op->key) && (after || !op->after_key)) {
-        o->kind = op->kind;
-        o->fn = fn;
-        o->ud = ud;
-        /* $1 the queue, then: the key; or state, after_key, limit (ITEMS); or limit (DEAD,
-         * HELD_GROUPS); or nothing (SCHEDULES) */
-        const char *v[6] = {q->name, key, NULL, NULL, NULL, NULL};
-        int n = op->kind == WQ_BOP_PAUSE || op->kind == WQ_BOP_RESUME ||
-                        op->kind == WQ_BOP_PURGE_DEAD || op->kind == WQ_BOP_SCHEDULES
-                    ? 1
-                    : 2;
-        char conc[24] = "0", rate[40] = "0", burst[40] = "0";
-        if (op->kind == WQ_BOP_SET_GROUP_LIMIT) {
-            if (op->glimit) {
-                snprintf(conc, sizeof conc, "%u", op->glimit->concurrency);
-                snprintf(rate, sizeof rate, "%.17g", op->glimit->rate);
-                snprintf(burst, sizeof burst, "%.17g", op->glimit->burst);
-            }
-            const char *w[6] = {q->name, key, op->glimit ? "true" : "false", conc, rate, burst};
-            memcpy(v, w, sizeof v);
-            n = 6;
-            q->limited = 1; /* this runner's claims count them at once, the others' when told */
-        } else if (op->kind == WQ_BOP_ITEMS) {
-            v[1] = op->state, v[2] = after, v[3] = lim;
-            n = 4;
-        } else if (op->kind == WQ_BOP_DEAD || op->kind == WQ_BOP_HELD_GROUPS) {
-            v[1] = lim;
-            n = 2;
+    /* $1 the queue, then: the key; or state, after_key, limit (ITEMS); or limit (DEAD,
+     * HELD_GROUPS); or nothing (SCHEDULES) */
+    const char *v[6] = {q->name, NULL, NULL, NULL, NULL, NULL};
+    size_t len[6] = {strlen(q->name), op->keylen, 0, 0, 0, 0};
+    if (op->key)
+        v[1] = op->key;
+    int n = op->kind == WQ_BOP_PAUSE || op->kind == WQ_BOP_RESUME ||
+                    op->kind == WQ_BOP_PURGE_DEAD || op->kind == WQ_BOP_STATS ||
+                    op->kind == WQ_BOP_SCHEDULES
+                ? 1
+                : 2;
+    char conc[24] = "0", rate[40] = "0", burst[40] = "0";
+    if (op->kind == WQ_BOP_SET_GROUP_LIMIT) {
+        if (op->glimit) {
+            snprintf(conc, sizeof conc, "%u", op->glimit->concurrency);
+            snprintf(rate, sizeof rate, "%.17g", op->glimit->rate);
+            snprintf(burst, sizeof burst, "%.17g", op->glimit->burst);
         }
-        r = WQ_EIO;
-        if (wq_pgconn_send(b->c, NULL, text, n, v, op_result, o) == 0 &&
-            wq_pgconn_sync(b->c, op_synced, o) == 0) {
-            o = NULL; /* answered through op_synced */
-            r = 0;
-        }
+        const char *w[4] = {op->glimit ? "true" : "false", conc, rate, burst};
+        for (int i = 0; i < 4; i++)
+            v[2 + i] = w[i], len[2 + i] = strlen(w[i]);
+        n = 6;
+        q->limited = 1; /* this runner's claims count them at once, the others' when told */
+    } else if (op->kind == WQ_BOP_ITEMS) {
+        v[1] = op->state, len[1] = op->state ? strlen(op->state) : 0;
+        v[2] = op->after_key, len[2] = after_len;
+        v[3] = lim, len[3] = strlen(lim);
+        n = 4;
+    } else if (op->kind == WQ_BOP_DEAD || op->kind == WQ_BOP_HELD_GROUPS) {
+        v[1] = lim, len[1] = strlen(lim);
+        n = 2;
     }
-    if (r == WQ_EIO)
+    o->nparams = n;
+    int oom = !o->sql;
+    for (int i = 0; i < n && !oom; i++)
+        if (v[i] && !(o->params[i] = dupn(v[i], len[i])))
+            oom = 1;
+    if (oom) {
+        pop_free(o);
+        return WQ_ENOMEM;
+    }
+    /* Read your own writes: the outcomes this runner has not written yet (a handler that
+     * just finished) are written first. They go with the next outcome transaction, or are
+     * in the one under way. */
+    int unsent = 0;
+    for (pgq *x = b->queues; x; x = x->next)
+        if (x->ntouched || (x->nsent && !b->out_flight))
+            unsent = 1;
+    o->need = unsent ? b->out_txn + 1 : b->out_flight ? b->out_txn : b->out_done_txn;
+    if (o->need <= b->out_done_txn && !b->ops_waiting) {
+        if (send_op(b, o) == 0)
+            return 0;
+        pop_free(o);
         set_err(b, "database unavailable");
-    free(o);
-    free(key);
-    free(after);
-    free(text);
-    return r;
+        return WQ_EIO;
+    }
+    pop **tail = &b->ops_waiting;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = o;
+    kick(b);
+    return 0;
 }
 
 static const wq_backend_ops pg_ops = {

@@ -110,13 +110,13 @@ int wq_pg_cli_migrate(int argc, char **argv, FILE *out, FILE *err)
 }
 
 static const char add_usage[] = "usage: wqrun add --db URL QUEUE KEY [PAYLOAD] [--after SECONDS] "
-                                "[--priority N] [--group GROUP] [--pg-schema NAME]\n";
+                                "[--priority N] [--group GROUP] [--unique] [--pg-schema NAME]\n";
 
 int wq_pg_cli_add(int argc, char **argv, FILE *out, FILE *err)
 {
     const char *db = getenv("WQRUN_DB"), *schema = "wqrun", *after = NULL, *prio = NULL,
                *group = NULL, *pos[3];
-    int npos = 0, opts_done = 0;
+    int npos = 0, opts_done = 0, unique = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!opts_done && a[0] == '-' && a[1] && !(a[1] >= '0' && a[1] <= '9')) {
@@ -128,6 +128,10 @@ int wq_pg_cli_add(int argc, char **argv, FILE *out, FILE *err)
             if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
                 fputs(add_usage, out);
                 return 0;
+            }
+            if (strcmp(a, "--unique") == 0) {
+                unique = 1;
+                continue;
             }
             if ((r = wq_cli_option(argc, argv, &i, "--db", &db)) ||
                 (r = wq_cli_option(argc, argv, &i, "--pg-schema", &schema)) ||
@@ -166,14 +170,16 @@ int wq_pg_cli_add(int argc, char **argv, FILE *out, FILE *err)
                   PQgetvalue(kr, 0, 0)[0] == 'f';
     PQclear(kr);
     /* PAYLOAD is JSON text, or a plain string when it is not valid JSON (SPEC 4). */
-    const char *sql[2] = {"SELECT @S.add($1, $2, $3::jsonb, $4::float8, $5::integer, $6)",
+    const char *sql[2] = {"SELECT @S.add($1, $2, $3::jsonb, $4::float8, $5::integer, $6,"
+                          " unique_add => $7::boolean)",
                           "SELECT @S.add($1, $2, to_jsonb($3::text), $4::float8, $5::integer, "
-                          "$6)"};
-    const char *v[6] = {pos[0], pos[1], npos > 2 ? pos[2] : NULL, after, prio, group};
+                          "$6, unique_add => $7::boolean)"};
+    const char *v[7] = {pos[0], pos[1], npos > 2 ? pos[2] : NULL, after,
+                        prio,   group,  unique ? "true" : "false"};
     int rc = 1;
     for (int k = 0; k < 2; k++) {
         char *q = wq_pg_sql(pg, schema, sql[k]);
-        PGresult *r = q ? PQexecParams(pg, q, 6, NULL, v, NULL, NULL, 0) : NULL;
+        PGresult *r = q ? PQexecParams(pg, q, 7, NULL, v, NULL, NULL, 0) : NULL;
         free(q);
         if (r && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) {
             fprintf(out, "%s\n", PQgetvalue(r, 0, 0));

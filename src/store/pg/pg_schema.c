@@ -886,8 +886,12 @@ const wq_pg_stmt wq_pg_stmts[PGS_COUNT] = {
                     "    g_conc = EXCLUDED.g_conc, g_rate = EXCLUDED.g_rate,\n"
                     "    g_burst = EXCLUDED.g_burst, q_rate = EXCLUDED.q_rate,\n"
                     "    q_burst = EXCLUDED.q_burst, updated_at = now()\n"
-                    "  RETURNING (SELECT max_retries FROM @S.queues WHERE name = $1),\n"
-                    "    (SELECT coalesce(keep_done, 0) FROM @S.queues WHERE name = $1),\n"
+                    /* the definition before this one: none when no runner made it (a
+                     * row that a pause, an add or the CLI made first) */
+                    "  RETURNING (SELECT max_retries FROM @S.queues WHERE name = $1\n"
+                    "      AND defined_by IS NOT NULL),\n"
+                    "    (SELECT coalesce(keep_done, 0) FROM @S.queues WHERE name = $1\n"
+                    "      AND defined_by IS NOT NULL),\n"
                     "    (SELECT defined_by FROM @S.queues WHERE name = $1)"},
     [PGS_QUEUES] = {"wq_queues",
                     "SELECT name, paused, max_retries, coalesce(keep_done, 0),\n"

@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 static const char add_usage[] = "usage: wqrun add --db PATH QUEUE KEY [PAYLOAD] [--after SECONDS] "
-                                "[--priority N] [--group GROUP]\n";
+                                "[--priority N] [--group GROUP] [--unique]\n";
 static const char status_usage[] = "usage: wqrun status --db PATH\n";
 
 static int usage(FILE *err, const char *usage_line, const char *fmt, ...)
@@ -65,12 +65,16 @@ static int queue_known(sqlite3 *conn, const char *queue)
 int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
 {
     const char *db = NULL, *after_s = NULL, *prio_s = NULL, *group = NULL, *pos[3];
-    int npos = 0, opts_done = 0;
+    int npos = 0, opts_done = 0, unique = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!opts_done && a[0] == '-' && a[1] && !negative_number(a)) {
             if (strcmp(a, "--") == 0) {
                 opts_done = 1;
+                continue;
+            }
+            if (strcmp(a, "--unique") == 0) {
+                unique = 1;
                 continue;
             }
             if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -128,26 +132,31 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
     }
     /* An older file is not migrated here (see the top): its inbox lacks the newer columns. */
     int version = wq_schema_version(conn);
-    const char *needs = prio_s && version < 3  ? "--priority"
-                        : group && version < 2 ? "--group"
-                                               : NULL;
+    const char *needs = unique && version < 4   ? "--unique"
+                        : prio_s && version < 3 ? "--priority"
+                        : group && version < 2  ? "--group"
+                                                : NULL;
     if (needs) {
         fprintf(err,
                 "wqrun: add: %s needs a state file of version %d; %s is of version %d (a runner "
                 "of this wqrun migrates it when it opens it)\n",
-                needs, prio_s && version < 3 ? 3 : 2, db, version);
+                needs,
+                unique && version < 4   ? 4
+                : prio_s && version < 3 ? 3
+                                        : 2,
+                db, version);
         sqlite3_close(conn);
         return 1;
     }
-    /* PAYLOAD is kept as written when it is JSON, else stored as a JSON string. Without a group
-     * or a priority, the row every version's inbox has room for. */
+    /* PAYLOAD is kept as written when it is JSON, else stored as a JSON string. Without a group,
+     * a priority or --unique, the row every version's inbox has room for. */
     char sql[512];
     snprintf(sql, sizeof sql,
-             "INSERT INTO inbox(queue, key, payload, after%s%s) VALUES (?1, ?2,"
+             "INSERT INTO inbox(queue, key, payload, after%s%s%s) VALUES (?1, ?2,"
              " CASE WHEN ?3 IS NULL THEN NULL WHEN json_valid(?3) THEN ?3 ELSE json_quote(?3) END,"
-             " ?4%s%s)",
-             group ? ", grp" : "", prio_s ? ", priority" : "", group ? ", ?5" : "",
-             prio_s ? ", ?6" : "");
+             " ?4%s%s%s)",
+             group ? ", grp" : "", prio_s ? ", priority" : "", unique ? ", unique_add" : "",
+             group ? ", ?5" : "", prio_s ? ", ?6" : "", unique ? ", 1" : "");
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(conn, sql, -1, &st, NULL);
     if (rc == SQLITE_OK) {

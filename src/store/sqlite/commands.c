@@ -115,6 +115,7 @@ int wq_store_inbox_put(wq_store *s, const wq_inbox_row *row)
     p.after = row->after;
     p.has_priority = row->has_priority;
     p.priority = row->priority;
+    p.unique = row->unique;
     if (!p.queue || !p.key || (row->payload && !p.payload) || (row->grp && !p.grp) ||
         wq_store_grow((void **)&s->inbox_puts, &s->capinbox_puts, s->ninbox_puts + 1,
                       sizeof *s->inbox_puts) < 0) {
@@ -147,8 +148,8 @@ int wq_store_write_ops(wq_store *s, double now, uint64_t *rows)
                          "UPDATE commands SET state = ?2, result = ?3, done_at = ?4"
                          " WHERE id = ?1 AND state = 'new'") < 0 ||
         wq_store_prepare(s, &s->st[ST_INBOX_PUT],
-                         "INSERT INTO inbox(queue, key, payload, after, grp, created_at, priority)"
-                         " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)") < 0)
+                         "INSERT INTO inbox(queue, key, payload, after, grp, created_at, priority,"
+                         " unique_add) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)") < 0)
         return SQLITE_ERROR;
     for (size_t i = 0; i < s->ninbox_puts && rc == SQLITE_OK; i++) {
         const struct inbox_put *p = &s->inbox_puts[i];
@@ -172,6 +173,10 @@ int wq_store_write_ops(wq_store *s, double now, uint64_t *rows)
             sqlite3_bind_int64(st, 7, p->priority);
         else
             sqlite3_bind_null(st, 7);
+        if (p->unique)
+            sqlite3_bind_int(st, 8, 1);
+        else
+            sqlite3_bind_null(st, 8);
         rc = wq_store_run(st);
         ++*rows;
     }

@@ -206,7 +206,8 @@ static const char select_inbox_sql[] =
     " CASE WHEN after IS NULL THEN 0.0"
     "  WHEN typeof(created_at) IN ('real', 'integer') THEN created_at + after - ?2"
     "  ELSE after END,"
-    " CAST(grp AS TEXT), priority, typeof(priority) = 'integer'"
+    " CAST(grp AS TEXT), priority, typeof(priority) = 'integer',"
+    " coalesce(CAST(unique_add AS INTEGER), 0) != 0"
     " FROM inbox WHERE id > ?1 ORDER BY id";
 
 static int taken(const wq_store *s, int64_t id)
@@ -303,6 +304,7 @@ int wq_store_poll_inbox(wq_store *s, int (*fn)(void *ud, const wq_inbox_row *row
         row.grplen = row.grp ? (size_t)sqlite3_column_bytes(st, 5) : 0;
         row.has_priority = sqlite3_column_type(st, 6) != SQLITE_NULL;
         row.priority = sqlite3_column_int(st, 7) ? sqlite3_column_int64(st, 6) : INT64_MAX;
+        row.unique = sqlite3_column_int(st, 8);
         if (fn(ud, &row) == 1) {
             take(s, id);
             n++;

@@ -149,8 +149,12 @@ static const char v1_to_v2[] =
 static const char v2_to_v3[] =
     "ALTER TABLE inbox ADD COLUMN priority INTEGER; -- the item's priority, or NULL: none\n";
 
+/* Version 3 -> 4: an inbox row may ask for a unique add (`wqrun add --unique`). */
+static const char v3_to_v4[] =
+    "ALTER TABLE inbox ADD COLUMN unique_add INTEGER; -- 1: leave a pending or running key alone\n";
+
 /* migrations[v] brings a file from version v to v + 1. */
-static const char *const migrations[WQ_STORE_VERSION] = {schema_v1, v1_to_v2, v2_to_v3};
+static const char *const migrations[WQ_STORE_VERSION] = {schema_v1, v1_to_v2, v2_to_v3, v3_to_v4};
 
 /* Reads application_id, user_version and the number of schema objects. SQLite result code. */
 static int read_header(sqlite3 *db, int *app, int *ver, int *nobj)

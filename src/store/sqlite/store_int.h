@@ -19,7 +19,7 @@
 /* PRAGMA application_id of a wqrun state file: "wqru". */
 #define WQ_STORE_APP_ID 0x77717275
 /* PRAGMA user_version this build writes and understands. */
-#define WQ_STORE_VERSION 3
+#define WQ_STORE_VERSION 4
 
 /* Ends the message refusing a damaged file: what the user can do about it. */
 #define WQ_STORE_DAMAGED_HINT                                                                      \
@@ -166,6 +166,7 @@ struct inbox_put {
     double after;
     int has_priority;
     int64_t priority;
+    int unique;
 };
 
 struct cmd_result {
