@@ -201,6 +201,43 @@ void wq_groups_set_limit(wq_groups *gs, uint32_t gi, const wq_limit *lim)
     wq_pace_set(&g->pace, g->lim.rate, g->lim.burst);
 }
 
+/* Whether group a ranks before group b among the most held: more held, then the name. */
+static int held_before(const wq_group *a, const wq_group *b)
+{
+    if (a->held != b->held)
+        return a->held > b->held;
+    size_t n = a->namelen < b->namelen ? a->namelen : b->namelen;
+    int c = n ? memcmp(a->name, b->name, n) : 0;
+    return c ? c < 0 : a->namelen < b->namelen;
+}
+
+/*
+ * A bounded selection: out[0..k) stays sorted, each held group is inserted
+ * where it ranks, the last one falling off once max are kept. max is small
+ * (a dashboard's top ten), so this costs O(groups x max) at worst and
+ * allocates nothing.
+ */
+int64_t wq_groups_most_held(const wq_groups *gs, uint32_t *out, size_t max)
+{
+    int64_t total = 0;
+    size_t k = 0;
+    for (uint32_t gi = 0; gi < gs->n; gi++) {
+        const wq_group *g = &gs->v[gi];
+        if (!g->name || g->held == 0)
+            continue;
+        total++;
+        if (k == max && (k == 0 || !held_before(g, &gs->v[out[k - 1]])))
+            continue;
+        size_t i = k < max ? k++ : k - 1;
+        while (i > 0 && held_before(g, &gs->v[out[i - 1]])) {
+            out[i] = out[i - 1];
+            i--;
+        }
+        out[i] = gi;
+    }
+    return total;
+}
+
 void wq_groups_sweep(wq_groups *gs, int64_t now)
 {
     while (wq_delay_len(&gs->idle) && wq_delay_next(&gs->idle) <= now) {

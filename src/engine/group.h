@@ -129,6 +129,13 @@ void wq_groups_set_default(wq_groups *gs, const wq_limit *lim);
 /* Gives group gi its own limit, or (lim NULL) the default again (the caller re-places it). */
 void wq_groups_set_limit(wq_groups *gs, uint32_t gi, const wq_limit *lim);
 
+/*
+ * The groups holding back the most queued records (held > 0), most first,
+ * ties by name as bytes: their indexes in out[0..max). Returns how many
+ * groups hold records back (possibly more than max).
+ */
+int64_t wq_groups_most_held(const wq_groups *gs, uint32_t *out, size_t max);
+
 /* Drops idle groups whose buckets are full again at now. */
 void wq_groups_sweep(wq_groups *gs, int64_t now);
 

@@ -1316,6 +1316,25 @@ size_t wq_queue_throttled(const wq_queue *q)
     return q->groups ? (size_t)q->groups->held : 0;
 }
 
+int64_t wq_queue_most_held_groups(const wq_queue *q, size_t max,
+                                  void (*fn)(void *ud, const wq_group_view *g), void *ud)
+{
+    if (!q->groups)
+        return 0;
+    uint32_t *top = max ? wq_malloc(max * sizeof *top) : NULL;
+    if (max && !top)
+        return WQ_ENOMEM;
+    int64_t total = wq_groups_most_held(q->groups, top, max);
+    size_t n = (uint64_t)total < max ? (size_t)total : max;
+    for (size_t i = 0; i < n; i++) {
+        const wq_group *g = &q->groups->v[top[i]];
+        wq_group_view v = {g->name, g->namelen, g->held, g->queued, g->active, g->lim, g->own};
+        fn(ud, &v);
+    }
+    wq_free(top);
+    return total;
+}
+
 size_t wq_queue_processing(const wq_queue *q)
 {
     return q->nprocessing;

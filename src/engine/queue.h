@@ -173,6 +173,25 @@ size_t wq_queue_groups(const wq_queue *q);
 /* Number of queued records a limit holds back at the clock's now. */
 size_t wq_queue_throttled(const wq_queue *q);
 
+/* One group as an operator sees it (GET /queues/NAME/groups); strings belong to the queue. */
+typedef struct wq_group_view {
+    const char *name;
+    size_t namelen;
+    uint32_t held;   /* queued records its limits hold back now */
+    uint32_t queued; /* queued records (held ones included) */
+    uint32_t active; /* handed out, not done */
+    wq_limit lim;    /* the limit it applies */
+    int own;         /* lim is its own (q:set_group_limit), not the queue's default */
+} wq_group_view;
+
+/*
+ * Calls fn for the (at most max) groups holding back the most queued
+ * records, most first (ties by name). Returns how many groups hold records
+ * back, or WQ_ENOMEM.
+ */
+int64_t wq_queue_most_held_groups(const wq_queue *q, size_t max,
+                                  void (*fn)(void *ud, const wq_group_view *g), void *ud);
+
 /* Fills *info for key; returns 1 if key has a record, else 0. */
 int wq_queue_lookup(const wq_queue *q, const char *key, size_t len, wq_item_info *info);
 /* Number of keys processing. */

@@ -166,6 +166,15 @@ typedef struct wq_queue_ops {
      * nothing of it, or a WQ_E* code. */
     int (*item)(void *q, const char *key, size_t len, void (*fn)(void *ud, const wq_key_view *v),
                 void *ud);
+    /* Calls fn for each schedule (SPEC 7.3), by name: its row (next_at 0: none, last_at 0:
+     * never; valid for the call) and whether this run's script defines it (0: restored from the
+     * state file only). The number, or a WQ_E* code. */
+    int (*schedules)(void *q, void (*fn)(void *ud, const wq_schedule_row *s, int defined),
+                     void *ud);
+    /* Calls fn for the at most max groups holding back the most items (SPEC 7.4), most first;
+     * how many groups hold items back, or a WQ_E* code. */
+    int64_t (*held_groups)(void *q, size_t max, void (*fn)(void *ud, const wq_group_view *g),
+                           void *ud);
     /* Any of the actions above on a backend that applies them itself (wq_bq_op): 0 and fn is
      * called with the answer, WQ_BACKEND_LOCAL (use the members above), or a WQ_E* code. */
     int (*op)(void *q, const wq_bop *op, wq_bop_fn fn, void *ud);

@@ -2,7 +2,9 @@
  * The operator routes of the HTTP API (SPEC 7.5), under /queues/NAME/:
  * pause and resume, listing and removing pending items, one key's state
  * (pending, done or dead: GET items/KEY), cancelling a
- * running one, listing, retrying and purging dead letters. Keys travel in
+ * running one, listing, retrying and purging dead letters, and what the
+ * dashboard shows of a queue: its schedules and the groups its limits hold
+ * back the most (GET schedules, GET groups). Keys travel in
  * the path, percent-encoded (a key may hold '/', '%', spaces, any byte).
  * Every change is answered only once it is committed (as POST items is):
  * an acknowledged remove or retry survives a kill -9. A request that
@@ -28,6 +30,8 @@
 #define ITEMS_MAX 1000
 #define DEAD_DEFAULT 1000
 #define DEAD_MAX 10000
+#define GROUPS_DEFAULT 10
+#define GROUPS_MAX 100
 
 static void bad_request(struct evhttp_request *req, const char *msg)
 {
@@ -207,6 +211,10 @@ static void fill_nulls(json_object *arr, const char *const *fields)
 static const char *const pending_fields[] = {"payload", "group", "ready_at", "last_error", NULL};
 static const char *const dead_fields[] = {"payload", "error", NULL};
 static const char *const done_fields[] = {"result", NULL};
+static const char *const schedule_fields[] = {"payload", "next_at", "last_at", NULL};
+static const char *const group_fields[] = {"concurrency", "rate", "burst", NULL};
+
+static void mark_defined(remote_reply *rr, json_object *arr);
 
 static void key_error(struct evhttp_request *req, int code, const char *pre, const char *key,
                       size_t len, const char *post, const char *queue, const char *tail);
@@ -222,10 +230,15 @@ static void reply_listing(remote_reply *rr, int result, const char *text)
                             "the database's answer could not be read");
         return;
     }
-    if (rr->kind == WQ_BOP_DEAD) {
-        fill_nulls(arr, dead_fields);
-        json_object_object_add(body, "dead", arr);
+    if (rr->kind == WQ_BOP_DEAD || rr->kind == WQ_BOP_HELD_GROUPS) {
+        int dead = rr->kind == WQ_BOP_DEAD;
+        fill_nulls(arr, dead ? dead_fields : group_fields);
+        json_object_object_add(body, dead ? "dead" : "groups", arr);
         json_object_object_add(body, "total", json_object_new_int64(result));
+    } else if (rr->kind == WQ_BOP_SCHEDULES) {
+        fill_nulls(arr, schedule_fields);
+        mark_defined(rr, arr);
+        json_object_object_add(body, "schedules", arr);
     } else {
         json_object *next = NULL;
         if (json_object_array_length(arr) > rr->limit) { /* one beyond the page */
@@ -322,7 +335,9 @@ static void remote_answered(void *ud, int result, const char *text)
             wq_http_reply_json(req, 200, "OK", one("purged", json_object_new_int(result)));
             break;
         case WQ_BOP_ITEMS:
-        case WQ_BOP_DEAD: reply_listing(rr, result, text ? text : "[]"); break;
+        case WQ_BOP_DEAD:
+        case WQ_BOP_SCHEDULES:
+        case WQ_BOP_HELD_GROUPS: reply_listing(rr, result, text ? text : "[]"); break;
         case WQ_BOP_ITEM: reply_key(rr, result, text ? text : "null"); break;
         case WQ_BOP_DONE_INFO:
         case WQ_BOP_FORGET_DONE:
@@ -490,18 +505,28 @@ static void on_key(void *ud, const wq_key_view *v)
 static void get_item(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq, const char *key,
                      size_t len);
 
+/* A query of one parameter, limit=N (1 to max), into *limit: 1, or 0 after answering 400. */
+static int read_limit(struct evhttp_request *req, const char *query, size_t max, size_t *limit)
+{
+    if (!query || !*query)
+        return 1;
+    char *e = NULL;
+    long l = strncmp(query, "limit=", 6) == 0 ? strtol(query + 6, &e, 10) : -1;
+    if (l < 1 || (size_t)l > max || *e) {
+        char msg[80];
+        snprintf(msg, sizeof msg, "the only parameter is limit, an integer from 1 to %zu", max);
+        bad_request(req, msg);
+        return 0;
+    }
+    *limit = (size_t)l;
+    return 1;
+}
+
 static void get_dead(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq, const char *query)
 {
     size_t limit = DEAD_DEFAULT;
-    if (query && *query) {
-        char *e;
-        long l = strncmp(query, "limit=", 6) == 0 ? strtol(query + 6, &e, 10) : -1;
-        if (l < 1 || l > DEAD_MAX || *e) {
-            bad_request(req, "the only parameter is limit, an integer from 1 to 10000");
-            return;
-        }
-        limit = (size_t)l;
-    }
+    if (!read_limit(req, query, DEAD_MAX, &limit))
+        return;
     wq_bop op = {.kind = WQ_BOP_DEAD, .limit = limit};
     if (remote(h, req, hq, &op, limit))
         return;
@@ -517,6 +542,147 @@ static void get_dead(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq
     json_object_object_add(body, "dead", c.dead);
     json_object_object_add(body, "total", json_object_new_int64((int64_t)c.n));
     wq_http_reply_json(req, 200, "OK", body);
+}
+
+/* ---- GET /queues/NAME/schedules ---- */
+
+/* A JSON number, or null for 0 (a time never set, a limit not set). */
+static json_object *num_or_null(double v)
+{
+    return v > 0 ? json_object_new_double(v) : NULL;
+}
+
+static json_object *schedule_json(const wq_schedule_row *s, int defined)
+{
+    json_object *o = json_object_new_object();
+    if (!o)
+        return NULL;
+    json_object_object_add(o, "name", json_object_new_string(s->name));
+    json_object_object_add(o, "spec", json_object_new_string(s->spec));
+    json_object_object_add(o, "key",
+                           s->key ? bytes(s->key, s->keylen) : json_object_new_string(s->name));
+    json_object_object_add(o, "tz",
+                           json_object_new_string(s->tz == WQ_SCHED_LOCAL ? "local" : "utc"));
+    json_object_object_add(
+        o, "catch_up",
+        json_object_new_string(s->catch_up == WQ_SCHED_CATCH_UP_SKIP ? "skip" : "once"));
+    json_object_object_add(o, "payload", payload_value(s->payload, s->paylen));
+    json_object_object_add(o, "next_at", num_or_null(s->next_at));
+    json_object_object_add(o, "last_at", num_or_null(s->last_at));
+    json_object_object_add(o, "defined", json_object_new_boolean(defined));
+    return o;
+}
+
+/* A listing being built from a queue's callbacks (schedules, groups). */
+struct listing {
+    json_object *arr;
+    int nomem;
+};
+
+static void listing_add(struct listing *c, json_object *o)
+{
+    if (!o || json_object_array_add(c->arr, o) < 0) {
+        json_object_put(o);
+        c->nomem = 1;
+    }
+}
+
+/* Answers {field: the listing} (and "total": n when total), or 500 when n says it failed. */
+static void reply_list(struct evhttp_request *req, int64_t n, struct listing *c, const char *field,
+                       int total)
+{
+    json_object *body = json_object_new_object();
+    if (n < 0 || c->nomem || !body) {
+        json_object_put(c->arr);
+        json_object_put(body);
+        wq_http_reply_error(req, 500, "Internal Server Error", "out of memory");
+        return;
+    }
+    json_object_object_add(body, field, c->arr);
+    if (total)
+        json_object_object_add(body, "total", json_object_new_int64(n));
+    wq_http_reply_json(req, 200, "OK", body);
+}
+
+static void on_schedule(void *ud, const wq_schedule_row *s, int defined)
+{
+    listing_add(ud, schedule_json(s, defined));
+}
+
+static void on_local_schedule(void *ud, const wq_schedule_row *s, int defined)
+{
+    json_object *arr = ud, *name;
+    for (size_t i = 0; defined && i < json_object_array_length(arr); i++) {
+        json_object *o = json_object_array_get_idx(arr, i);
+        if (json_object_object_get_ex(o, "name", &name) &&
+            strcmp(json_object_get_string(name), s->name) == 0)
+            json_object_object_add(o, "defined", json_object_new_boolean(1));
+    }
+}
+
+/* The schedules of arr (the database's listing) this runner's script defines get "defined":
+ * true, the others false. */
+static void mark_defined(remote_reply *rr, json_object *arr)
+{
+    for (size_t i = 0; i < json_object_array_length(arr); i++)
+        json_object_object_add(json_object_array_get_idx(arr, i), "defined",
+                               json_object_new_boolean(0));
+    const wq_hqueue *hq = wq_host_find_queue(rr->h, rr->queue);
+    if (hq && hq->ops->schedules)
+        hq->ops->schedules(hq->q, on_local_schedule, arr);
+}
+
+static void get_schedules(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq,
+                          const char *query)
+{
+    if (query && *query) {
+        bad_request(req, "GET /queues/NAME/schedules takes no parameter");
+        return;
+    }
+    wq_bop op = {.kind = WQ_BOP_SCHEDULES};
+    if (remote(h, req, hq, &op, 0))
+        return;
+    struct listing c = {json_object_new_array(), 0};
+    int n = !c.arr               ? WQ_ENOMEM
+            : hq->ops->schedules ? hq->ops->schedules(hq->q, on_schedule, &c)
+                                 : 0;
+    reply_list(req, n, &c, "schedules", 0);
+}
+
+/* ---- GET /queues/NAME/groups?limit=N: the groups held back the most ---- */
+
+static void on_group(void *ud, const wq_group_view *g)
+{
+    json_object *o = json_object_new_object();
+    if (o) {
+        json_object_object_add(o, "group", bytes(g->name, g->namelen));
+        json_object_object_add(o, "held", json_object_new_int64(g->held));
+        json_object_object_add(o, "queued", json_object_new_int64(g->queued));
+        json_object_object_add(o, "running", json_object_new_int64(g->active));
+        json_object_object_add(o, "own", json_object_new_boolean(g->own));
+        json_object_object_add(o, "concurrency",
+                               g->lim.concurrency ? json_object_new_int64(g->lim.concurrency)
+                                                  : NULL);
+        json_object_object_add(o, "rate", num_or_null(g->lim.rate));
+        json_object_object_add(o, "burst", g->lim.rate > 0 ? num_or_null(g->lim.burst) : NULL);
+    }
+    listing_add(ud, o);
+}
+
+static void get_groups(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq,
+                       const char *query)
+{
+    size_t limit = GROUPS_DEFAULT;
+    if (!read_limit(req, query, GROUPS_MAX, &limit))
+        return;
+    wq_bop op = {.kind = WQ_BOP_HELD_GROUPS, .limit = limit};
+    if (remote(h, req, hq, &op, limit))
+        return;
+    struct listing c = {json_object_new_array(), 0};
+    int64_t n = !c.arr                 ? WQ_ENOMEM
+                : hq->ops->held_groups ? hq->ops->held_groups(hq->q, limit, on_group, &c)
+                                       : 0;
+    reply_list(req, n, &c, "groups", 1);
 }
 
 /* ---- changes ---- */
@@ -671,7 +837,18 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
     int post = cmd == EVHTTP_REQ_POST, del = cmd == EVHTTP_REQ_DELETE;
     const char *k = NULL;
     size_t kn = 0;
-    enum { R_QUEUE, R_PAUSE, R_RESUME, R_ITEMS, R_CANCEL, R_KEY, R_DEAD, R_RETRY } route;
+    enum {
+        R_QUEUE,
+        R_PAUSE,
+        R_RESUME,
+        R_ITEMS,
+        R_CANCEL,
+        R_KEY,
+        R_DEAD,
+        R_RETRY,
+        R_SCHEDULES,
+        R_GROUPS
+    } route;
     if (!*rest || strcmp(rest, "/") == 0)
         route = R_QUEUE;
     else if (strcmp(rest, "/pause") == 0)
@@ -688,12 +865,18 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
         route = R_DEAD;
     else if (keyed(rest, "/dead/", "/retry", &k, &kn))
         route = R_RETRY;
+    else if (strcmp(rest, "/schedules") == 0)
+        route = R_SCHEDULES;
+    else if (strcmp(rest, "/groups") == 0)
+        route = R_GROUPS;
     else
         return 0;
     int allowed;
     const char *allow;
     switch (route) {
-    case R_QUEUE: allowed = get, allow = "GET, HEAD"; break;
+    case R_QUEUE:
+    case R_SCHEDULES:
+    case R_GROUPS: allowed = get, allow = "GET, HEAD"; break;
     case R_PAUSE:
     case R_RESUME:
     case R_CANCEL:
@@ -709,7 +892,9 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
     }
     const wq_hqueue *hq = wq_host_find_queue(h, qname);
     if (!hq) {
-        wq_http_reply_error(req, 404, "Not Found", "no such queue");
+        char msg[128];
+        snprintf(msg, sizeof msg, "no such queue '%s' in this runner", qname);
+        wq_http_reply_error(req, 404, "Not Found", msg);
         return 1;
     }
     /* Operations the backend cannot do yet answer so, instead of acting on this runner alone. */
@@ -778,6 +963,8 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
         }
         break;
     case R_RETRY: retry(h, req, hq, key, keylen); break;
+    case R_SCHEDULES: get_schedules(h, req, hq, query); break;
+    case R_GROUPS: get_groups(h, req, hq, query); break;
     }
     free(key);
     return 1;

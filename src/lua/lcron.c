@@ -69,22 +69,27 @@ static void arm(lcron *c)
     c->timer = wq_timer_start_weak(h, wq_add_sat(wq_host_now(h), wq_seconds_to_ns(in)), fire, c);
 }
 
+/* The schedule as a row of the schedules table (strings borrowed from c). */
+static wq_schedule_row row_of(const lcron *c)
+{
+    return (wq_schedule_row){.name = c->name,
+                             .spec = c->spec,
+                             .key = c->key,
+                             .keylen = c->keylen,
+                             .payload = c->payload,
+                             .paylen = c->paylen,
+                             .tz = c->local ? WQ_SCHED_LOCAL : WQ_SCHED_UTC,
+                             .catch_up = c->skip ? WQ_SCHED_CATCH_UP_SKIP : WQ_SCHED_CATCH_UP_ONCE,
+                             .next_at = c->next > 0 ? c->next : 0,
+                             .last_at = c->last};
+}
+
 static void persist(const lcron *c)
 {
-    lqueue *lq = c->lq;
-    if (!lq->bq)
+    if (!c->lq->bq)
         return;
-    wq_schedule_row row = {.name = c->name,
-                           .spec = c->spec,
-                           .key = c->key,
-                           .keylen = c->keylen,
-                           .payload = c->payload,
-                           .paylen = c->paylen,
-                           .tz = c->local ? WQ_SCHED_LOCAL : WQ_SCHED_UTC,
-                           .catch_up = c->skip ? WQ_SCHED_CATCH_UP_SKIP : WQ_SCHED_CATCH_UP_ONCE,
-                           .next_at = c->next > 0 ? c->next : 0,
-                           .last_at = c->last};
-    wq_bq_schedule_put(lq->bq, &row);
+    wq_schedule_row row = row_of(c);
+    wq_bq_schedule_put(c->lq->bq, &row);
 }
 
 /* The schedule's time came: one add, then the next time after now. */
@@ -306,6 +311,33 @@ static int schedules(lua_State *L)
         lua_rawseti(L, -2, ++n);
     }
     return 1;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp((*(const lcron *const *)a)->name, (*(const lcron *const *)b)->name);
+}
+
+int lcron_list(void *q, void (*fn)(void *ud, const wq_schedule_row *s, int defined), void *ud)
+{
+    const lqueue *lq = q;
+    size_t n = 0;
+    for (const lcron *c = lq->crons; c; c = c->nextc)
+        n++;
+    const lcron **v = n ? malloc(n * sizeof *v) : NULL;
+    if (n && !v)
+        return WQ_ENOMEM;
+    n = 0;
+    for (const lcron *c = lq->crons; c; c = c->nextc)
+        v[n++] = c;
+    if (n)
+        qsort(v, n, sizeof *v, by_name);
+    for (size_t i = 0; i < n; i++) {
+        wq_schedule_row row = row_of(v[i]);
+        fn(ud, &row, v[i]->defined);
+    }
+    free(v);
+    return (int)n;
 }
 
 void lcron_restore(lqueue *lq, const wq_schedule_row *row)

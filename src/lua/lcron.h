@@ -16,6 +16,9 @@ typedef struct lcron lcron;
 extern const luaL_Reg lcron_methods[];
 /* A schedule read from the state file: kept, armed when the script defines it again. */
 void lcron_restore(struct lqueue *lq, const struct wq_schedule_row *row);
+/* wq_queue_ops.schedules: calls fn for each schedule of the queue (an lqueue), by name. */
+int lcron_list(void *q, void (*fn)(void *ud, const struct wq_schedule_row *s, int defined),
+               void *ud);
 /* Frees the queue's schedules (at close). */
 void lcron_free_all(struct lqueue *lq);
 

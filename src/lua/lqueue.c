@@ -1668,6 +1668,12 @@ static int op_add(void *q, const wq_ext_item *it)
     return r;
 }
 
+static int64_t op_held_groups(void *q, size_t max, void (*fn)(void *ud, const wq_group_view *g),
+                              void *ud)
+{
+    return wq_queue_most_held_groups(((lqueue *)q)->q, max, fn, ud);
+}
+
 static const wq_queue_ops lqueue_ops = {
     .stats = op_stats,
     .work_ages = op_work_ages,
@@ -1687,6 +1693,8 @@ static const wq_queue_ops lqueue_ops = {
     .items = lqops_items,
     .dead = lqops_dead,
     .item = lqops_item,
+    .schedules = lcron_list,
+    .held_groups = op_held_groups,
     .op = lqops_op,
 };
 

@@ -187,7 +187,9 @@ typedef enum {
     WQ_BOP_GROUP_LIMIT,     /* key: the group */
     WQ_BOP_ITEM,            /* key: what the queue knows of it (q:item) */
     WQ_BOP_CANCEL_AFTER,    /* key: its pending delayed add (q:cancel_after) */
-    WQ_BOP_STATS            /* the queue's pending, running, waiting and dead items (JSON) */
+    WQ_BOP_STATS,           /* the queue's pending, running, waiting and dead items (JSON) */
+    WQ_BOP_SCHEDULES,       /* the queue's schedules (GET /queues/NAME/schedules) */
+    WQ_BOP_HELD_GROUPS      /* limit: the groups holding back the most items */
 } wq_bop_kind;
 
 typedef struct wq_bop {
@@ -195,7 +197,7 @@ typedef struct wq_bop {
     const char *key;
     size_t keylen;
     const char *state; /* ITEMS: "queued", "processing", "waiting"; NULL: all */
-    size_t limit;      /* ITEMS, DEAD: at most this many */
+    size_t limit;      /* ITEMS, DEAD, HELD_GROUPS: at most this many */
     const char *after_key;
     size_t after_len;
     const wq_limit *glimit; /* SET_GROUP_LIMIT */
@@ -210,8 +212,12 @@ typedef struct wq_bop {
  * with text the JSON object {finished_at, result} of q:done_info(), 0 not remembered;
  * FORGET_DONE 1 forgotten, 0 not remembered; SET_GROUP_LIMIT 0; GROUP_LIMIT 1 (the group's
  * own) or 0 (the queue's default) with text the JSON object {concurrency, rate, burst}; ITEM 1
- * with text the JSON object of q:item(key) (fields absent when null), 0 the key is unknown; or
- * WQ_EIO with text saying why.
+ * with text the JSON object of q:item(key) (fields absent when null), 0 the key is unknown;
+ * SCHEDULES the number, with text a JSON array of objects {name, spec, key, tz, catch_up,
+ * payload, next_at, last_at} (by name; payload, next_at and last_at absent when null);
+ * HELD_GROUPS the number of groups holding items back, with text a JSON array of the first
+ * `limit` of them, most held first, ties by name: {group, held, queued, running, own,
+ * concurrency, rate, burst} (the limits absent when none); or WQ_EIO with text saying why.
  */
 typedef void (*wq_bop_fn)(void *ud, int result, const char *text);
 

@@ -4,7 +4,8 @@
 Run by tests/e2e/test_dashboard.sh against two running wqrun processes that
 run tests/e2e/lua/dashboard.lua: BASE without a token, TBASE with --token
 TOKEN. It checks the page against the HTTP API: the numbers of the overview,
-the self-refresh, the rate sparkline, the queue page (items, paging, dead
+the self-refresh, the rate sparkline, a queue's schedules and the groups its
+limits hold back the most, the queue page (items, paging, dead
 letters with hostile keys and errors shown as text), pause/resume, retry,
 remove, cancel, the error display of a failed action, and the token prompt.
 Prints one line per check; exits 1 on the first failure.
@@ -259,10 +260,11 @@ if t in ("…", "0") or float(t.replace(",", "")) <= 0:
     fail("a freshly loaded page shows Done/min %r for fast (the runner's done_last_minute: %s)"
          % (t, queues()["fast"].get("done_last_minute")))
 ok("a freshly loaded page shows fast's Done/min at once (%s), from GET /queues' done_last_minute" % t)
+wait("mail's group limits hold 5 items back", lambda: queues()["mail"]["throttled"] == 5)
 qs = queues()
-held = {n: cell(queue_row(n), "throttled") for n in ("jobs", "idle", "fast")}
-if held != {n: "{:,}".format(qs[n]["throttled"]) for n in ("jobs", "idle", "fast")}:
-    fail("the Held column %s differs from GET /queues' throttled" % held)
+held = {n: cell(queue_row(n), "throttled") for n in ("jobs", "idle", "fast", "mail")}
+if held != {n: "{:,}".format(qs[n]["throttled"]) for n in ("jobs", "idle", "fast", "mail")} or held["mail"] != "5":
+    fail("the Held column %s differs from GET /queues' throttled (mail: 5)" % held)
 ok("the Held column shows each queue's throttled count (%s)" % held)
 driver.get(BASE + "/")
 wait("the overview again", lambda: queue_row("fast"))
@@ -275,6 +277,55 @@ if external:
 ok("no resource loaded from anywhere else")
 if SHOTS:
     driver.save_screenshot(os.path.join(SHOTS, "dashboard-overview.png"))
+
+# ------------------------------------------------------------------ schedules and held groups
+driver.get(BASE + "/#/queue/mail")
+
+
+def sched_row(name):
+    return row("#schedules tbody tr", "data-name", name)
+
+
+def group_row(name):
+    return row("#groups tbody tr", "data-group", name)
+
+
+wait("the schedules of mail", lambda: sched_row("digest") and sched_row("beat"))
+status, api_sched = api("GET", "/queues/mail/schedules")
+api_sched = {x["name"]: x for x in api_sched["schedules"]}
+digest = steady(lambda: {f: cell(sched_row("digest"), f) for f in ("name", "spec", "key", "next", "last")})
+next_at = steady(lambda: sched_row("digest").find_element(By.CSS_SELECTOR, '[data-field="next"]')
+                 .get_attribute("data-at"))
+if (digest["name"], digest["spec"], digest["key"], digest["last"]) != ("digest", "*/5 * * * *", "daily-digest", "–"):
+    fail("the digest schedule shown as %s" % digest)
+if float(next_at) != api_sched["digest"]["next_at"] or not 0 < float(next_at) - time.time() <= 300 \
+        or float(next_at) % 300 != 0:
+    fail("digest's next run is %s (API %s), not the next multiple of 5 minutes" % (next_at, api_sched["digest"]["next_at"]))
+if not digest["next"].startswith("in ") or not (digest["next"].endswith(" s") or digest["next"].endswith(" min")):
+    fail("digest's next run reads %r" % digest["next"])
+ok("the schedules panel shows digest: spec */5 * * * *, key daily-digest, next run %r (%s), never run"
+   % (digest["next"], next_at))
+beat = wait("beat's last run shown", lambda: (lambda t: t.endswith(" ago") and t)(cell(sched_row("beat"), "last")))
+if cell(sched_row("beat"), "spec") != "@every 1s":
+    fail("beat's spec reads %r" % cell(sched_row("beat"), "spec"))
+ok("the schedules panel shows beat (@every 1s) with a last run (%r)" % beat)
+
+wait("the held groups of mail", lambda: group_row("acme") and group_row("globex"))
+status, api_groups = api("GET", "/queues/mail/groups?limit=10")
+shown = steady(lambda: [[r.get_attribute("data-group")] + [cell(r, f) for f in ("held", "queued", "running", "limit")]
+                        for r in driver.find_elements(By.CSS_SELECTOR, "#groups tbody tr")])
+want = [[g["group"], str(g["held"]), str(g["queued"]), str(g["running"]), "1 at a time"] for g in api_groups["groups"]]
+if shown != want or shown[0][:4] != ["acme", "4", "4", "1"] or shown[1][:2] != ["globex", "1"]:
+    fail("the held groups shown %s, API %s (want acme 4 held, 1 running first)" % (shown, want))
+tile = steady(lambda: driver.find_element(By.CSS_SELECTOR, '#q-tiles [data-field="throttled"]').text)
+if tile != "5":
+    fail("mail's 'held by limits' tile reads %r, not 5" % tile)
+ok("the groups panel lists acme (4 held, 1 running, 1 at a time) before globex (1 held), as the API; "
+   "the held tile reads 5")
+if SHOTS:
+    driver.save_screenshot(os.path.join(SHOTS, "dashboard-mail.png"))
+driver.get(BASE + "/")
+wait("the overview again", lambda: queue_row("jobs"))
 
 # ------------------------------------------------------------------ queue page
 click("the jobs link", lambda: queue_row("jobs").find_element(By.LINK_TEXT, "jobs"))
@@ -410,6 +461,11 @@ if wide:
 ok("the overview fits a phone's width without scrolling sideways")
 if SHOTS:
     driver.save_screenshot(os.path.join(SHOTS, "dashboard-phone.png"))
+driver.get(BASE + "/#/queue/mail")
+wait("mail's groups and schedules at phone width", lambda: group_row("acme") and sched_row("digest"))
+if driver.execute_script("return document.documentElement.scrollWidth > window.innerWidth + 1"):
+    fail("mail's page (groups, schedules) scrolls sideways at %dpx" % driver.execute_script("return window.innerWidth"))
+ok("a queue's groups and schedules fit a phone's width too")
 driver.set_window_size(1280, 900)
 
 # ------------------------------------------------------------------ --token

@@ -5,7 +5,8 @@ Run by tests/e2e/test_pg_dashboard.sh with BASE (runner dash-a's --listen),
 the database URL and the name of the other runner (dash-b). Checks that the
 overview shows the database's numbers (compared with psql), lists both
 runners with their heartbeats and running items (compared with GET /runners
-and psql), shows a jobs/s for the runner that runs the feed, and that a
+and psql), shows a jobs/s for the runner that runs the feed, a queue's
+schedules and most held groups as the database has them, and that a
 pause clicked on dash-a's page pauses the queue for every runner.
 Prints one line per check; exits 1 on the first failure.
 
@@ -132,6 +133,45 @@ feeder = wait("a jobs/s shows for the runners that run the feed",
               lambda: [n for n in ("dash-a", OTHER)
                        if cell('tr[data-runner="%s"]' % n, "rate") not in ("…", "0.0")])
 ok("jobs/s shown for %s (%s)" % (feeder, [cell('tr[data-runner="%s"]' % n, "rate") for n in feeder]))
+
+# A queue's schedules and most held groups: the database's.
+driver.get(BASE + "/#/queue/mail")
+
+
+def rows(table, attr):
+    return {r.get_attribute(attr): r for r in driver.find_elements(By.CSS_SELECTOR, "#%s tbody tr" % table)}
+
+
+wait("mail's schedules", lambda: {"digest", "beat"} <= set(rows("schedules", "data-name")))
+digest = {f: cell('#schedules tr[data-name="digest"]', f) for f in ("spec", "key", "next")}
+at = driver.find_element(By.CSS_SELECTOR, '#schedules tr[data-name="digest"] [data-field="next"]').get_attribute("data-at")
+db_next = psql("select extract(epoch from next_at)::bigint from wqrun.schedules where queue = 'mail' and name = 'digest'")
+if (digest["spec"], digest["key"]) != ("*/5 * * * *", "daily-digest") or not digest["next"].startswith("in ") \
+        or int(float(at)) != int(db_next) or not 0 < float(at) - time.time() <= 300:
+    fail("digest shown as %s (next at %s), the database says next_at %s" % (digest, at, db_next))
+ok("the schedules panel shows digest from the database: */5 * * * *, key daily-digest, next run %r" % digest["next"])
+wait("orphan, which no runner defines, marked so",
+     lambda: "(not defined here)" in cell('#schedules tr[data-name="orphan"]', "name")
+     and cell('#schedules tr[data-name="orphan"]', "next") == "never")
+ok("a schedule in the table that no runner's script defines is listed as '(not defined here)', next run 'never'")
+wait("beat's last run (fired by either runner)",
+     lambda: cell('#schedules tr[data-name="beat"]', "last").endswith(" ago"))
+ok("beat (@every 1s) shows a last run: %r" % cell('#schedules tr[data-name="beat"]', "last"))
+
+db_groups = dict(r.split("|") for r in psql(
+    "select grp, count(*) from wqrun.jobs where queue = 'mail' and held group by grp").splitlines())
+runs_acme = psql("select r.name from wqrun.jobs j join wqrun.runners r on r.id = j.runner "
+                 "where j.queue = 'mail' and j.grp = 'acme' and j.running")
+wait("the held groups of mail", lambda: ["acme", "globex"] == list(rows("groups", "data-group")))
+shown = {g: [cell('#groups tr[data-group="%s"]' % g, f) for f in ("held", "running", "limit")]
+         for g in ("acme", "globex")}
+if shown != {"acme": [db_groups.get("acme"), "1", "1 at a time"], "globex": [db_groups.get("globex"), "1", "1 at a time"]} \
+        or db_groups != {"acme": "4", "globex": "1"}:
+    fail("groups shown %s; psql says held %s" % (shown, db_groups))
+ok("the groups panel shows acme (4 held, 1 running on %s) before globex (1 held), as psql says" % runs_acme)
+wait("mail's held tile reads 5 (the database's)",
+     lambda: driver.find_element(By.CSS_SELECTOR, '#q-tiles [data-field="throttled"]').text == "5")
+ok("mail's 'held by limits' tile reads the database's 5")
 
 # A pause clicked here pauses the queue for every runner.
 driver.get(BASE + "/#/queue/w")

@@ -345,6 +345,70 @@ Test(groups, stats_count_groups_with_queued_items_and_throttled_items)
     cr_assert_eq(wq_queue_groups(q), 1);
 }
 
+struct seen {
+    char names[8][16];
+    uint32_t held[8], queued[8], active[8], conc[8];
+    int own[8], n;
+};
+
+static void on_group(void *ud, const wq_group_view *g)
+{
+    struct seen *s = ud;
+    cr_assert_lt(s->n, 8);
+    cr_assert_lt(g->namelen, sizeof s->names[0]);
+    memcpy(s->names[s->n], g->name, g->namelen);
+    s->names[s->n][g->namelen] = 0;
+    s->held[s->n] = g->held;
+    s->queued[s->n] = g->queued;
+    s->active[s->n] = g->active;
+    s->conc[s->n] = g->lim.concurrency;
+    s->own[s->n] = g->own;
+    s->n++;
+}
+
+Test(groups, the_most_held_groups_come_most_first_then_by_name_with_their_counts)
+{
+    struct seen s = {0};
+    cr_assert_eq(wq_queue_most_held_groups(q, 10, on_group, &s), 0, "no groups yet");
+    limit_all(1, 0, 0);
+    wq_limit two = {2, 0, 0};
+    cr_assert_eq(wq_queue_set_group_limit(q, "c", 1, &two), 0);
+    const char *keys[] = {"a1", "a2", "a3", "b1", "b2", "c1", "c2", "c3", "c4", "d1", "e1", "e2"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        char g[2] = {keys[i][0], 0};
+        cr_assert_eq(add_g(keys[i], g, 0), 1);
+    }
+    /* One of each group out (two of c): a holds 2, b 1, c 2, d none, e 1. */
+    for (int i = 0; i < 6; i++)
+        get();
+    cr_assert_eq(wq_queue_throttled(q), 6);
+    cr_assert_eq(wq_queue_most_held_groups(q, 10, on_group, &s), 4);
+    cr_assert_eq(s.n, 4);
+    const char *want[] = {"a", "c", "b", "e"};
+    const uint32_t held[] = {2, 2, 1, 1}, active[] = {1, 2, 1, 1}, conc[] = {1, 2, 1, 1};
+    for (int i = 0; i < 4; i++) {
+        cr_assert_str_eq(s.names[i], want[i], "place %d", i);
+        cr_assert_eq(s.held[i], held[i], "%s held", want[i]);
+        cr_assert_eq(s.queued[i], held[i], "%s queued", want[i]);
+        cr_assert_eq(s.active[i], active[i], "%s active", want[i]);
+        cr_assert_eq(s.conc[i], conc[i], "%s concurrency", want[i]);
+        cr_assert_eq(s.own[i], strcmp(want[i], "c") == 0, "%s own", want[i]);
+    }
+    /* The top two only; the count still says four hold items back. */
+    memset(&s, 0, sizeof s);
+    cr_assert_eq(wq_queue_most_held_groups(q, 2, on_group, &s), 4);
+    cr_assert_eq(s.n, 2);
+    cr_assert_str_eq(s.names[0], "a");
+    cr_assert_str_eq(s.names[1], "c");
+    /* A done frees a: its next item goes out, it holds one less. */
+    done("a1");
+    cr_assert_str_eq(get(), "a2");
+    memset(&s, 0, sizeof s);
+    cr_assert_eq(wq_queue_most_held_groups(q, 1, on_group, &s), 4);
+    cr_assert_str_eq(s.names[0], "c");
+    cr_assert_eq(s.held[0], 2);
+}
+
 Test(groups, a_get_among_many_saturated_groups_finds_the_one_eligible_item)
 {
     limit_all(1, 0, 0);

@@ -2412,6 +2412,8 @@ static void op_result(void *ud, PGresult *res)
     case WQ_BOP_DONE_INFO:
     case WQ_BOP_ITEMS:
     case WQ_BOP_DEAD:
+    case WQ_BOP_SCHEDULES:
+    case WQ_BOP_HELD_GROUPS:
         o->result = atoi(v);
         o->text = strdup(PQgetvalue(res, 0, 1));
         if (!o->text) {
@@ -2537,6 +2539,38 @@ static int pg_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
                             PG_OPT("error", "error") " AS o FROM @S.dead WHERE queue = $1 ORDER BY "
                                                      "failed_at, key COLLATE \"C\""
                                                      " LIMIT $2::bigint) x",
+        [WQ_BOP_SCHEDULES] =
+            "SELECT count(*), coalesce(jsonb_agg(x.o ORDER BY x.k), '[]')::text FROM ("
+            "SELECT name COLLATE \"C\" AS k, jsonb_build_object('name', name, 'spec', spec,"
+            " 'key', coalesce(key, name), 'tz', tz, 'catch_up', catch_up)" PG_OPT(
+                "payload", "payload") PG_OPT("next_at", "extract(epoch FROM next_at)")
+                PG_OPT("last_at", "extract(epoch FROM last_at)") " AS o FROM @S.schedules"
+                                                                 " WHERE queue = $1) x",
+        /* Counted from the held items' index; the queued and running counts and the limits
+         * only for the groups shown. */
+        [WQ_BOP_HELD_GROUPS] =
+            "WITH h AS (SELECT grp, count(*) AS held FROM @S.jobs WHERE queue = $1 AND held"
+            " GROUP BY grp)"
+            " SELECT (SELECT count(*) FROM h),"
+            " coalesce(jsonb_agg(x.o ORDER BY x.held DESC, x.k), '[]')::text FROM ("
+            "SELECT t.held, t.grp COLLATE \"C\" AS k, jsonb_build_object('group', t.grp,"
+            " 'held', t.held, 'queued', t.held + (SELECT count(*) FROM @S.jobs y"
+            " WHERE y.queue = $1 AND y.grp = t.grp AND NOT y.running AND NOT y.held"
+            " AND y.run_at <= now()), 'running', coalesce(g.running, 0),"
+            " 'own', coalesce(g.own, false))" PG_OPT(
+                "concurrency", "CASE WHEN g.own THEN g.conc ELSE q.g_conc END")
+                PG_OPT("rate", "CASE WHEN g.own THEN g.rate ELSE q.g_rate END") PG_OPT(
+                    "burst",
+                    "CASE WHEN g.own THEN g.burst ELSE q.g_burst END") " AS o"
+                                                                       " FROM (SELECT grp, held "
+                                                                       "FROM h ORDER BY held DESC, "
+                                                                       "grp COLLATE \"C\""
+                                                                       " LIMIT $2::bigint) t LEFT "
+                                                                       "JOIN @S.groups g ON "
+                                                                       "g.queue = $1 AND g.grp = "
+                                                                       "t.grp"
+                                                                       " LEFT JOIN @S.queues q ON "
+                                                                       "q.name = $1) x",
     };
     if (!fn)
         return 0; /* asked only whether the database applies it: it does */
@@ -2561,13 +2595,15 @@ static int pg_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
     o->sql = wq_pg_sql(wq_pgconn_pg(b->c), b->schema, sql[op->kind]);
     char lim[24];
     snprintf(lim, sizeof lim, "%zu", op->limit ? op->limit : (size_t)1000);
-    /* $1 the queue, then: the key; or state, after_key, limit (ITEMS); or limit (DEAD) */
+    /* $1 the queue, then: the key; or state, after_key, limit (ITEMS); or limit (DEAD,
+     * HELD_GROUPS); or nothing (SCHEDULES) */
     const char *v[6] = {q->name, NULL, NULL, NULL, NULL, NULL};
     size_t len[6] = {strlen(q->name), op->keylen, 0, 0, 0, 0};
     if (op->key)
         v[1] = op->key;
     int n = op->kind == WQ_BOP_PAUSE || op->kind == WQ_BOP_RESUME ||
-                    op->kind == WQ_BOP_PURGE_DEAD || op->kind == WQ_BOP_STATS
+                    op->kind == WQ_BOP_PURGE_DEAD || op->kind == WQ_BOP_STATS ||
+                    op->kind == WQ_BOP_SCHEDULES
                 ? 1
                 : 2;
     char conc[24] = "0", rate[40] = "0", burst[40] = "0";
@@ -2587,7 +2623,7 @@ static int pg_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
         v[2] = op->after_key, len[2] = after_len;
         v[3] = lim, len[3] = strlen(lim);
         n = 4;
-    } else if (op->kind == WQ_BOP_DEAD) {
+    } else if (op->kind == WQ_BOP_DEAD || op->kind == WQ_BOP_HELD_GROUPS) {
         v[1] = lim, len[1] = strlen(lim);
         n = 2;
     }

@@ -5,7 +5,11 @@
 --         hour), five queued items p1..p5 behind it (one worker) and one
 --         delayed ("later");
 --   idle: 120 queued items, no handler (paging);
---   fast: a steady trickle of short jobs (the done/min rate and sparkline).
+--   fast: a steady trickle of short jobs (the done/min rate and sparkline);
+--   mail: groups limited to one item at a time, every grouped item running an
+--         hour: "acme" runs 1 and holds 4 back, "globex" runs 1 and holds 1;
+--         two schedules: "digest" (*/5 * * * *, key "daily-digest") and
+--         "beat" (@every 1s, a job that ends at once: a last run soon).
 local jobs = wq.queue("jobs", {
     workers = 1,
     handler = function(key)
@@ -46,3 +50,21 @@ wq.every(0.25, function()
         fast:add("f" .. n)
     end
 end)
+
+local mail = wq.queue("mail", {
+    workers = 4,
+    group_limit = {concurrency = 1},
+    handler = function(key)
+        if key:find("-") then
+            wq.sleep(3600)
+        end
+    end,
+})
+for i = 1, 5 do
+    mail:add("acme-" .. i, nil, {group = "acme"})
+end
+for i = 1, 2 do
+    mail:add("globex-" .. i, nil, {group = "globex"})
+end
+mail:schedule("digest", "*/5 * * * *", {key = "daily-digest"})
+mail:schedule("beat", "@every 1s")
