@@ -42,6 +42,7 @@ void lfail_close(lqueue *lq)
     wq_keymap_free(lq->failures);
     lq->last_errors = NULL;
     lq->failures = NULL;
+    lq->nfail_zero = 0;
 }
 
 int64_t lfail_count(const lqueue *lq, const char *key, size_t len)
@@ -85,7 +86,11 @@ int lfail_set(lqueue *lq, const char *key, size_t len, int64_t count, const char
         wq_free(copy);
         return WQ_ENOMEM;
     }
+    if (!created && *c == 0)
+        lq->nfail_zero--;
     *c = (uint64_t)count;
+    if (count == 0)
+        lq->nfail_zero++;
     if (copy) {
         free_message(*m); /* 0 (NULL) for a new entry */
         *m = (uint64_t)(uintptr_t)copy;
@@ -98,12 +103,15 @@ int lfail_set(lqueue *lq, const char *key, size_t len, int64_t count, const char
 int lfail_clear(lqueue *lq, const char *key, size_t len)
 {
     drop_message(lq, key, len);
+    const uint64_t *c = wq_keymap_get(lq->failures, key, len);
+    if (c && *c == 0)
+        lq->nfail_zero--;
     return wq_keymap_del(lq->failures, key, len);
 }
 
 size_t lfail_keys(const lqueue *lq)
 {
-    return wq_keymap_count(lq->failures);
+    return wq_keymap_count(lq->failures) - lq->nfail_zero;
 }
 
 void lfail_log(lqueue *lq, const char *key, size_t len, int64_t attempt, const char *err,

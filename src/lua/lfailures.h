@@ -33,7 +33,8 @@ const char *lfail_last_error(const lqueue *lq, const char *key, size_t len);
 int lfail_set(lqueue *lq, const char *key, size_t len, int64_t count, const char *err);
 /* Drops key's record: 1 if it had one, else 0. */
 int lfail_clear(lqueue *lq, const char *key, size_t len);
-/* The number of keys with a record. */
+/* The number of keys with a failure count above 0 (q:stats().retrying): claimed items of a
+ * shared database are kept at 0. */
 size_t lfail_keys(const lqueue *lq);
 /*
  * Logs a failed run of key: its queue, key, attempt, the first line of err (cut to

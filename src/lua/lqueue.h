@@ -27,6 +27,7 @@ typedef struct lqueue {
     int64_t timeout_ns; /* 0: none */
     int persist;
     wq_keymap *failures;    /* the queue's failure count per key (lfailures.c) */
+    size_t nfail_zero;      /* of them, keys kept at 0 (claimed from a shared database) */
     wq_keymap *last_errors; /* the message of each key's last failed run (lfailures.c) */
     int dead_ref;           /* registry: table key -> dead letter */
     uint64_t ndone, nfailures, ndead, ntimeouts, nsuccess, nrequeued, ncancelled;

@@ -221,6 +221,21 @@ expect_not_in "$ERR" "the last runner started wins" "no warning of another defin
 expect_eq "$(pg_psql "$PW" "select max_retries || ' ' || keep_done from wqrun.queues where name = 'pw'")" "7 60" \
     "its options are stored"
 
+# This runner's own numbers (before the database-wide ones have been read): items it
+# claimed that never failed are not "retrying".
+RT=$(pg_fresh_db)
+rt=$(script rt.lua <<'LUA'
+local q = wq.queue("rt", {workers = 3, handler = function() wq.sleep(30) end})
+for i = 1, 3 do q:add("r" .. i) end
+LUA
+)
+listen_start -- --serve --grace 0 --db "$RT" "$rt" || finish
+check "three items run" pg_wait "$RT" "select count(*) from wqrun.jobs where running" 3 10
+expect_eq "$(curl -s "$BASE/queues" | python3 -c 'import json,sys; q=json.load(sys.stdin)[0]; print(q["processing"], q["retrying"], q.get("scope", "runner"))')" \
+    "3 0 runner" "the first GET /queues (this runner's numbers): 3 processing, none retrying"
+kill -TERM "$PID"
+wait_exit "$PID" 10
+
 # ---- failed attempts: logged, and listed with their last error ---------------------------
 FL=$(pg_fresh_db)
 flog=$(script flog.lua <<'LUA'
