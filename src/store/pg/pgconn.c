@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct expect {
     int sync; /* a sync point, else a statement */
@@ -343,15 +344,22 @@ void wq_pgconn_free(wq_pgconn *c)
     free(c);
 }
 
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 size_t wq_pgconn_wait(wq_pgconn *c, int timeout_ms)
 {
-    int64_t left = timeout_ms;
-    while (c->up && c->count && left > 0) {
+    /* On the clock: every answer wakes the poll, and a pipeline may hold many. */
+    int64_t end = mono_ms() + timeout_ms, left;
+    while (c->up && c->count && (left = end - mono_ms()) > 0) {
         struct pollfd pfd = {c->fd, POLLIN, 0};
         if (PQflush(c->pg) > 0)
             pfd.events |= POLLOUT;
         int r = poll(&pfd, 1, left > 100 ? 100 : (int)left);
-        left -= 100;
         if (r < 0)
             break;
         if (!PQconsumeInput(c->pg)) {
