@@ -126,6 +126,18 @@ static const char *const schema_v3 =
     "UPDATE @S.meta SET value = '3' WHERE key = 'schema_version';\n";
 
 /*
+ * Version 3 -> 4: table health (issue 17). The hot tables' autovacuum runs
+ * without cost delay (the default 2 ms sleeps kept a vacuum of jobs busy for
+ * a minute while 1-2 M dead tuples piled up; its pages are in memory, so
+ * throttling protects nothing), so dead tuples go as soon as no snapshot
+ * needs them, and the table stays small after a long transaction ends.
+ */
+static const char *const schema_v4 =
+    "ALTER TABLE @S.jobs SET (autovacuum_vacuum_cost_delay = 0);\n"
+    "ALTER TABLE @S.groups SET (autovacuum_vacuum_cost_delay = 0);\n"
+    "UPDATE @S.meta SET value = '4' WHERE key = 'schema_version';\n";
+
+/*
  * The functions, as this version of wqrun defines them: created (or
  * replaced) after every migration, so they always match the binary. A
  * migration drops those whose parameters change.
@@ -778,7 +790,7 @@ static const char *const functions =
     "  SELECT count(*)::integer FROM d $fn$;\n";
 
 /* The migrations: migrations[v - 1] takes version v - 1 to v. */
-static const char *const *const migrations[] = {&schema_v1, &schema_v2, &schema_v3};
+static const char *const *const migrations[] = {&schema_v1, &schema_v2, &schema_v3, &schema_v4};
 
 /* The claims of a queue without limits: CLAIM_PICK is a CTE NAME of up to $2 due, unlocked
  * items of queue $1 matching WHERE, in ORDER (locked); CLAIM_MARK hands the first $2 of the
