@@ -20,7 +20,9 @@
 # Every 5 s: jobs done per second (the runners' wqrun_done_total), their claim
 # round trips (wqrun_pg_claim_duration_seconds: mean, and the p50/p99 bucket,
 # whose bounds are decades), the jobs table's dead tuples and sizes.
-# --quick: 20 s normal, 40 s reader, 40 s after. --no-metrics: no /metrics scrapes (which
+# --quick: 20 s normal, 40 s reader, 40 s after. --explain MS: auto_explain logs the plan of
+# every statement slower than MS ms, and autovacuum logs its runs, into
+# bench/pg/health-explain.log (the server's log of the whole run). --no-metrics: no /metrics scrapes (which
 # keep each runner reading the database-wide view, a pass over jobs every 2 s): jobs/s from
 # the rows deleted (pg_stat_user_tables, which each backend updates about once a second), no
 # claim figures.
@@ -32,7 +34,7 @@ root=$(cd "$here/../.." && pwd)
 : "${WQRUN:?WQRUN must name the wqrun binary (build-rel/wqrun)}"
 abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 WQRUN=$(abs "$WQRUN")
-variants=() metrics=1 rounds=1 runners=2 warm=15 normal=60 reader=120 after=120 win=5 backlog=30000
+variants=() explain='' metrics=1 rounds=1 runners=2 warm=15 normal=60 reader=120 after=120 win=5 backlog=30000
 while [ $# -gt 0 ]; do
   case $1 in
   --also) variants+=("${2%%=*}=$(abs "${2#*=}")"); shift 2 ;;
@@ -40,7 +42,8 @@ while [ $# -gt 0 ]; do
   --runners) runners=$2; shift 2 ;;
   --quick) warm=5 normal=20 reader=40 after=40; shift ;;
   --no-metrics) metrics=0; shift ;;
-  -h | --help) sed -n '2,29p' "$0"; exit 0 ;;
+  --explain) explain=$2; shift 2 ;;
+  -h | --help) sed -n '2,31p' "$0"; exit 0 ;;
   *) echo "health.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -48,6 +51,22 @@ pgsh=$root/scripts/pg.sh
 # shellcheck source=lib.sh
 . "$here/lib.sh"
 start_rotation "$here/health-last-run.txt"
+if [ -n "$explain" ]; then
+  # New sessions load auto_explain: the runners' prepared claims are logged with the plan
+  # they ran (generic or custom) when slower than $explain ms.
+  "$pgbin/psql" -qX -v ON_ERROR_STOP=1 postgres <<EOF
+load 'auto_explain';
+alter system set session_preload_libraries = 'auto_explain';
+alter system set auto_explain.log_min_duration = $explain;
+alter system set auto_explain.log_analyze = on;
+alter system set auto_explain.log_buffers = on;
+alter system set auto_explain.log_timing = off;
+alter system set auto_explain.log_nested_statements = on;
+alter system set log_autovacuum_min_duration = 0;
+EOF
+  "$pgbin/psql" -qXAt -c "select pg_reload_conf()" postgres >/dev/null
+  trap 'cp "$WQ_PG_DIR/log" "$here/health-explain.log"; "$pgsh" stop' EXIT
+fi
 
 # scrape PORT...: "<done> <claims> <claim seconds> <cumulative claim buckets...>" summed
 # over the runners' /metrics.

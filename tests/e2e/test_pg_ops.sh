@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Operating a fleet on PostgreSQL (SPEC 7.5, 8.2, 8.4), read back with psql:
 #   - the schema's upgrade from version 1 (the operator functions and the
-#     signals table come with version 2);
+#     signals table come with version 2), 2 and 3 (version 4: the hot tables'
+#     autovacuum without cost delay);
 #   - the operator commands with only the URL, no runner: items (text,
 #     --json, --state, --limit), remove, retry KEY and --all, purge-dead,
 #     pause/resume, and their refusals (exit 1, unknown queue or key);
@@ -26,7 +27,7 @@ q() { pg_psql "$DB" "$1"; }
 # ---- the upgrade from version 1 ------------------------------------------------
 UP=$(pg_fresh_db)
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" created (version 3)' "a new schema is version 3"
+expect_eq "$OUT" 'schema "wqrun" created (version 4)' "a new schema is version 4"
 # Back to version 1's tables (the functions are made anew by every migration).
 V1="drop table wqrun.signals, wqrun.groups; drop function wqrun.pause, wqrun.remove, wqrun.cancel,
   wqrun.retry_dead, wqrun.purge_dead, wqrun.known_queue, wqrun.check_queue;
@@ -39,20 +40,40 @@ V1="drop table wqrun.signals, wqrun.groups; drop function wqrun.pause, wqrun.rem
 pg_psql "$UP" "$V1" >/dev/null
 run add --db "$UP" w k1
 expect_rc 0 "a command upgrades a version 1 schema first"
-expect_eq "$(pg_psql "$UP" "select value from wqrun.meta where key = 'schema_version'")" 3 \
-    "upgraded to version 3"
+expect_eq "$(pg_psql "$UP" "select value from wqrun.meta where key = 'schema_version'")" 4 \
+    "upgraded to version 4"
 expect_eq "$(pg_psql "$UP" "select wqrun.remove('w', 'k1')")" removed "the version 2 functions work"
 pg_psql "$UP" "$V1" >/dev/null
 run migrate --db "$UP"
 expect_rc 0 "migrate a version 1 schema"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 1 to 3' "migrate says what it did"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 1 to 4' "migrate says what it did"
 # Version 2 had add() without unique_add: its functions are replaced, the new one works.
 pg_psql "$UP" "drop function wqrun.add(text, text, jsonb, double precision, integer, text, boolean, boolean);
   update wqrun.meta set value = '2' where key = 'schema_version'" >/dev/null
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 2 to 3' "a version 2 schema is upgraded"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 2 to 4' "a version 2 schema is upgraded"
 expect_eq "$(pg_psql "$UP" "select wqrun.add('w', 'u1'), wqrun.add('w', 'u1', unique_add => true)")" \
     "queued|skipped: pending" "wqrun.add(..., unique_add => true) leaves a pending key alone"
+# Version 3 ran the hot tables' autovacuum with the default cost delay; 4 without.
+RELOPTS="select c.relname || ':' || coalesce(array_to_string(c.reloptions, ','), '')
+  from pg_class c where c.oid in ('wqrun.jobs'::regclass, 'wqrun.groups'::regclass) order by 1"
+pg_psql "$UP" "alter table wqrun.jobs reset (autovacuum_vacuum_cost_delay);
+  alter table wqrun.groups reset (autovacuum_vacuum_cost_delay);
+  update wqrun.meta set value = '3' where key = 'schema_version'" >/dev/null
+expect_eq "$(pg_psql "$UP" "$RELOPTS" | grep -c 'autovacuum_vacuum_cost_delay')" 0 "version 3: no cost delay set"
+run add --db "$UP" w v3item
+expect_rc 0 "a command on a version 3 schema"
+run migrate --db "$UP"
+expect_eq "$OUT" 'schema "wqrun" is up to date (version 4)' "the command upgraded it first"
+pg_psql "$UP" "alter table wqrun.jobs reset (autovacuum_vacuum_cost_delay);
+  alter table wqrun.groups reset (autovacuum_vacuum_cost_delay);
+  update wqrun.meta set value = '3' where key = 'schema_version'" >/dev/null
+run migrate --db "$UP"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 3 to 4' "a version 3 schema is upgraded"
+expect_eq "$(pg_psql "$UP" "$RELOPTS" | sed 's/fillfactor=[0-9]*,\{0,1\}//; s/autovacuum_[a-z_]*scale_factor=[0-9.]*,\{0,1\}//g')" \
+    "groups:autovacuum_vacuum_cost_delay=0
+jobs:autovacuum_vacuum_cost_delay=0" "version 4: jobs and groups vacuum without cost delay"
+expect_eq "$(pg_psql "$UP" "select key from wqrun.jobs where key = 'v3item'")" v3item "the version 3 schema's items kept"
 
 # ---- the commands with only the URL ----------------------------------------------
 run add --db "$DB" w a '{"n":1}'

@@ -126,6 +126,18 @@ static const char *const schema_v3 =
     "UPDATE @S.meta SET value = '3' WHERE key = 'schema_version';\n";
 
 /*
+ * Version 3 -> 4: table health (issue 17). The hot tables' autovacuum runs
+ * without cost delay (the default 2 ms sleeps kept a vacuum of jobs busy for
+ * a minute while 1-2 M dead tuples piled up; its pages are in memory, so
+ * throttling protects nothing), so dead tuples go as soon as no snapshot
+ * needs them, and the table stays small after a long transaction ends.
+ */
+static const char *const schema_v4 =
+    "ALTER TABLE @S.jobs SET (autovacuum_vacuum_cost_delay = 0);\n"
+    "ALTER TABLE @S.groups SET (autovacuum_vacuum_cost_delay = 0);\n"
+    "UPDATE @S.meta SET value = '4' WHERE key = 'schema_version';\n";
+
+/*
  * The functions, as this version of wqrun defines them: created (or
  * replaced) after every migration, so they always match the binary. A
  * migration drops those whose parameters change.
@@ -526,10 +538,16 @@ static const char *const functions =
     "  v_gone text[]; v_grps text[]; v_grp text;\n"
     "BEGIN\n"
     "  -- The common case in one statement: successes with nothing pending after them. A token\n"
-    "  -- is unique to one claim, so key and token matching each some pair is that pair.\n"
-    "  WITH g AS (DELETE FROM @S.jobs j WHERE j.queue = p_queue\n"
-    "      AND j.key = ANY (ARRAY(SELECT u.key FROM unnest(p_keys, p_tokens, p_kinds) AS "
-    "u(key, token, kind) WHERE u.kind IN (0, 1)))\n"
+    "  -- is unique to one claim, so key and token matching each some pair is that pair. Each\n"
+    "  -- row is found by its own primary key lookup (a LATERAL subquery with LIMIT is planned\n"
+    "  -- as one, whatever the statistics say) and deleted by its tuple id: a plan that scans\n"
+    "  -- the queue's range of the key index instead (which ANALYZE at a moment of few live\n"
+    "  -- rows made the generic plan) walks every entry a long transaction keeps: seconds.\n"
+    "  WITH g AS (DELETE FROM @S.jobs j WHERE j.ctid = ANY (ARRAY(SELECT x.ctid\n"
+    "        FROM unnest(p_keys, p_kinds) AS u(key, kind),\n"
+    "          LATERAL (SELECT y.ctid FROM @S.jobs y WHERE y.queue = p_queue AND y.key = u.key\n"
+    "                   LIMIT 1) x\n"
+    "       WHERE u.kind IN (0, 1)))\n"
     "      AND j.token = ANY (p_tokens) AND j.running AND NOT j.dirty AND j.delay_at IS NULL\n"
     "      RETURNING j.key, j.grp)\n"
     "  SELECT coalesce(array_agg(g.key), '{}'), array_agg(g.grp) FILTER (WHERE g.grp IS NOT "
@@ -772,7 +790,7 @@ static const char *const functions =
     "  SELECT count(*)::integer FROM d $fn$;\n";
 
 /* The migrations: migrations[v - 1] takes version v - 1 to v. */
-static const char *const *const migrations[] = {&schema_v1, &schema_v2, &schema_v3};
+static const char *const *const migrations[] = {&schema_v1, &schema_v2, &schema_v3, &schema_v4};
 
 /* The claims of a queue without limits: CLAIM_PICK is a CTE NAME of up to $2 due, unlocked
  * items of queue $1 matching WHERE, in ORDER (locked); CLAIM_MARK hands the first $2 of the
