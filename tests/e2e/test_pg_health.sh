@@ -48,6 +48,19 @@ read -r SEQ1 IDX1 <<<"$(q "$STATS" | tr '|' ' ')"
 echo "# jobs: $((SEQ1 - SEQ0)) sequential scans, jobs_claim: $((IDX1 - IDX0)) index scans"
 expect_between "$((SEQ1 - SEQ0))" 0 25 "the table scanned a few times at most, not once per claim"
 
+# reader_begin URL NAME: the reader, a psql session fed through a FIFO (fd 9) that holds a
+# REPEATABLE READ snapshot, idle in its transaction until `echo "commit;" >&9`; its output in
+# $TMP/NAME.out.
+reader_begin() {
+    mkfifo "$TMP/$2"
+    "${WQ_PG_BIN:-/usr/lib/postgresql/15/bin}/psql" -X -q -A -t "$1" <"$TMP/$2" >"$TMP/$2.out" 2>&1 &
+    PIDS+=($!)
+    exec 9>"$TMP/$2"
+    echo "begin isolation level repeatable read; select count(*) from wqrun.jobs;" >&9
+    check "the reader holds its snapshot" pg_wait "$1" \
+        "select count(*) from pg_stat_activity where state = 'idle in transaction'" 1 10
+}
+
 # ---- under a long transaction -------------------------------------------------------
 DB2=$(pg_fresh_db)
 run migrate --db "$DB2"
@@ -55,14 +68,7 @@ pg_psql "$DB2" "select wqrun.add_many((select jsonb_agg(jsonb_build_object('queu
      from generate_series(1, 6000) g)); analyze wqrun.jobs" >/dev/null
 READS="select idx_tup_read from pg_stat_user_indexes where indexrelid = 'wqrun.jobs_claim'::regclass"
 R0=$(pg_psql "$DB2" "$READS")
-# The reader: a psql session fed through a FIFO, idle in its transaction until told to commit.
-mkfifo "$TMP/reader"
-"${WQ_PG_BIN:-/usr/lib/postgresql/15/bin}/psql" -X -q -A -t "$DB2" <"$TMP/reader" >"$TMP/reader.out" 2>&1 &
-PIDS+=($!)
-exec 9>"$TMP/reader"
-echo "begin isolation level repeatable read; select count(*) from wqrun.jobs;" >&9
-check "the reader holds its snapshot" pg_wait "$DB2" \
-    "select count(*) from pg_stat_activity where state = 'idle in transaction'" 1 10
+reader_begin "$DB2" reader
 LOG=$TMP/order.log
 : >"$LOG"
 run --quiet --db "$DB2" "$E2E_DIR/lua/pg_health.lua" 20 "$LOG"
@@ -90,13 +96,7 @@ pg_psql "$DB3" "select wqrun.add_many((select jsonb_agg(jsonb_build_object('queu
      from generate_series(6, 6000) g))" >/dev/null
 PKEY="select idx_tup_read from pg_stat_user_indexes where indexrelid = 'wqrun.jobs_pkey'::regclass"
 P0=$(pg_psql "$DB3" "$PKEY")
-mkfifo "$TMP/reader3"
-"${WQ_PG_BIN:-/usr/lib/postgresql/15/bin}/psql" -X -q -A -t "$DB3" <"$TMP/reader3" >"$TMP/reader3.out" 2>&1 &
-PIDS+=($!)
-exec 9>"$TMP/reader3"
-echo "begin isolation level repeatable read; select count(*) from wqrun.jobs;" >&9
-check "the reader holds its snapshot" pg_wait "$DB3" \
-    "select count(*) from pg_stat_activity where state = 'idle in transaction'" 1 10
+reader_begin "$DB3" reader3
 run --quiet --db "$DB3" "$E2E_DIR/lua/pg_health.lua" 20
 expect_rc 0 "a runner works the queue under the long transaction and old statistics"
 expect_eq "$(pg_psql "$DB3" "select count(*) from wqrun.jobs")" 0 "every item ran"

@@ -132,19 +132,19 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
     }
     /* An older file is not migrated here (see the top): its inbox lacks the newer columns. */
     int version = wq_schema_version(conn);
-    const char *needs = unique && version < 4   ? "--unique"
-                        : prio_s && version < 3 ? "--priority"
-                        : group && version < 2  ? "--group"
-                                                : NULL;
-    if (needs) {
+    const struct {
+        int used;
+        const char *option;
+        int version;
+    } needs[] = {
+        {unique, "--unique", 4}, {prio_s != NULL, "--priority", 3}, {group != NULL, "--group", 2}};
+    for (size_t i = 0; i < sizeof needs / sizeof *needs; i++) {
+        if (!needs[i].used || version >= needs[i].version)
+            continue;
         fprintf(err,
                 "wqrun: add: %s needs a state file of version %d; %s is of version %d (a runner "
                 "of this wqrun migrates it when it opens it)\n",
-                needs,
-                unique && version < 4   ? 4
-                : prio_s && version < 3 ? 3
-                                        : 2,
-                db, version);
+                needs[i].option, needs[i].version, db, version);
         sqlite3_close(conn);
         return 1;
     }
