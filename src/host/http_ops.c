@@ -897,20 +897,6 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
         wq_http_reply_error(req, 404, "Not Found", msg);
         return 1;
     }
-    /* Operations the backend cannot do yet answer so, instead of acting on this runner alone. */
-    const char *op = route == R_PAUSE || route == R_RESUME         ? "pause"
-                     : route == R_ITEMS || (route == R_KEY && get) ? "items"
-                     : route == R_CANCEL                           ? "cancel"
-                     : route == R_KEY                              ? "remove"
-                     : route == R_DEAD                             ? "dead"
-                     : route == R_RETRY                            ? "retry_dead"
-                                                                   : NULL;
-    const char *refused =
-        op && hq->persist && h->backend ? wq_backend_refuse(h->backend, op) : NULL;
-    if (refused) {
-        wq_http_reply_error(req, 501, "Not Implemented", refused);
-        return 1;
-    }
     char *key = NULL;
     size_t keylen = 0;
     if (k) {

@@ -147,7 +147,7 @@ static const char *const schedule_opts[] = {"key", "tz", "catch_up", "payload", 
 /* q:schedule(name, spec [, opts]) */
 static int schedule(lua_State *L)
 {
-    lqueue *lq = lqueue_check_op(L, "schedule", "schedule");
+    lqueue *lq = lqueue_check(L, "schedule");
     size_t nlen, slen;
     if (lua_type(L, 2) != LUA_TSTRING)
         wq_argerror(L, "schedule", "name",
@@ -261,7 +261,7 @@ static int schedule(lua_State *L)
 /* q:unschedule(name) -> whether there was one */
 static int unschedule(lua_State *L)
 {
-    lqueue *lq = lqueue_check_op(L, "unschedule", "schedule");
+    lqueue *lq = lqueue_check(L, "unschedule");
     if (lua_type(L, 2) != LUA_TSTRING)
         wq_argerror(L, "unschedule", "name",
                     lua_pushfstring(L, "string expected, got %s", luaL_typename(L, 2)));
@@ -283,7 +283,7 @@ static int unschedule(lua_State *L)
 /* q:schedules() -> {{name=, spec=, key=, next_at=, last_at=}, ...} */
 static int schedules(lua_State *L)
 {
-    lqueue *lq = lqueue_check_op(L, "schedules", "schedule");
+    lqueue *lq = lqueue_check(L, "schedules");
     lua_newtable(L);
     int n = 0;
     for (lcron *c = lq->crons; c; c = c->nextc) {

@@ -214,7 +214,7 @@ static int set_group_limit_k(lua_State *L, int status, lua_KContext ctx)
 /* q:set_group_limit(group, limit | nil) */
 static int set_group_limit(lua_State *L)
 {
-    lqueue *lq = lqueue_check_op(L, "set_group_limit", "group_limit");
+    lqueue *lq = lqueue_check(L, "set_group_limit");
     size_t len;
     const char *g = lgroup_checkname(L, 2, "set_group_limit", "group", &len);
     wq_limit lim;
@@ -245,7 +245,7 @@ static int group_limit_k(lua_State *L, int status, lua_KContext ctx)
 /* q:group_limit(group) -> {concurrency=, rate=, burst=}, own (true when set for this group) */
 static int group_limit(lua_State *L)
 {
-    lqueue *lq = lqueue_check_op(L, "group_limit", "group_limit");
+    lqueue *lq = lqueue_check(L, "group_limit");
     size_t len;
     const char *g = lgroup_checkname(L, 2, "group_limit", "group", &len);
     wq_bop op = {.kind = WQ_BOP_GROUP_LIMIT, .key = g, .keylen = len};

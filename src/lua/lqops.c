@@ -100,7 +100,7 @@ static int pause_k(lua_State *L, int status, lua_KContext ctx)
 static int pause_common(lua_State *L, int paused)
 {
     const char *fn = paused ? "pause" : "resume";
-    lqueue *lq = lqueue_check_op(L, fn, "pause");
+    lqueue *lq = lqueue_check(L, fn);
     lua_settop(L, 1);
     wq_bop op = {.kind = paused ? WQ_BOP_PAUSE : WQ_BOP_RESUME};
     lqueue_op(L, lq, fn, &op, paused, pause_k);
@@ -120,7 +120,7 @@ static int queue_resume(lua_State *L)
 
 static int queue_paused(lua_State *L)
 {
-    lua_pushboolean(L, lqops_paused(lqueue_check_op(L, "paused", "pause")));
+    lua_pushboolean(L, lqops_paused(lqueue_check(L, "paused")));
     return 1;
 }
 
@@ -153,7 +153,7 @@ static int keyed_k(lua_State *L, int status, lua_KContext ctx)
 
 static int queue_remove(lua_State *L)
 {
-    lqueue *lq = lqueue_check_op(L, "remove", "remove");
+    lqueue *lq = lqueue_check(L, "remove");
     size_t len;
     const char *key = wq_checkkey(L, 2, "remove", &len);
     wq_bop op = {.kind = WQ_BOP_REMOVE, .key = key, .keylen = len};
@@ -164,7 +164,7 @@ static int queue_remove(lua_State *L)
 
 static int queue_cancel(lua_State *L)
 {
-    lqueue *lq = lqueue_check_op(L, "cancel", "cancel");
+    lqueue *lq = lqueue_check(L, "cancel");
     size_t len;
     const char *key = wq_checkkey(L, 2, "cancel", &len);
     wq_bop op = {.kind = WQ_BOP_CANCEL, .key = key, .keylen = len};
@@ -315,7 +315,7 @@ static int purge_k(lua_State *L, int status, lua_KContext ctx)
 
 static int queue_purge_dead(lua_State *L)
 {
-    lqueue *lq = lqueue_check_op(L, "purge_dead", "purge_dead");
+    lqueue *lq = lqueue_check(L, "purge_dead");
     wq_bop op = {.kind = WQ_BOP_PURGE_DEAD};
     lqueue_op(L, lq, "purge_dead", &op, 0, purge_k);
     int n = 0;
@@ -649,7 +649,7 @@ static const char *const item_opts[] = {"state", "limit", "after_key", NULL};
 /* q:items{state=, limit=, after_key=} -> array of {key=, payload=, state=, priority=, ...} */
 static int queue_items(lua_State *L)
 {
-    lqueue *lq = lqueue_check_op(L, "items", "items");
+    lqueue *lq = lqueue_check(L, "items");
     wq_items_query qry = {NULL, (size_t)-1, NULL, 0};
     if (!lua_isnoneornil(L, 2)) {
         if (!lua_istable(L, 2))
@@ -817,7 +817,7 @@ static int item_k(lua_State *L, int status, lua_KContext ctx)
 /* q:item(key) -> {key=, state=, ...} (the fields of its state) or nil */
 static int queue_item(lua_State *L)
 {
-    lqueue *lq = lqueue_check_op(L, "item", "items");
+    lqueue *lq = lqueue_check(L, "item");
     size_t len;
     const char *key = wq_checkkey(L, 2, "item", &len);
     lua_settop(L, 2);

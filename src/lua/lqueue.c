@@ -57,15 +57,6 @@ lqueue *lqueue_check(lua_State *L, const char *fn)
     return lq;
 }
 
-lqueue *lqueue_check_op(lua_State *L, const char *fn, const char *op)
-{
-    lqueue *lq = lqueue_check(L, fn);
-    const char *why = lq->bq ? wq_backend_refuse(lq->host->backend, op) : NULL;
-    if (why)
-        luaL_error(L, "q:%s: %s", fn, why);
-    return lq;
-}
-
 int lqueue_raise(lua_State *L, const char *fn, int err)
 {
     if (err == WQ_E2BIG)
@@ -594,16 +585,6 @@ static int queue_new(lua_State *L)
                     lua_pushfstring(L, "function expected, got %s", luaL_typename(L, 9)));
     lgroup_opts gopts;
     lgroup_read_options(L, 2, &gopts);
-    if (h->backend && persist) { /* options a backend cannot keep yet are refused, not ignored */
-        const char *opt = keep_done > 0        ? "keep_done"
-                          : gopts.has_limit    ? "group_limit"
-                          : gopts.has_group_of ? "group_of"
-                          : gopts.has_rate     ? "rate"
-                                               : NULL;
-        const char *why = opt ? wq_backend_refuse(h->backend, opt) : NULL;
-        if (why)
-            return luaL_error(L, "queue: %s", why);
-    }
     /* A handler declaring a third parameter (or ...) gets the job table. */
     int job_arg = 0;
     if (handler == LUA_TFUNCTION) {
@@ -1161,7 +1142,7 @@ static int cancel_after_k(lua_State *L, int status, lua_KContext ctx)
 
 static int queue_cancel_after(lua_State *L)
 {
-    lqueue *lq = lqueue_check_op(L, "cancel_after", "cancel_after");
+    lqueue *lq = lqueue_check(L, "cancel_after");
     size_t len;
     const char *key = wq_checkkey(L, 2, "cancel_after", &len);
     wq_bop op = {.kind = WQ_BOP_CANCEL_AFTER, .key = key, .keylen = len};
@@ -1429,7 +1410,7 @@ static int dead_k(lua_State *L, int status, lua_KContext ctx)
 /* The dead letters, unsorted (lua/wq.lua's q:dead() sorts them). */
 static int queue_dead_list(lua_State *L)
 {
-    lqueue *lq = lqueue_check_op(L, "dead", "dead");
+    lqueue *lq = lqueue_check(L, "dead");
     wq_bop op = {.kind = WQ_BOP_DEAD, .limit = 1000000};
     lqueue_op(L, lq, "dead", &op, 0, dead_k);
     lworker_push_dead(L, lq);
@@ -1468,7 +1449,7 @@ static int retry_dead_k(lua_State *L, int status, lua_KContext ctx)
 
 static int queue_retry_dead(lua_State *L)
 {
-    lqueue *lq = lqueue_check_op(L, "retry_dead", "retry_dead");
+    lqueue *lq = lqueue_check(L, "retry_dead");
     size_t len;
     const char *key = wq_checkkey(L, 2, "retry_dead", &len);
     wq_bop op = {.kind = WQ_BOP_RETRY_DEAD, .key = key, .keylen = len};
@@ -1513,7 +1494,7 @@ static int forget_done_k(lua_State *L, int status, lua_KContext ctx)
 /* q:done_info(key) -> {finished_at=, result=} or nil */
 static int queue_done_info(lua_State *L)
 {
-    lqueue *lq = lqueue_check_op(L, "done_info", "keep_done");
+    lqueue *lq = lqueue_check(L, "done_info");
     size_t len;
     const char *key = wq_checkkey(L, 2, "done_info", &len);
     wq_bop op = {.kind = WQ_BOP_DONE_INFO, .key = key, .keylen = len};
@@ -1539,7 +1520,7 @@ static int queue_done_info(lua_State *L)
 /* q:forget_done(key) -> whether the key was remembered */
 static int queue_forget_done(lua_State *L)
 {
-    lqueue *lq = lqueue_check_op(L, "forget_done", "keep_done");
+    lqueue *lq = lqueue_check(L, "forget_done");
     size_t len;
     const char *key = wq_checkkey(L, 2, "forget_done", &len);
     wq_bop op = {.kind = WQ_BOP_FORGET_DONE, .key = key, .keylen = len};

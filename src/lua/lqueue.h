@@ -80,8 +80,6 @@ void lqueue_push_taken(lua_State *L, lqueue *lq, const wq_item_info *info);
 void lqueue_decode_top(lua_State *L);
 /* self of a queue method: the wq.Queue at index 1 (raises a named error otherwise). */
 lqueue *lqueue_check(lua_State *L, const char *fn);
-/* The same for a method doing operation op, which the queue's backend may refuse (raises). */
-lqueue *lqueue_check_op(lua_State *L, const char *fn, const char *op);
 /*
  * An operator action (SPEC 7.5) on a backend that applies them itself (PostgreSQL): the
  * calling task waits for the answer and continues in k with (result, text) on the stack (see

@@ -390,11 +390,6 @@ struct wq_backend_ops {
     /* The loop has ended: write what is under way, blocking up to timeout_ms (an
      * asynchronous backend answers its adds' callbacks now). */
     void (*drain)(wq_backend *b, int timeout_ms);
-    /*
-     * Options the backend cannot honour yet, checked when a queue is defined: NULL, or the
-     * message naming the option ("keep_done is not supported on PostgreSQL yet").
-     */
-    const char *(*refuse)(wq_backend *b, const char *option);
 
     /* ---- one queue ---- */
     /* Attaches queue name with its engine queue (read at flush time); NULL on OOM. */
@@ -548,10 +543,6 @@ static inline void wq_backend_stop(wq_backend *b)
 static inline void wq_backend_drain(wq_backend *b, int timeout_ms)
 {
     b->ops->drain(b, timeout_ms);
-}
-static inline const char *wq_backend_refuse(wq_backend *b, const char *option)
-{
-    return b->ops->refuse(b, option);
 }
 
 static inline wq_bqueue *wq_bq_attach(wq_backend *b, const char *name, wq_queue *q,

@@ -2015,14 +2015,6 @@ static void pg_stop(wq_backend *base)
     kick(b);
 }
 
-/* Every queue option and operation the runtime offers works on PostgreSQL. */
-static const char *pg_refuse(wq_backend *base, const char *option)
-{
-    (void)base;
-    (void)option;
-    return NULL;
-}
-
 static wq_bqueue *pg_attach(wq_backend *base, const char *name, wq_queue *eq,
                             const wq_bqueue_hooks *hooks)
 {
@@ -2679,7 +2671,6 @@ static const wq_backend_ops pg_ops = {
     .get_stats = pg_get_stats,
     .stop = pg_stop,
     .drain = pg_drain,
-    .refuse = pg_refuse,
     .attach = pg_attach,
     .detach = pg_detach,
     .restore = pg_restore,

@@ -85,12 +85,6 @@ static void b_stop(wq_backend *b)
 {
     (void)b; /* nothing claimed, nothing to hand back */
 }
-static const char *b_refuse(wq_backend *b, const char *option)
-{
-    (void)b, (void)option;
-    return NULL;
-}
-
 static wq_bqueue *q_attach(wq_backend *b, const char *name, wq_queue *q,
                            const wq_bqueue_hooks *hooks)
 {
@@ -242,7 +236,6 @@ const wq_backend_ops wq_sqlite_ops = {
     .get_stats = b_get_stats,
     .stop = b_stop,
     .drain = b_drain,
-    .refuse = b_refuse,
     .attach = q_attach,
     .detach = q_detach,
     .restore = q_restore,
