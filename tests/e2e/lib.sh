@@ -189,6 +189,18 @@ expect_eq() {
     fi
 }
 
+# rand_port: a random TCP port for a test's listener, below the kernel's
+# ephemeral range (the local ports of the many client connections the
+# parallel tests make would otherwise take it now and then: "cannot listen").
+# Leaves room for PORT+1 and PORT+2.
+rand_port() {
+    local lo
+    lo=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)
+    case $lo in '' | *[!0-9]*) lo=32768 ;; esac
+    [ "$lo" -gt 12000 ] || lo=61000
+    echo $((10000 + (RANDOM * 32768 + RANDOM) % (lo - 10000 - 3)))
+}
+
 # listen_start [PREFIX...] -- ARGS...: starts `PREFIX wqrun --quiet --listen
 # 127.0.0.1:PORT ARGS` in the background on a random port (another one when
 # that is taken) and waits until /healthz answers. PREFIX is a command that
@@ -199,7 +211,7 @@ listen_start() {
     while [ "$1" != -- ]; do prefix+=("$1"); shift; done
     shift
     for try in 1 2 3 4 5 6; do
-        PORT=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+        PORT=$(rand_port)
         BASE=http://127.0.0.1:$PORT
         OUTF=$TMP/listen.$try.out
         ERRF=$TMP/listen.$try.err

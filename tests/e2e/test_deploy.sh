@@ -29,12 +29,23 @@ python3 "$E2E_DIR/notify_listener.py" "$TMP/notify.sock" "$TMP/notify.log" &
 LISTENER=$!
 PIDS+=("$LISTENER")
 for _ in $(seq 100); do [ -s "$TMP/notify.log" ] && break; sleep 0.02; done
-PORT=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
-NOTIFY_SOCKET=$TMP/notify.sock WATCHDOG_USEC=200000 "$WQRUN" --serve --db "$TMP/a.db" \
-    --listen "127.0.0.1:$PORT" "$SLOW" first >"$TMP/a.out" 2>"$TMP/a.err" &
-PID=$!
-PIDS+=("$PID")
-for _ in $(seq 250); do grep -q "READY=1" "$TMP/notify.log" && break; sleep 0.02; done
+for try in 1 2 3 4 5 6; do # another port when that one is taken
+    PORT=$(rand_port)
+    NOTIFY_SOCKET=$TMP/notify.sock WATCHDOG_USEC=200000 "$WQRUN" --serve --db "$TMP/a.db" \
+        --listen "127.0.0.1:$PORT" "$SLOW" first >"$TMP/a.out" 2>"$TMP/a.err" &
+    PID=$!
+    PIDS+=("$PID")
+    for _ in $(seq 250); do
+        grep -q "READY=1" "$TMP/notify.log" && break
+        kill -0 "$PID" 2>/dev/null || break
+        sleep 0.02
+    done
+    grep -q "READY=1" "$TMP/notify.log" && break
+    wait "$PID" 2>/dev/null
+    grep -q "cannot listen" "$TMP/a.err" || break
+    rm -f "$TMP/a.db" "$TMP/a.db-wal" "$TMP/a.db-shm"
+done
+[ -s "$TMP/a.err" ] && grep -v "INFO" "$TMP/a.err" | head -5 >&2
 # READY=1 comes once the listener is up: /healthz answers at once.
 expect_eq "$(curl -s -m 2 "http://127.0.0.1:$PORT/healthz")" ok "the listener answers when READY=1 has arrived"
 expect_in "$(cat "$TMP/notify.log")" "READY=1" "READY=1 is sent"

@@ -7,7 +7,7 @@
 
 # A random port; another test may hold it: then try another.
 for try in 1 2 3 4 5 6; do
-    PORT=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+    PORT=$(rand_port)
     run --quiet --listen "127.0.0.1:$PORT" "$E2E_DIR/lua/diag_stall.lua" "$PORT"
     case $ERR in *"cannot listen"*) continue ;; esac
     break

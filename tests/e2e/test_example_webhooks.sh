@@ -14,7 +14,7 @@ command -v curl >/dev/null || { echo "FAIL: needs curl" >&2; exit 1; }
 EX=$E2E_DIR/../../examples
 
 for try in 1 2 3 4 5; do # another port when that one is taken
-    PORT=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+    PORT=$(rand_port)
     RPORT=$((PORT + 1))
     run --listen "127.0.0.1:$PORT" "$EX/webhooks.lua" "http://127.0.0.1:$PORT" "$RPORT"
     case $ERR in *"cannot listen"* | *"did not start on port"*) continue ;; esac

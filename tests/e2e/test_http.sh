@@ -64,7 +64,7 @@ start_runner() {
   shift
   rest=("$@")
   for attempt in 1 2 3 4 5 6 7 8; do
-    PORT=$((20000 + (RANDOM * 32768 + RANDOM) % 40001))
+    PORT=$((10000 + (RANDOM * 32768 + RANDOM) % 22000)) # below the ephemeral ports (32768-)
     BASE=http://127.0.0.1:$PORT
     LOG=$TMP/$tag.$attempt.err
     OUT=$TMP/$tag.$attempt.out

@@ -183,7 +183,7 @@ expect_in "$ERR" "127.0.0.1" "the message names the host"
 expect_re "$ERR" '(port|:)1([^0-9]|$)' "the message names port 1"
 expect_not_in "$ERR$OUT" sekret "never the password"
 # A server that accepts the connection and never answers: given up after 10 s.
-SILENT_PORT=$((20000 + RANDOM % 20000))
+SILENT_PORT=$(rand_port)
 python3 -c '
 import socket, sys, time
 s = socket.socket()

@@ -54,7 +54,7 @@ declare -A RPID RPORT
 start_runner() {
     local name=$1 try i port
     for try in 1 2 3 4 5 6; do
-        port=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+        port=$(rand_port)
         pg_bg "$name" --quiet --serve --lease 3 --runner-name "$name" --listen "127.0.0.1:$port" \
             --db "$DB" "$LUA" "$LOGS/$name.log" "$name"
         for ((i = 0; i < 200; i++)); do
