@@ -8,6 +8,8 @@
 #   - the crawler of the virtual-time test in real time: per-host limits set
 #     by one runner with q:set_group_limit hold on both; the fast host keeps
 #     its 50/s and the slow one its 2/s, combined;
+#   - concurrency 1: the next item starts as soon as the outcome of the one
+#     before is written, not at a runner's next poll;
 #   - saturated groups hold their items outside the claim index (psql).
 . "$(dirname "$0")/lib.sh"
 pg_need
@@ -72,6 +74,18 @@ check "starts of one group at least 0.2 s apart on both runners together (min ga
     [ "$(awk -v g="$GAPS" 'BEGIN { print (g >= 0.15) }')" = 1 ]
 SPAN=$(awk '$1 == "start" && $2 == "r" { if (!f || $5 < f) f = $5; if ($5 > l) l = $5 } END { printf "%.3f", l - f }' "$LOG")
 expect_between "$SPAN" 0.95 1.8 "6 starts per group at 5/s take about 1 s"
+
+# one group, concurrency 1: each outcome makes the next item claimable, and a runner claims
+# it at once (the one that wrote the outcome claims again, the other is notified), not at
+# its next poll (every 250 ms: 60 items would take 7 s or more).
+q "select wqrun.add_many(jsonb_agg(jsonb_build_object('queue', 's', 'key', 's' || i,
+     'group', 'one') order by i)) from generate_series(1, 60) i" >/dev/null
+check "all 60 of the serial group ran" wait_for "$LOG" "end s " 60 20
+SSPAN=$(awk '$2 == "s" { if (!f || $5 < f) f = $5; if ($5 > l) l = $5 } END { printf "%.3f", l - f }' "$LOG")
+SPEAK=$(sort -k5,5n "$LOG" | awk '$2 == "s" { n += ($1 == "start") ? 1 : -1; if (n > p) p = n } END { print p }')
+expect_eq "$SPEAK" 1 "one at a time in the serial group"
+check "60 items one after the other in under 4 s, not a poll apart ($SSPAN s)" \
+    [ "$(awk -v s="$SSPAN" 'BEGIN { print (s < 4) }')" = 1 ]
 
 # the crawler: 150 fast-host pages, 6 slow-host pages, some of other hosts.
 q "select wqrun.add_many(jsonb_agg(x order by n)) from (

@@ -1116,6 +1116,10 @@ static void outcomes_synced(void *ud, int ok)
                 drop_claim(q, o->slot, 1);
             }
             b->st.rows_written += q->nsent;
+            /* An outcome in a limited queue frees its group's slot and makes the next held
+             * item claimable: claim now, not at the next poll. */
+            if (q->limited && q->nsent)
+                q->more = 1;
             q->nsent = 0;
         } else if (q->nsent) {
             /* Not written (or unknown: lost at commit): the same outcomes go again with the

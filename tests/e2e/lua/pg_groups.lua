@@ -2,6 +2,7 @@
 -- ("start QUEUE KEY GROUP TIME NAME" and "end ..."), arg[2] the runner's name.
 --   "c": concurrency 2 per group, 8 workers, each run 0.1 s;
 --   "r": rate 5/s per group (burst 1), instant runs;
+--   "s": concurrency 1 per group, instant runs (one item after the other);
 --   "crawl": group_of = the host of the URL key; 2 at once per host, and
 --            per-host rates set with q:set_group_limit by the test's first
 --            runner (arg[3] == "setup"): fast.example 50/s, slow.example 2/s.
@@ -20,6 +21,7 @@ local function handler(queue, secs)
 end
 wq.queue("c", {workers = 8, group_limit = {concurrency = 2}, handler = handler("c", 0.1)})
 wq.queue("r", {workers = 8, group_limit = {rate = 5, burst = 1}, handler = handler("r", 0)})
+wq.queue("s", {workers = 8, group_limit = {concurrency = 1}, handler = handler("s", 0)})
 local crawl = wq.queue("crawl", {
     workers = 16,
     group_limit = {concurrency = 4},
