@@ -76,13 +76,15 @@ jobs:autovacuum_vacuum_cost_delay=0" "version 4: jobs and groups vacuum without 
 expect_eq "$(pg_psql "$UP" "select key from wqrun.jobs where key = 'v3item'")" v3item "the version 3 schema's items kept"
 # Version 4's claims joined their candidates to room(queue, groups[]); 5 drops it (room_of).
 pg_psql "$UP" "create function wqrun.room(p_queue text, p_grps text[]) returns table (o_grp text)
-  language sql as 'select null::text';
+  language sql as 'select null::text'; drop index wqrun.groups_rated;
   update wqrun.meta set value = '4' where key = 'schema_version'" >/dev/null
 run migrate --db "$UP"
 expect_eq "$OUT" 'schema "wqrun" upgraded from version 4 to 5' "a version 4 schema is upgraded"
 expect_eq "$(pg_psql "$UP" "select string_agg(proname, ',' order by proname) from pg_proc
   where pronamespace = 'wqrun'::regnamespace and proname in ('room', 'room_of')")" room_of \
     "version 5: room() is gone, room_of() is there"
+expect_eq "$(pg_psql "$UP" "select count(*) from pg_indexes where schemaname = 'wqrun' and indexname = 'groups_rated'")" 1 \
+    "version 5: the index of the groups with a rate of their own"
 
 # ---- the commands with only the URL ----------------------------------------------
 run add --db "$DB" w a '{"n":1}'

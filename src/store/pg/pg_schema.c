@@ -147,6 +147,8 @@ static const char *const schema_v4 =
  */
 static const char *const schema_v5 =
     "DROP FUNCTION IF EXISTS @S.room(text, text[]);\n"
+    /* the groups with a rate of their own (rated(): whether a wake_at may be needed) */
+    "CREATE INDEX IF NOT EXISTS groups_rated ON @S.groups (queue, grp) WHERE own AND rate > 0;\n"
     "UPDATE @S.meta SET value = '5' WHERE key = 'schema_version';\n";
 
 /*
@@ -210,7 +212,7 @@ static const char *const functions =
     "CREATE OR REPLACE FUNCTION @S.rated(q @S.queues, p_grps text[]) RETURNS boolean\n"
     "LANGUAGE sql STABLE AS $fn$\n"
     "  SELECT coalesce(q.g_rate > 0, false) OR EXISTS (SELECT 1 FROM @S.groups x\n"
-    "    WHERE x.queue = q.name AND x.grp = ANY (p_grps) AND x.own AND x.rate > 0) $fn$;\n"
+    "    WHERE x.queue = q.name AND x.own AND x.rate > 0 AND x.grp = ANY (p_grps)) $fn$;\n"
     /* ungroup: items of these groups (one entry per item) stopped running: their slots
      * free up, and as many held items as may start now become claimable, in priority and
      * FIFO order. Set-based: one statement per step for every group at once. */
@@ -321,9 +323,12 @@ static const char *const functions =
     "                ORDER BY j.priority DESC, j.run_at, j.seq LIMIT 2 * v_max + 10\n"
     "                FOR UPDATE SKIP LOCKED) j) c;\n"
     "  IF v_ids IS NULL THEN RETURN; END IF;\n"
+    /* rows for groups seen for the first time (an insert that meets an existing row waits
+     * for whoever updates it: only the missing ones are inserted) */
     "  INSERT INTO @S.groups AS x (queue, grp)\n"
-    "    SELECT DISTINCT p_queue, g FROM unnest(v_grps) g WHERE g IS NOT NULL ORDER BY 2\n"
-    "    ON CONFLICT DO NOTHING;\n"
+    "    SELECT DISTINCT p_queue, g FROM unnest(v_grps) g WHERE g IS NOT NULL\n"
+    "      AND NOT EXISTS (SELECT 1 FROM @S.groups y WHERE y.queue = p_queue AND y.grp = g)\n"
+    "    ORDER BY 2 ON CONFLICT DO NOTHING;\n"
     /* the candidates' groups whose rows no outcome holds now, and how many of each may start
      * (a jsonb object: a lookup per candidate, not a join); the others wait for the next
      * claim */
