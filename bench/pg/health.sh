@@ -105,7 +105,10 @@ one() {
     pids+=($!)
   done
   # The producer: every 0.2 s, as many new items as bring the backlog (keys added less
-  # rows deleted, which the statistics know within about a second) back to $backlog.
+  # the outcomes the runners wrote, which their heartbeats store every second) back to
+  # $backlog. (It used the table's deleted-row statistics, which a busy backend may flush
+  # many seconds late: the producer then stopped and the runners ran dry for 5-10 s, even
+  # without a reader, which looked like a stall of the claims.)
   local fifo
   fifo=$(mktemp -u) && mkfifo "$fifo"
   psql <"$fifo" >/dev/null &
@@ -113,8 +116,8 @@ one() {
   (while :; do
     echo "select wqrun.add_many(coalesce(jsonb_agg(jsonb_build_object('queue', 'noop',
         'key', 'k' || nextval('bench_keys'))), '[]')) from generate_series(1, greatest(0,
-        least(10000, $backlog - (select last_value from bench_keys) + (select n_tup_del
-        from pg_stat_user_tables where relid = 'wqrun.jobs'::regclass))));"
+        least(10000, $backlog - (select last_value from bench_keys) + (select coalesce(sum(done), 0)
+        from wqrun.runners))));"
     sleep 0.2
   done) >"$fifo" &
   local producer=$!
