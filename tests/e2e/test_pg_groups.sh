@@ -82,8 +82,8 @@ q "select wqrun.add_many(jsonb_agg(jsonb_build_object('queue', 's', 'key', 's' |
      'group', 'one') order by i)) from generate_series(1, 60) i" >/dev/null
 check "all 60 of the serial group ran" wait_for "$LOG" "end s " 60 20
 SSPAN=$(awk '$2 == "s" { if (!f || $5 < f) f = $5; if ($5 > l) l = $5 } END { printf "%.3f", l - f }' "$LOG")
-SPEAK=$(sort -k5,5n "$LOG" | awk '$2 == "s" { n += ($1 == "start") ? 1 : -1; if (n > p) p = n } END { print p }')
-expect_eq "$SPEAK" 1 "one at a time in the serial group"
+SERIAL_PEAK=$(sort -k5,5n "$LOG" | awk '$2 == "s" { n += ($1 == "start") ? 1 : -1; if (n > p) p = n } END { print p }')
+expect_eq "$SERIAL_PEAK" 1 "one at a time in the serial group"
 check "60 items one after the other in under 4 s, not a poll apart ($SSPAN s)" \
     [ "$(awk -v s="$SSPAN" 'BEGIN { print (s < 4) }')" = 1 ]
 
