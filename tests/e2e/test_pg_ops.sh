@@ -2,7 +2,8 @@
 # Operating a fleet on PostgreSQL (SPEC 7.5, 8.2, 8.4), read back with psql:
 #   - the schema's upgrade from version 1 (the operator functions and the
 #     signals table come with version 2), 2 and 3 (version 4: the hot tables'
-#     autovacuum without cost delay), 4 (version 5: the claim's room_of);
+#     autovacuum without cost delay), 4 (version 5: the claim's room_of), 5 (version 6:
+#     finish() hands items over);
 #   - the operator commands with only the URL, no runner: items (text,
 #     --json, --state, --limit), remove, retry KEY and --all, purge-dead,
 #     pause/resume, and their refusals (exit 1, unknown queue or key);
@@ -27,7 +28,7 @@ q() { pg_psql "$DB" "$1"; }
 # ---- the upgrade from version 1 ------------------------------------------------
 UP=$(pg_fresh_db)
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" created (version 5)' "a new schema is version 5"
+expect_eq "$OUT" 'schema "wqrun" created (version 6)' "a new schema is version 6"
 # Back to version 1's tables (the functions are made anew by every migration).
 V1="drop table wqrun.signals, wqrun.groups cascade; drop function wqrun.pause, wqrun.remove, wqrun.cancel,
   wqrun.retry_dead, wqrun.purge_dead, wqrun.known_queue, wqrun.check_queue;
@@ -40,18 +41,18 @@ V1="drop table wqrun.signals, wqrun.groups cascade; drop function wqrun.pause, w
 pg_psql "$UP" "$V1" >/dev/null
 run add --db "$UP" w k1
 expect_rc 0 "a command upgrades a version 1 schema first"
-expect_eq "$(pg_psql "$UP" "select value from wqrun.meta where key = 'schema_version'")" 5 \
-    "upgraded to version 5"
+expect_eq "$(pg_psql "$UP" "select value from wqrun.meta where key = 'schema_version'")" 6 \
+    "upgraded to version 6"
 expect_eq "$(pg_psql "$UP" "select wqrun.remove('w', 'k1')")" removed "the version 2 functions work"
 pg_psql "$UP" "$V1" >/dev/null
 run migrate --db "$UP"
 expect_rc 0 "migrate a version 1 schema"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 1 to 5' "migrate says what it did"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 1 to 6' "migrate says what it did"
 # Version 2 had add() without unique_add: its functions are replaced, the new one works.
 pg_psql "$UP" "drop function wqrun.add(text, text, jsonb, double precision, integer, text, boolean, boolean);
   update wqrun.meta set value = '2' where key = 'schema_version'" >/dev/null
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 2 to 5' "a version 2 schema is upgraded"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 2 to 6' "a version 2 schema is upgraded"
 expect_eq "$(pg_psql "$UP" "select wqrun.add('w', 'u1'), wqrun.add('w', 'u1', unique_add => true)")" \
     "queued|skipped: pending" "wqrun.add(..., unique_add => true) leaves a pending key alone"
 # Version 3 ran the hot tables' autovacuum with the default cost delay; 4 without.
@@ -64,12 +65,12 @@ expect_eq "$(pg_psql "$UP" "$RELOPTS" | grep -c 'autovacuum_vacuum_cost_delay')"
 run add --db "$UP" w v3item
 expect_rc 0 "a command on a version 3 schema"
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" is up to date (version 5)' "the command upgraded it first"
+expect_eq "$OUT" 'schema "wqrun" is up to date (version 6)' "the command upgraded it first"
 pg_psql "$UP" "alter table wqrun.jobs reset (autovacuum_vacuum_cost_delay);
   alter table wqrun.groups reset (autovacuum_vacuum_cost_delay);
   update wqrun.meta set value = '3' where key = 'schema_version'" >/dev/null
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 3 to 5' "a version 3 schema is upgraded"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 3 to 6' "a version 3 schema is upgraded"
 expect_eq "$(pg_psql "$UP" "$RELOPTS" | sed 's/fillfactor=[0-9]*,\{0,1\}//; s/autovacuum_[a-z_]*scale_factor=[0-9.]*,\{0,1\}//g')" \
     "groups:autovacuum_vacuum_cost_delay=0
 jobs:autovacuum_vacuum_cost_delay=0" "version 4: jobs and groups vacuum without cost delay"
@@ -79,12 +80,23 @@ pg_psql "$UP" "create function wqrun.room(p_queue text, p_grps text[]) returns t
   language sql as 'select null::text'; drop index wqrun.groups_rated;
   update wqrun.meta set value = '4' where key = 'schema_version'" >/dev/null
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 4 to 5' "a version 4 schema is upgraded"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 4 to 6' "a version 4 schema is upgraded"
 expect_eq "$(pg_psql "$UP" "select string_agg(proname, ',' order by proname) from pg_proc
   where pronamespace = 'wqrun'::regnamespace and proname in ('room', 'room_of')")" room_of \
     "version 5: room() is gone, room_of() is there"
 expect_eq "$(pg_psql "$UP" "select count(*) from pg_indexes where schemaname = 'wqrun' and indexname = 'groups_rated'")" 1 \
     "version 5: the index of the groups with a rate of their own"
+# Version 5's finish() returned the count of stale outcomes; 6 returns the items it hands over.
+pg_psql "$UP" "drop function wqrun.finish(text, bigint, text[], bigint[], smallint[], double precision[],
+    integer[], text[], jsonb[], jsonb[], integer);
+  create function wqrun.finish(text, bigint, text[], bigint[], smallint[], double precision[],
+    integer[], text[], jsonb[], jsonb[] default null) returns integer language sql as 'select 0';
+  update wqrun.meta set value = '5' where key = 'schema_version'" >/dev/null
+run migrate --db "$UP"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 5 to 6' "a version 5 schema is upgraded"
+expect_eq "$(pg_psql "$UP" "select pronargs || ':' || (pg_get_function_result(oid) like 'TABLE(o_stale integer, o_key text%') from pg_proc
+  where pronamespace = 'wqrun'::regnamespace and proname = 'finish'")" "11:true" \
+    "version 6: one finish(), with p_take, returning the items it hands over"
 
 # ---- the commands with only the URL ----------------------------------------------
 run add --db "$DB" w a '{"n":1}'

@@ -194,6 +194,10 @@ typedef struct pgq {
     int64_t full_took; /* and how long its round trip took */
     int db_rows;       /* the database may hold rows of the queue */
     size_t adds_out;   /* adds to it not yet committed */
+    /* Limited queues: the outcomes in flight also claim up to take_sent items for this
+     * runner (take_out until they commit: claims ask for that many less meanwhile); handed:
+     * how many they did. */
+    size_t take_out, take_sent, handed;
     struct pgq *next;
 } pgq;
 
@@ -592,7 +596,7 @@ static void release_unstarted(pgq *q)
     }
 }
 
-static int send_finish(pgb *b, pgq *q, wq_pgconn *conn)
+static int send_finish(pgb *b, pgq *q, wq_pgconn *conn, size_t take)
 {
     if (!q->nsent)
         return 0;
@@ -636,9 +640,16 @@ static int send_finish(pgb *b, pgq *q, wq_pgconn *conn)
     int r = -1;
     if (!keys.oom && !toks.oom && !kinds.oom && !delays.oom && !reqs.oom && !errs.oom &&
         !pays.oom && !done.oom) {
-        const char *v[10] = {q->name,  b->runner_id_s, keys.p, toks.p, kinds.p,
-                             delays.p, reqs.p,         errs.p, pays.p, any_done ? done.p : NULL};
-        r = wq_pgconn_send(conn, wq_pg_stmts[PGS_FINISH].name, NULL, 10, v, finish_result, q);
+        char tk[24];
+        snprintf(tk, sizeof tk, "%zu", take);
+        const char *v[11] = {q->name,  b->runner_id_s, keys.p, toks.p, kinds.p,
+                             delays.p, reqs.p,         errs.p, pays.p, any_done ? done.p : NULL,
+                             tk};
+        r = wq_pgconn_send(conn, wq_pg_stmts[PGS_FINISH].name, NULL, 11, v, finish_result, q);
+        if (r == 0) {
+            q->take_out = q->take_sent = take;
+            q->handed = 0;
+        }
     }
     free(keys.p);
     free(toks.p);
@@ -778,7 +789,18 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
             if (b->stopping && q->q)
                 release_unstarted(q);
             if (q->nsent) {
-                if (send_finish(b, q, oc) < 0)
+                /* A limited queue's outcomes claim what this runner can start now (that no
+                 * claim in flight asked for) in the same transaction: the next items of
+                 * their groups, handed over in the slots they free, and what else is first. */
+                size_t take = 0;
+                if (q->limited && !b->stopping && !q->stopped && q->q && q->hooks.demand) {
+                    take = q->hooks.demand(q->hooks.ud);
+                    size_t asked = q->claiming ? q->claim_want : 0;
+                    take = take > asked ? take - asked : 0;
+                    if (take > CLAIM_MAX)
+                        take = CLAIM_MAX;
+                }
+                if (send_finish(b, q, oc, take) < 0)
                     return;
                 any = 1;
             }
@@ -802,6 +824,7 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
         if (b->stopping || q->stopped || !q->hooks.demand)
             continue;
         size_t want = q->hooks.demand(q->hooks.ud);
+        want = want > q->take_out ? want - q->take_out : 0; /* the finish in flight brings them */
         q->want_waiting = want > 0;
         int is_due = q->due_at && now_real >= q->due_at;
         if (want > 0 &&
@@ -944,21 +967,6 @@ static void adds_synced(void *ud, int ok)
         b->st.commits++;
 }
 
-static void finish_result(void *ud, PGresult *res)
-{
-    pgq *q = ud;
-    if (res && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
-        long stale = atol(PQgetvalue(res, 0, 0));
-        if (stale > 0) {
-            q->b->st.stale_outcomes += (uint64_t)stale;
-            logf_(q->b, WQ_LOG_WARN,
-                  "%s: %ld outcome(s) discarded: their items had been taken over", q->name, stale);
-        }
-    } else if (res) {
-        set_err(q->b, "cannot write outcomes: %s", PQresultErrorMessage(res));
-    }
-}
-
 typedef struct row {
     int i;
     int32_t prio;
@@ -976,52 +984,43 @@ static int cmp_rows(const void *a, const void *b)
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-static void claim_result(void *ud, PGresult *res)
+/* Hands the items claimed for this runner in res (PGS_CLAIM's columns from c0 on; a row
+ * without a key is not one) to the runtime, in claim order. Returns how many rows were
+ * items; *last: the last of them in that order (-1 none). */
+static int accept_claims(pgq *q, PGresult *res, int c0, int *last)
 {
-    pgq *q = ud;
-    q->claiming = 0;
-    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK) {
-        if (res && PQresultStatus(res) == PGRES_FATAL_ERROR)
-            logf_(q->b, WQ_LOG_WARN, "%s: claim failed: %s", q->name, PQresultErrorMessage(res));
-        return;
+    int nrows = PQntuples(res), n = 0;
+    claim_row *rows = nrows ? malloc((size_t)nrows * sizeof *rows) : NULL;
+    for (int i = 0; i < nrows; i++) {
+        if (PQgetisnull(res, i, c0))
+            continue;
+        if (rows)
+            rows[n] =
+                (claim_row){i, (int32_t)atol(PQgetvalue(res, i, c0 + 2)),
+                            atof(PQgetvalue(res, i, c0 + 7)), atoll(PQgetvalue(res, i, c0 + 8))};
+        n++;
     }
-    int n = PQntuples(res);
-    q->b->st.claims += (uint64_t)n;
-    int64_t took = real_ns() - q->claim_sent;
-    wq_histogram_observe(&q->b->st.claim_latency, (double)took / 1e9);
-    if (!q->claim_from)
-        q->full_took = took;
-    if (!q->q || !q->hooks.claimed)
-        return; /* detached meanwhile: the release at close hands them back */
-    claim_row *rows = n ? malloc((size_t)n * sizeof *rows) : NULL;
-    for (int i = 0; rows && i < n; i++)
-        rows[i] = (claim_row){i, (int32_t)atol(PQgetvalue(res, i, 2)), atof(PQgetvalue(res, i, 7)),
-                              atoll(PQgetvalue(res, i, 8))};
     if (rows)
         qsort(rows, (size_t)n, sizeof *rows, cmp_rows);
-    /* Came back full: the next claim may start after its last item. */
-    q->hint = rows && n > 0 && (size_t)n >= q->claim_want;
-    if (q->hint) {
-        int last = rows[n - 1].i;
-        snprintf(q->hint_prio, sizeof q->hint_prio, "%s", PQgetvalue(res, last, 2));
-        snprintf(q->hint_at, sizeof q->hint_at, "%s", PQgetvalue(res, last, 7));
-        snprintf(q->hint_seq, sizeof q->hint_seq, "%s", PQgetvalue(res, last, 8));
-    }
-    for (int k = 0; k < n; k++) {
+    *last = rows && n > 0 ? rows[n - 1].i : -1;
+    q->b->st.claims += (uint64_t)n;
+    for (int k = 0; k < (rows ? n : nrows); k++) {
         int i = rows ? rows[k].i : k;
+        if (PQgetisnull(res, i, c0) || !q->q || !q->hooks.claimed)
+            continue; /* detached meanwhile: the release at close hands them back */
         wq_claimed c = {0};
-        c.key = PQgetvalue(res, i, 0);
-        c.keylen = (size_t)PQgetlength(res, i, 0);
-        if (!PQgetisnull(res, i, 1)) {
-            c.payload = PQgetvalue(res, i, 1);
-            c.paylen = (size_t)PQgetlength(res, i, 1);
+        c.key = PQgetvalue(res, i, c0);
+        c.keylen = (size_t)PQgetlength(res, i, c0);
+        if (!PQgetisnull(res, i, c0 + 1)) {
+            c.payload = PQgetvalue(res, i, c0 + 1);
+            c.paylen = (size_t)PQgetlength(res, i, c0 + 1);
         }
-        c.priority = (int32_t)atol(PQgetvalue(res, i, 2));
-        c.requeues = atoll(PQgetvalue(res, i, 4));
-        c.enqueued_at = atof(PQgetvalue(res, i, 5));
-        if (!PQgetisnull(res, i, 6)) {
-            c.grp = PQgetvalue(res, i, 6);
-            c.grplen = (size_t)PQgetlength(res, i, 6);
+        c.priority = (int32_t)atol(PQgetvalue(res, i, c0 + 2));
+        c.requeues = atoll(PQgetvalue(res, i, c0 + 4));
+        c.enqueued_at = atof(PQgetvalue(res, i, c0 + 5));
+        if (!PQgetisnull(res, i, c0 + 6)) {
+            c.grp = PQgetvalue(res, i, c0 + 6);
+            c.grplen = (size_t)PQgetlength(res, i, c0 + 6);
         }
         uint32_t slot;
         int ok = new_slot(q, &slot) == 0;
@@ -1039,17 +1038,57 @@ static void claim_result(void *ud, PGresult *res)
         *v = slot;
         q->claims[slot] = (claim){.key = key,
                                   .keylen = c.keylen,
-                                  .token = atoll(PQgetvalue(res, i, 3)),
+                                  .token = atoll(PQgetvalue(res, i, c0 + 3)),
                                   .requeues = c.requeues,
                                   .new_requeues = -1,
                                   .payhash = c.payload ? hash_bytes(c.payload, c.paylen) : 0,
                                   .used = 1};
-        if (q->hooks.claimed(q->hooks.ud, &c) < 0) {
+        if (q->hooks.claimed(q->hooks.ud, &c) < 0)
             drop_claim(q, slot, 1);
-            continue;
-        }
     }
     free(rows);
+    return n;
+}
+
+static void finish_result(void *ud, PGresult *res)
+{
+    pgq *q = ud;
+    if (res && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) >= 1) {
+        int last;
+        q->handed = (size_t)accept_claims(q, res, 1, &last);
+        int i = PQntuples(res) - 1;
+        long stale = PQgetisnull(res, i, 0) ? 0 : atol(PQgetvalue(res, i, 0));
+        if (stale > 0) {
+            q->b->st.stale_outcomes += (uint64_t)stale;
+            logf_(q->b, WQ_LOG_WARN,
+                  "%s: %ld outcome(s) discarded: their items had been taken over", q->name, stale);
+        }
+    } else if (res) {
+        set_err(q->b, "cannot write outcomes: %s", PQresultErrorMessage(res));
+    }
+}
+
+static void claim_result(void *ud, PGresult *res)
+{
+    pgq *q = ud;
+    q->claiming = 0;
+    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK) {
+        if (res && PQresultStatus(res) == PGRES_FATAL_ERROR)
+            logf_(q->b, WQ_LOG_WARN, "%s: claim failed: %s", q->name, PQresultErrorMessage(res));
+        return;
+    }
+    int64_t took = real_ns() - q->claim_sent;
+    wq_histogram_observe(&q->b->st.claim_latency, (double)took / 1e9);
+    if (!q->claim_from)
+        q->full_took = took;
+    int last, n = accept_claims(q, res, 0, &last);
+    /* Came back full: the next claim may start after its last item. */
+    q->hint = last >= 0 && (size_t)n >= q->claim_want;
+    if (q->hint) {
+        snprintf(q->hint_prio, sizeof q->hint_prio, "%s", PQgetvalue(res, last, 2));
+        snprintf(q->hint_at, sizeof q->hint_at, "%s", PQgetvalue(res, last, 7));
+        snprintf(q->hint_seq, sizeof q->hint_seq, "%s", PQgetvalue(res, last, 8));
+    }
     /* Some: there may be more; none: wait for a notification (say so to producers) or the
      * next delayed item. */
     q->more = n > 0;
@@ -1101,6 +1140,8 @@ static void outcomes_synced(void *ud, int ok)
 {
     pgb *b = ud;
     b->out_flight = 0;
+    for (pgq *q = b->queues; q; q = q->next)
+        q->take_out = 0;
     double dt = wall_s() - b->cycle_started;
     wq_histogram_observe(&b->st.commit_latency, dt);
     b->st.commit_seconds_sum += dt;
@@ -1116,9 +1157,10 @@ static void outcomes_synced(void *ud, int ok)
                 drop_claim(q, o->slot, 1);
             }
             b->st.rows_written += q->nsent;
-            /* An outcome in a limited queue frees its group's slot and makes the next held
-             * item claimable: claim now, not at the next poll. */
-            if (q->limited && q->nsent)
+            /* An outcome in a limited queue frees its group's slot and may make the next
+             * held item claimable: unless the transaction claimed for this runner (then it
+             * took what it could), claim now, not at the next poll. */
+            if (q->limited && q->nsent && !q->take_sent)
                 q->more = 1;
             q->nsent = 0;
         } else if (q->nsent) {

@@ -152,6 +152,18 @@ static const char *const schema_v5 =
     "UPDATE @S.meta SET value = '5' WHERE key = 'schema_version';\n";
 
 /*
+ * Version 5 -> 6: hand-offs (issue 17). finish() takes how many items the
+ * runner can start now and returns, besides the count of stale outcomes, the
+ * held items it handed to the runner in the slots its outcomes freed: one
+ * write per grouped item instead of an unhold, a claim and two counter
+ * updates of the group's row.
+ */
+static const char *const schema_v6 =
+    "DROP FUNCTION IF EXISTS @S.finish(text, bigint, text[], bigint[], smallint[],\n"
+    "  double precision[], integer[], text[], jsonb[], jsonb[]);\n"
+    "UPDATE @S.meta SET value = '6' WHERE key = 'schema_version';\n";
+
+/*
  * The functions, as this version of wqrun defines them: created (or
  * replaced) after every migration, so they always match the binary. A
  * migration drops those whose parameters change.
@@ -567,20 +579,26 @@ static const char *const functions =
     "  END LOOP;\n"
     "  RETURN coalesce(to_jsonb(v_out), '[]'::jsonb);\n"
     "END $fn$;\n"
-    /* finish: outcomes of claimed items, fenced by token; returns how many were stale. One
-     * primary-key statement per item: its plan cannot depend on statistics. p_done (keep_done)
-     * holds, per item, what a success leaves in `done`: its result, JSON null for none, or
-     * SQL NULL for nothing (the whole array NULL when the queue keeps nothing). */
+    /* finish: outcomes of claimed items, fenced by token, and the held items handed to the
+     * runner in the slots they freed (as a claim returns them), then one row with o_stale:
+     * how many outcomes were stale. One primary-key statement per item: its plan cannot
+     * depend on statistics. p_done (keep_done) holds, per item, what a success leaves in
+     * `done`: its result, JSON null for none, or SQL NULL for nothing (the whole array NULL
+     * when the queue keeps nothing); p_take: how many items the runner can start now. */
     "CREATE OR REPLACE FUNCTION @S.finish(p_queue text, p_runner bigint, p_keys text[], p_tokens "
     "bigint[],\n"
     "    p_kinds smallint[], p_delays double precision[], p_requeues integer[], p_errors text[],\n"
-    "    p_payloads jsonb[], p_done jsonb[] DEFAULT NULL) RETURNS integer LANGUAGE plpgsql AS "
-    "$fn$\n"
+    "    p_payloads jsonb[], p_done jsonb[] DEFAULT NULL, p_take integer DEFAULT 0)\n"
+    "RETURNS TABLE (o_stale integer, o_key text, o_payload jsonb, o_priority integer, o_token "
+    "bigint,\n"
+    "    o_requeues integer, o_enqueued double precision, o_grp text, o_run_at double precision,\n"
+    "    o_seq bigint) LANGUAGE plpgsql AS $fn$\n"
     "DECLARE\n"
     "  v_now timestamptz := now();\n"
     "  v_dead boolean := EXISTS (SELECT 1 FROM @S.dead d WHERE d.queue = p_queue);\n"
     "  n integer := 0; k smallint; v_payload jsonb; v_retry timestamptz; o record;\n"
-    "  v_gone text[]; v_grps text[]; v_grp text;\n"
+    "  v_gone text[]; v_grps text[]; v_grp text; q @S.queues%ROWTYPE;\n"
+    "  v_hand tid[]; v_hg text[]; v_nc bigint := 0;\n"
     "BEGIN\n"
     "  -- The common case in one statement: successes with nothing pending after them. A token\n"
     "  -- is unique to one claim, so key and token matching each some pair is that pair. Each\n"
@@ -595,8 +613,7 @@ static const char *const functions =
     "       WHERE u.kind IN (0, 1)))\n"
     "      AND j.token = ANY (p_tokens) AND j.running AND NOT j.dirty AND j.delay_at IS NULL\n"
     "      RETURNING j.key, j.grp)\n"
-    "  SELECT coalesce(array_agg(g.key), '{}'), array_agg(g.grp) FILTER (WHERE g.grp IS NOT "
-    "NULL)\n"
+    "  SELECT coalesce(array_agg(g.key), '{}'), array_agg(g.grp) FILTER (WHERE g.grp IS NOT NULL)\n"
     "    INTO v_gone, v_grps FROM g;\n"
     "  n := cardinality(v_gone);\n"
     "  IF v_dead AND n > 0 THEN\n"
@@ -610,15 +627,11 @@ static const char *const functions =
     "      ON CONFLICT (queue, key) DO UPDATE SET finished_at = EXCLUDED.finished_at,\n"
     "        result = EXCLUDED.result;\n"
     "  END IF;\n"
-    "  IF n = coalesce(cardinality(p_keys), 0) THEN\n"
-    "    IF v_grps IS NOT NULL THEN PERFORM @S.ungroup(p_queue, v_grps); END IF;\n"
-    "    RETURN 0;\n"
-    "  END IF;\n"
     "  -- the rest one by one (one pass over the arrays: subscripting one copies it)\n"
-    "  FOR o IN SELECT * FROM unnest(p_keys, p_tokens, p_kinds, p_delays, p_requeues, "
-    "p_errors,\n"
-    "                                p_payloads, p_done) AS u(key, token, kind, delay, "
-    "requeues, err,\n"
+    "  IF n < coalesce(cardinality(p_keys), 0) THEN\n"
+    "  FOR o IN SELECT * FROM unnest(p_keys, p_tokens, p_kinds, p_delays, p_requeues, p_errors,\n"
+    "                                p_payloads, p_done) AS u(key, token, kind, delay, requeues, "
+    "err,\n"
     "                                payload, res) LOOP\n"
     "    k := o.kind;\n"
     "    IF k IN (0, 1) AND o.key = ANY (v_gone) THEN CONTINUE; END IF;\n"
@@ -633,10 +646,9 @@ static const char *const functions =
     "      UPDATE @S.jobs j SET running = false, runner = NULL, token = NULL, claimed_at = NULL,\n"
     "          crashes = CASE WHEN k = 4 THEN j.crashes ELSE 0 END,\n"
     "          dirty = CASE WHEN k = 4 THEN j.dirty ELSE false END,\n"
-    "          requeues = CASE WHEN k IN (0, 4) THEN j.requeues WHEN k = 2 THEN o.requeues "
-    "ELSE 0 END,\n"
-    "          last_error = CASE WHEN k IN (0, 4) THEN j.last_error WHEN k = 2 THEN o.err "
+    "          requeues = CASE WHEN k IN (0, 4) THEN j.requeues WHEN k = 2 THEN o.requeues ELSE 0 "
     "END,\n"
+    "          last_error = CASE WHEN k IN (0, 4) THEN j.last_error WHEN k = 2 THEN o.err END,\n"
     "          payload = coalesce(o.payload, j.payload),\n"
     "          -- again: re-added (or a delayed add came due) while running: queued now\n"
     "          run_at = CASE WHEN k = 4 THEN j.run_at\n"
@@ -647,8 +659,7 @@ static const char *const functions =
     "                            least(v_retry, CASE WHEN j.delay_at > v_now THEN j.delay_at END)\n"
     "                     END,\n"
     "          seq = CASE WHEN k = 4 THEN j.seq ELSE nextval('@S.seq') END\n"
-    "        WHERE j.queue = p_queue AND j.key = o.key AND j.token = o.token AND "
-    "j.running\n"
+    "        WHERE j.queue = p_queue AND j.key = o.key AND j.token = o.token AND j.running\n"
     "        RETURNING j.payload, j.grp INTO v_payload, v_grp;\n"
     "      IF NOT FOUND THEN CONTINUE; END IF; -- stale: taken over meanwhile\n"
     "    END IF;\n"
@@ -671,8 +682,62 @@ static const char *const functions =
     "          result = EXCLUDED.result;\n"
     "    END IF;\n"
     "  END LOOP;\n"
+    "  END IF;\n"
+    "  -- The runner can start p_take items now: the first p_take in priority then FIFO order\n"
+    "  -- among the next held items of the groups these outcomes freed slots in (the heads) and\n"
+    "  -- the items claimable now. A head among them is handed over: claimed for this runner at\n"
+    "  -- once, in its group's freed slot, whose count of running items stays as it is (one out,\n"
+    "  -- one in), so the group's row is neither written nor locked. The claimable ones among\n"
+    "  -- them are claimed as claim() does, after the other freed slots are counted down. Heads\n"
+    "  -- of groups with a rate, and queues with one, go through claim() (budgets are counted\n"
+    "  -- there).\n"
+    "  IF p_take > 0 THEN\n"
+    "    SELECT * INTO q FROM @S.queues x WHERE x.name = p_queue;\n"
+    "    IF q.q_rate > 0 THEN\n"
+    "      v_nc := p_take;\n"
+    "    ELSIF NOT q.paused AND EXISTS (SELECT 1 FROM @S.runners r WHERE r.id = p_runner) THEN\n"
+    "      SELECT array_agg(t.id) FILTER (WHERE t.head), array_agg(t.grp) FILTER (WHERE t.head),\n"
+    "             count(*) FILTER (WHERE NOT t.head)\n"
+    "        INTO v_hand, v_hg, v_nc\n"
+    "        FROM (SELECT u.head, u.id, u.grp FROM (\n"
+    "                SELECT true AS head, h.id, f.g AS grp, h.priority, h.run_at, h.seq\n"
+    "                  FROM (SELECT g, count(*) AS n FROM unnest(v_grps) g GROUP BY g) f\n"
+    "                  CROSS JOIN LATERAL (SELECT x FROM @S.groups x WHERE x.queue = p_queue\n"
+    "                      AND x.grp = f.g AND NOT coalesce(@S.rate_of(x, q) > 0, false)) gx\n"
+    "                  CROSS JOIN LATERAL (SELECT h.ctid AS id, h.priority, h.run_at, h.seq\n"
+    "                      FROM @S.jobs h WHERE h.queue = p_queue AND h.grp = f.g AND h.held\n"
+    "                      ORDER BY h.priority DESC, h.run_at, h.seq\n"
+    "                      LIMIT greatest(0, least(f.n, @S.room_of(gx.x, q) + f.n))::integer\n"
+    "                      FOR UPDATE SKIP LOCKED) h\n"
+    "                UNION ALL\n"
+    "                (SELECT false, NULL, NULL, j.priority, j.run_at, j.seq FROM @S.jobs j\n"
+    "                  WHERE j.queue = p_queue AND NOT j.running AND NOT j.held\n"
+    "                    AND j.run_at <= v_now\n"
+    "                  ORDER BY j.priority DESC, j.run_at, j.seq LIMIT p_take)) u\n"
+    "              ORDER BY u.priority DESC, u.run_at, u.seq LIMIT p_take) t;\n"
+    "      -- (heads locked and not taken are the ones ungroup() below makes claimable)\n"
+    "      IF v_hand IS NOT NULL THEN\n"
+    "        RETURN QUERY UPDATE @S.jobs j SET held = false, running = true, runner = p_runner,\n"
+    "            token = nextval('@S.token'), claimed_at = v_now,\n"
+    "            delay_at = CASE WHEN j.delay_at <= v_now THEN NULL ELSE j.delay_at END\n"
+    "          WHERE j.ctid = ANY (v_hand) RETURNING NULL::integer, j.key, j.payload, j.priority,\n"
+    "            j.token, j.requeues, extract(epoch FROM j.enqueued_at)::float8, j.grp,\n"
+    "            extract(epoch FROM j.run_at)::float8, j.seq;\n"
+    "        -- the freed slots no head took: counted down as usual\n"
+    "        SELECT array_agg(f.g) INTO v_grps\n"
+    "          FROM (SELECT g, count(*) AS n FROM unnest(v_grps) g GROUP BY g) f\n"
+    "          LEFT JOIN (SELECT g, count(*) AS m FROM unnest(v_hg) g GROUP BY g) t USING (g)\n"
+    "          CROSS JOIN LATERAL generate_series(1, f.n - coalesce(t.m, 0)) r;\n"
+    "      END IF;\n"
+    "    END IF;\n"
+    "  END IF;\n"
     "  IF v_grps IS NOT NULL THEN PERFORM @S.ungroup(p_queue, v_grps); END IF;\n"
-    "  RETURN coalesce(cardinality(p_keys), 0) - n;\n"
+    "  IF v_nc > 0 THEN\n"
+    "    RETURN QUERY SELECT NULL::integer, c.* FROM @S.claim(p_queue, v_nc::integer, p_runner) "
+    "c;\n"
+    "  END IF;\n"
+    "  o_stale := coalesce(cardinality(p_keys), 0) - n;\n"
+    "  RETURN NEXT;\n"
     "END $fn$;\n"
     /* reap: runners that died (their session lock is gone: killed, connection reset) or went
      * silent past their lease give their running items back. */
@@ -835,8 +900,8 @@ static const char *const functions =
     "  SELECT count(*)::integer FROM d $fn$;\n";
 
 /* The migrations: migrations[v - 1] takes version v - 1 to v. */
-static const char *const *const migrations[] = {&schema_v1, &schema_v2, &schema_v3, &schema_v4,
-                                                &schema_v5};
+static const char *const *const migrations[] = {&schema_v1, &schema_v2, &schema_v3,
+                                                &schema_v4, &schema_v5, &schema_v6};
 
 /* The claims of a queue without limits: CLAIM_PICK is a CTE NAME of up to $2 due, unlocked
  * items of queue $1 matching WHERE, in ORDER (locked); CLAIM_MARK hands the first $2 of the
@@ -888,7 +953,9 @@ const wq_pg_stmt wq_pg_stmts[PGS_COUNT] = {
      * their head, this priority from the given position on, so that the entries of items
      * claimed before it are not walked again. */
     [PGS_CLAIM_FROM] = {"wq_claim_from", claim_from_sql},
-    [PGS_FINISH] = {"wq_finish", "SELECT @S.finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"},
+    [PGS_FINISH] =
+        {"wq_finish",
+         "SELECT * FROM @S.finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::integer)"},
     [PGS_ADD_MANY] = {"wq_add_many", "SELECT @S.add_many($1::jsonb)"},
     [PGS_HEARTBEAT] = {"wq_heartbeat", "UPDATE @S.runners SET heartbeat_at = now(), done = $2\n"
                                        "  WHERE id = $1 RETURNING id"},

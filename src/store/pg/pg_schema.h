@@ -9,7 +9,7 @@
 #include <libpq-fe.h>
 #include <stddef.h>
 
-#define WQ_PG_SCHEMA_VERSION 5
+#define WQ_PG_SCHEMA_VERSION 6
 /* The first key of the runners' session advisory locks: pg_advisory_lock(WQ_PG_LOCK_CLASS, id). */
 #define WQ_PG_LOCK_CLASS 0x77717275 /* "wqru" */
 
@@ -38,7 +38,8 @@ typedef struct wq_pg_stmt {
 enum {
     PGS_CLAIM,     /* $1 queue, $2 limit, $3 runner: key, payload, priority, token, requeues, ... */
     PGS_FINISH,    /* $1 queue, $2 runner, arrays: keys, tokens, kinds, delays, requeues, errors,
-                    * payloads, done results */
+                    * payloads, done results; $11 items wanted: o_stale, then PGS_CLAIM's columns
+                    * (the items handed over; o_stale NULL) and one row with o_stale */
     PGS_ADD_MANY,  /* $1 jsonb array of items: jsonb array of outcomes */
     PGS_HEARTBEAT, /* $1 runner, $2 outcomes written: the row, or none when declared dead */
     PGS_REAP,      /* $1 lock class: items taken over */
