@@ -791,12 +791,18 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
             if (q->nsent) {
                 /* A limited queue's outcomes claim what this runner can start now (that no
                  * claim in flight asked for) in the same transaction: the next items of
-                 * their groups, handed over in the slots they free, and what else is first. */
+                 * their groups, handed over in the slots they free, and what else is first.
+                 * One per outcome at least while tasks wait in get (the workers of these
+                 * outcomes are on their way back there; a claim in flight may find nothing):
+                 * freed slots are not left to be claimed back the slow way. */
                 size_t take = 0;
                 if (q->limited && !b->stopping && !q->stopped && q->q && q->hooks.demand) {
-                    take = q->hooks.demand(q->hooks.ud);
+                    size_t demand = q->hooks.demand(q->hooks.ud);
                     size_t asked = q->claiming ? q->claim_want : 0;
-                    take = take > asked ? take - asked : 0;
+                    size_t floor = demand ? q->nsent : 0;
+                    take = demand > asked ? demand - asked : 0;
+                    if (take < floor)
+                        take = floor;
                     if (take > CLAIM_MAX)
                         take = CLAIM_MAX;
                 }
