@@ -173,10 +173,11 @@ static const char *const functions =
      * queue's default), how many of its items run on every runner, and how many may start
      * now within its rate (GCRA: tokens = (now - tat) * rate + burst, at most burst). Exact
      * when the caller holds the group's row lock (claims and outcomes do). Lock order, so
-     * that nothing waits in a circle: outcomes lock group rows in name order; claims run side
-     * by side and never wait for a group row or an item another transaction holds (SKIP
+     * that nothing waits in a circle: outcomes lock group rows in name order (before that
+     * only the held items they hand over, with SKIP LOCKED; after it they claim); claims run
+     * side by side and never wait for a group row or an item another transaction holds (SKIP
      * LOCKED), except for a group row another claim is creating (claims create them in name
-     * order); an add locks at most its own group's row and holds no other lock then. */
+     * order); an add locks its item's row, then at most its own group's row, last. */
     "CREATE OR REPLACE FUNCTION @S.group_state(p_queue text, p_grp text, OUT conc integer,\n"
     "    OUT rate double precision, OUT burst double precision, OUT running integer,\n"
     "    OUT tokens double precision, OUT tat timestamptz) LANGUAGE plpgsql AS $fn$\n"
@@ -459,13 +460,6 @@ static const char *const functions =
     "        AND j.grp = add.grp AND NOT j.running AND NOT j.held AND j.run_at <= v_now;\n"
     "      v_held := v_gs.running + v_nready >= coalesce(v_gs.conc, 2147483647)\n"
     "                OR v_gs.tokens <= v_nready;\n"
-    /* read without the group's lock: an outcome committing meanwhile may free a slot
-     * without seeing this row; the claims look at the group again in a second */
-    "      IF v_held THEN\n"
-    "        UPDATE @S.groups x SET wake_at = least(x.wake_at, v_now + interval '1 second')\n"
-    "          WHERE x.queue = add.queue AND x.grp = add.grp\n"
-    "            AND (x.wake_at IS NULL OR x.wake_at > v_now + interval '1 second');\n"
-    "      END IF;\n"
     "    END IF;\n"
     "  END IF;\n"
     "  LOOP\n"
@@ -476,6 +470,15 @@ static const char *const functions =
     "      ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING;\n"
     "    IF FOUND THEN\n"
     "      v_out := CASE WHEN v_ready IS NULL THEN 'queued' ELSE 'delayed' END;\n"
+    /* held as read without the group's lock: an outcome committing meanwhile may free a
+     * slot without seeing this row; the claims look at the group again in a second. The
+     * group's row is locked last (after the item's): an outcome holding it never waits for
+     * this add */
+    "      IF v_held THEN\n"
+    "        UPDATE @S.groups x SET wake_at = least(x.wake_at, v_now + interval '1 second')\n"
+    "          WHERE x.queue = add.queue AND x.grp = add.grp\n"
+    "            AND (x.wake_at IS NULL OR x.wake_at > v_now + interval '1 second');\n"
+    "      END IF;\n"
     "      EXIT;\n"
     "    END IF;\n"
     "    SELECT * INTO r FROM @S.jobs j WHERE j.queue = add.queue AND j.key = add.key FOR UPDATE;\n"
