@@ -5,6 +5,7 @@
 #
 #   WQRUN=build-rel/wqrun bench/pg/health.sh [--also NAME=OTHER_WQRUN]...
 #                                             [--rounds R] [--runners N] [--quick]
+#                                             [--set NAME=VALUE]...
 #
 # Each variant (WQRUN, named "new", and every --also binary (NAME: [a-z0-9_]), e.g. a build of
 # an older commit; their order rotates round by round) gets a fresh database
@@ -20,7 +21,8 @@
 # Every 5 s: jobs done per second (the runners' wqrun_done_total), their claim
 # round trips (wqrun_pg_claim_duration_seconds: mean, and the p50/p99 bucket,
 # whose bounds are decades), the jobs table's dead tuples and sizes.
-# --quick: 20 s normal, 40 s reader, 40 s after. --explain MS: auto_explain logs the plan of
+# --quick: 20 s normal, 40 s reader, 40 s after. --set: a server setting for the whole run
+# (ALTER SYSTEM, then a restart: shared_buffers = 1GB, say). --explain MS: auto_explain logs the plan of
 # every statement slower than MS ms, and autovacuum logs its runs, into
 # bench/pg/health-explain.log (the server's log of the whole run). --no-metrics: no /metrics scrapes (which
 # keep each runner reading the database-wide view, a pass over jobs every 2 s): jobs/s from
@@ -34,11 +36,12 @@ root=$(cd "$here/../.." && pwd)
 : "${WQRUN:?WQRUN must name the wqrun binary (build-rel/wqrun)}"
 abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 WQRUN=$(abs "$WQRUN")
-variants=() explain='' metrics=1 rounds=1 runners=2 warm=15 normal=60 reader=120 after=120 win=5 backlog=30000
+variants=() sets=() explain='' metrics=1 rounds=1 runners=2 warm=15 normal=60 reader=120 after=120 win=5 backlog=30000
 while [ $# -gt 0 ]; do
   case $1 in
   --also) variants+=("${2%%=*}=$(abs "${2#*=}")"); shift 2 ;;
   --rounds) rounds=$2; shift 2 ;;
+  --set) sets+=("$2"); shift 2 ;;
   --runners) runners=$2; shift 2 ;;
   --quick) warm=5 normal=20 reader=40 after=40; shift ;;
   --no-metrics) metrics=0; shift ;;
@@ -51,6 +54,13 @@ pgsh=$root/scripts/pg.sh
 # shellcheck source=lib.sh
 . "$here/lib.sh"
 start_rotation "$here/health-last-run.txt"
+for kv in ${sets[@]+"${sets[@]}"}; do
+  "$pgbin/psql" -qX -v ON_ERROR_STOP=1 -c "alter system set ${kv%%=*} = '${kv#*=}'" postgres
+done
+if [ ${#sets[@]} -gt 0 ]; then
+  "$pgsh" restart "$WQ_PG_DIR" >/dev/null
+  say "# server settings: ${sets[*]}"
+fi
 if [ -n "$explain" ]; then
   # New sessions load auto_explain: the runners' prepared claims are logged with the plan
   # they ran (generic or custom) when slower than $explain ms.
