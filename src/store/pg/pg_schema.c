@@ -152,11 +152,12 @@ static const char *const schema_v5 =
     "UPDATE @S.meta SET value = '5' WHERE key = 'schema_version';\n";
 
 /*
- * Version 5 -> 6: hand-offs (issue 17). finish() takes how many items the
- * runner can start now and returns, besides the count of stale outcomes, the
- * held items it handed to the runner in the slots its outcomes freed: one
- * write per grouped item instead of an unhold, a claim and two counter
- * updates of the group's row.
+ * Version 5 -> 6: outcomes that claim (issue 17). finish() takes how many
+ * items the runner can start now and returns, besides the count of stale
+ * outcomes, the items it claimed for the runner: above all the next held
+ * items of the groups whose slots its outcomes freed, handed over in those
+ * slots (one write per grouped item instead of an unhold, a claim and two
+ * updates of the group's row).
  */
 static const char *const schema_v6 =
     "DROP FUNCTION IF EXISTS @S.finish(text, bigint, text[], bigint[], smallint[],\n"
@@ -582,8 +583,8 @@ static const char *const functions =
     "  END LOOP;\n"
     "  RETURN coalesce(to_jsonb(v_out), '[]'::jsonb);\n"
     "END $fn$;\n"
-    /* finish: outcomes of claimed items, fenced by token, and the held items handed to the
-     * runner in the slots they freed (as a claim returns them), then one row with o_stale:
+    /* finish: outcomes of claimed items, fenced by token, and the items it claims for the
+     * runner (as a claim returns them: see below), then one row with o_stale:
      * how many outcomes were stale. One primary-key statement per item: its plan cannot
      * depend on statistics. p_done (keep_done) holds, per item, what a success leaves in
      * `done`: its result, JSON null for none, or SQL NULL for nothing (the whole array NULL
