@@ -119,6 +119,7 @@ gap = min(b - a for a, b in zip(sl, sl[1:]))
 print("%.1f %d %.3f %d" % (rate, peak(f), gap, len(runners)))
 PY
 read -r FRATE FPEAK SPEAK NRUN <"$TMP/crawl.txt"
+echo "# crawl: fast host $FRATE starts/s (peak $FPEAK in 1 s), slow host's closest starts $SPEAK s apart, $NRUN runners"
 LAST_CMD="crawl sweep" OUT=$(cat "$TMP/crawl.txt") ERR=""
 # With burst 1 a token not claimed within its 20 ms is lost, so the rate follows the
 # runners' claim latency: 43-49/s seen on a 2-vCPU machine loaded by other work. The

@@ -1164,9 +1164,10 @@ static void outcomes_synced(void *ud, int ok)
             }
             b->st.rows_written += q->nsent;
             /* An outcome in a limited queue frees its group's slot and may make the next
-             * held item claimable: unless the transaction claimed for this runner (then it
-             * took what it could), claim now, not at the next poll. */
-            if (q->limited && q->nsent && !q->take_sent)
+             * held item claimable, now or when its group's rate lets it: unless the
+             * transaction claimed all this runner could start, claim now (a claim that finds
+             * nothing learns when the next one is due), not at the next poll. */
+            if (q->limited && q->nsent && q->handed < q->take_sent)
                 q->more = 1;
             q->nsent = 0;
         } else if (q->nsent) {
