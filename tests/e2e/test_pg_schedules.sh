@@ -37,8 +37,11 @@ sleep 2
 N=$(grep -c '^run tick ' "$LOG")
 LAST_CMD="tick runs" OUT=$(cat "$LOG") ERR=""
 check "tick ran about once a second over 14 s ($N runs)" test "$N" -ge 11 -a "$N" -le 16
-expect_eq "$(awk '/^run tick / { if (p && $3 - p < 0.5) print "double at " $3; p = $3 }' "$LOG")" "" \
-    "never twice for one time (no two runs within 0.5 s)"
+# A time fired twice is one run more than the times that passed (one a second): a time
+# caught up late may run close to the next one, so runs are counted, not spaced.
+expect_eq "$(awk '/^run tick / { if (!n++) f = $3; l = $3 }
+    END { if (n > l - f + 1.5) printf "%d runs for the %.1f s from the first to the last\n", n, l - f }' "$LOG")" "" \
+    "never twice for one time (no more runs than times passed)"
 expect_eq "$(awk '/^run tick / { if (p && $3 - p > 2.5) print "gap before " $3; p = $3 }' "$LOG")" "" \
     "none lost while each runner in turn dies and starts (no gap over 2.5 s)"
 
