@@ -96,6 +96,9 @@ pg_wait "$DB" "select count(*) from wqrun.jobs" 0 20
 # runner stopped; what the stopping runners hand back then runs on rD below.)
 stuck=$(pg_psql "$DB" "select count(*) from wqrun.jobs")
 expect_eq "$stuck" 0 "nothing left while the runners still run ($(pg_psql "$DB" "select string_agg(key || ':' || state || ':' || dirty, ' ') from wqrun.items"))"
+# The killed runners reaped and the last one started registered, before the live ones stop
+# (a runner killed moments before the others stop is left for the next runner to reap).
+check "the killed runners were reaped" pg_wait "$DB" "select count(*) from wqrun.runners" "${#live[@]}" 10
 for r in "${live[@]}"; do kill -TERM "${RPID[$r]}"; done
 for r in "${live[@]}"; do
     wait_exit "${RPID[$r]}" 15
