@@ -830,9 +830,12 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
         if (b->stopping || q->stopped || !q->hooks.demand)
             continue;
         size_t want = q->hooks.demand(q->hooks.ud);
-        want = want > q->take_out ? want - q->take_out : 0; /* the finish in flight brings them */
-        q->want_waiting = want > 0;
         int is_due = q->due_at && now_real >= q->due_at;
+        /* the finish in flight brings them, unless an item is due now (a rate-held group's
+         * next one: a token not claimed at once is lost) */
+        if (!is_due)
+            want = want > q->take_out ? want - q->take_out : 0;
+        q->want_waiting = want > 0;
         if (want > 0 &&
             (q->more || is_due || now_real - q->last_poll >= (int64_t)POLL_MS * 1000000)) {
             if (is_due)
