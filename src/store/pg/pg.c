@@ -194,10 +194,9 @@ typedef struct pgq {
     int64_t full_took; /* and how long its round trip took */
     int db_rows;       /* the database may hold rows of the queue */
     size_t adds_out;   /* adds to it not yet committed */
-    /* Limited queues: the outcomes in flight also claim up to take_sent items for this
-     * runner (take_out until they commit: claims ask for that many less meanwhile); handed:
-     * how many they did. */
-    size_t take_out, take_sent, handed;
+    /* Limited queues: the outcomes in flight also claim up to take_out items for this
+     * runner (claims ask for that many less until they commit); handed: how many they did. */
+    size_t take_out, handed;
     struct pgq *next;
 } pgq;
 
@@ -647,7 +646,7 @@ static int send_finish(pgb *b, pgq *q, wq_pgconn *conn, size_t take)
                              tk};
         r = wq_pgconn_send(conn, wq_pg_stmts[PGS_FINISH].name, NULL, 11, v, finish_result, q);
         if (r == 0) {
-            q->take_out = q->take_sent = take;
+            q->take_out = take;
             q->handed = 0;
         }
     }
@@ -799,10 +798,10 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
                 if (q->limited && !b->stopping && !q->stopped && q->q && q->hooks.demand) {
                     size_t demand = q->hooks.demand(q->hooks.ud);
                     size_t asked = q->claiming ? q->claim_want : 0;
-                    size_t floor = demand ? q->nsent : 0;
+                    size_t at_least = demand ? q->nsent : 0;
                     take = demand > asked ? demand - asked : 0;
-                    if (take < floor)
-                        take = floor;
+                    if (take < at_least)
+                        take = at_least;
                     if (take > CLAIM_MAX)
                         take = CLAIM_MAX;
                 }
@@ -1149,8 +1148,6 @@ static void outcomes_synced(void *ud, int ok)
 {
     pgb *b = ud;
     b->out_flight = 0;
-    for (pgq *q = b->queues; q; q = q->next)
-        q->take_out = 0;
     double dt = wall_s() - b->cycle_started;
     wq_histogram_observe(&b->st.commit_latency, dt);
     b->st.commit_seconds_sum += dt;
@@ -1170,7 +1167,7 @@ static void outcomes_synced(void *ud, int ok)
              * held item claimable, now or when its group's rate lets it: unless the
              * transaction claimed all this runner could start, claim now (a claim that finds
              * nothing learns when the next one is due), not at the next poll. */
-            if (q->limited && q->nsent && q->handed < q->take_sent)
+            if (q->limited && q->nsent && q->handed < q->take_out)
                 q->more = 1;
             q->nsent = 0;
         } else if (q->nsent) {
@@ -1179,6 +1176,7 @@ static void outcomes_synced(void *ud, int ok)
              * left the engine. A stale token makes a second write harmless. */
             b->st.flush_errors++;
         }
+        q->take_out = 0; /* what it claimed is in; claims ask for all again */
     }
     if (ok) {
         b->st.commits++;
