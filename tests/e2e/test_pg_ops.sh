@@ -3,7 +3,8 @@
 #   - the schema's upgrade from version 1 (the operator functions and the
 #     signals table come with version 2), 2 and 3 (version 4: the hot tables'
 #     autovacuum without cost delay), 4 (version 5: the claim's room_of), 5 (version 6:
-#     finish() hands items over);
+#     finish() hands items over), 6 (version 7: the queues' levels and resets, for the
+#     floors the claims start at);
 #   - the operator commands with only the URL, no runner: items (text,
 #     --json, --state, --limit), remove, retry KEY and --all, purge-dead,
 #     pause/resume, and their refusals (exit 1, unknown queue or key);
@@ -28,9 +29,11 @@ q() { pg_psql "$DB" "$1"; }
 # ---- the upgrade from version 1 ------------------------------------------------
 UP=$(pg_fresh_db)
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" created (version 6)' "a new schema is version 6"
+expect_eq "$OUT" 'schema "wqrun" created (version 7)' "a new schema is version 7"
+# What version 7 added, taken away again with every older version set below.
+V6="drop table wqrun.levels; alter table wqrun.queues drop column resets;"
 # Back to version 1's tables (the functions are made anew by every migration).
-V1="drop table wqrun.signals, wqrun.groups cascade; drop function wqrun.pause, wqrun.remove, wqrun.cancel,
+V1="$V6 drop table wqrun.signals, wqrun.groups cascade; drop function wqrun.pause, wqrun.remove, wqrun.cancel,
   wqrun.retry_dead, wqrun.purge_dead, wqrun.known_queue, wqrun.check_queue;
   alter table wqrun.queues drop column keep_done, drop column g_conc, drop column g_rate,
     drop column g_burst, drop column q_rate, drop column q_burst, drop column q_tat;
@@ -41,62 +44,77 @@ V1="drop table wqrun.signals, wqrun.groups cascade; drop function wqrun.pause, w
 pg_psql "$UP" "$V1" >/dev/null
 run add --db "$UP" w k1
 expect_rc 0 "a command upgrades a version 1 schema first"
-expect_eq "$(pg_psql "$UP" "select value from wqrun.meta where key = 'schema_version'")" 6 \
-    "upgraded to version 6"
+expect_eq "$(pg_psql "$UP" "select value from wqrun.meta where key = 'schema_version'")" 7 \
+    "upgraded to version 7"
 expect_eq "$(pg_psql "$UP" "select wqrun.remove('w', 'k1')")" removed "the version 2 functions work"
 pg_psql "$UP" "$V1" >/dev/null
 run migrate --db "$UP"
 expect_rc 0 "migrate a version 1 schema"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 1 to 6' "migrate says what it did"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 1 to 7' "migrate says what it did"
 # Version 2 had add() without unique_add: its functions are replaced, the new one works.
-pg_psql "$UP" "drop function wqrun.add(text, text, jsonb, double precision, integer, text, boolean, boolean);
+pg_psql "$UP" "$V6 drop function wqrun.add(text, text, jsonb, double precision, integer, text, boolean, boolean);
   update wqrun.meta set value = '2' where key = 'schema_version'" >/dev/null
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 2 to 6' "a version 2 schema is upgraded"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 2 to 7' "a version 2 schema is upgraded"
 expect_eq "$(pg_psql "$UP" "select wqrun.add('w', 'u1'), wqrun.add('w', 'u1', unique_add => true)")" \
     "queued|skipped: pending" "wqrun.add(..., unique_add => true) leaves a pending key alone"
 # Version 3 ran the hot tables' autovacuum with the default cost delay; 4 without.
 RELOPTS="select c.relname || ':' || coalesce(array_to_string(c.reloptions, ','), '')
   from pg_class c where c.oid in ('wqrun.jobs'::regclass, 'wqrun.groups'::regclass) order by 1"
-pg_psql "$UP" "alter table wqrun.jobs reset (autovacuum_vacuum_cost_delay);
+pg_psql "$UP" "$V6 alter table wqrun.jobs reset (autovacuum_vacuum_cost_delay);
   alter table wqrun.groups reset (autovacuum_vacuum_cost_delay);
   update wqrun.meta set value = '3' where key = 'schema_version'" >/dev/null
 expect_eq "$(pg_psql "$UP" "$RELOPTS" | grep -c 'autovacuum_vacuum_cost_delay')" 0 "version 3: no cost delay set"
 run add --db "$UP" w v3item
 expect_rc 0 "a command on a version 3 schema"
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" is up to date (version 6)' "the command upgraded it first"
-pg_psql "$UP" "alter table wqrun.jobs reset (autovacuum_vacuum_cost_delay);
+expect_eq "$OUT" 'schema "wqrun" is up to date (version 7)' "the command upgraded it first"
+pg_psql "$UP" "$V6 alter table wqrun.jobs reset (autovacuum_vacuum_cost_delay);
   alter table wqrun.groups reset (autovacuum_vacuum_cost_delay);
   update wqrun.meta set value = '3' where key = 'schema_version'" >/dev/null
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 3 to 6' "a version 3 schema is upgraded"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 3 to 7' "a version 3 schema is upgraded"
 expect_eq "$(pg_psql "$UP" "$RELOPTS" | sed 's/fillfactor=[0-9]*,\{0,1\}//; s/autovacuum_[a-z_]*scale_factor=[0-9.]*,\{0,1\}//g')" \
     "groups:autovacuum_vacuum_cost_delay=0
 jobs:autovacuum_vacuum_cost_delay=0" "version 4: jobs and groups vacuum without cost delay"
 expect_eq "$(pg_psql "$UP" "select key from wqrun.jobs where key = 'v3item'")" v3item "the version 3 schema's items kept"
 # Version 4's claims joined their candidates to room(queue, groups[]); 5 drops it (room_of).
-pg_psql "$UP" "create function wqrun.room(p_queue text, p_grps text[]) returns table (o_grp text)
+pg_psql "$UP" "$V6 create function wqrun.room(p_queue text, p_grps text[]) returns table (o_grp text)
   language sql as 'select null::text'; drop index wqrun.groups_rated;
   update wqrun.meta set value = '4' where key = 'schema_version'" >/dev/null
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 4 to 6' "a version 4 schema is upgraded"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 4 to 7' "a version 4 schema is upgraded"
 expect_eq "$(pg_psql "$UP" "select string_agg(proname, ',' order by proname) from pg_proc
   where pronamespace = 'wqrun'::regnamespace and proname in ('room', 'room_of')")" room_of \
     "version 5: room() is gone, room_of() is there"
 expect_eq "$(pg_psql "$UP" "select count(*) from pg_indexes where schemaname = 'wqrun' and indexname = 'groups_rated'")" 1 \
     "version 5: the index of the groups with a rate of their own"
 # Version 5's finish() returned the count of stale outcomes; 6 returns the items it hands over.
-pg_psql "$UP" "drop function wqrun.finish(text, bigint, text[], bigint[], smallint[], double precision[],
+pg_psql "$UP" "$V6 drop function wqrun.finish(text, bigint, text[], bigint[], smallint[], double precision[],
     integer[], text[], jsonb[], jsonb[], integer);
   create function wqrun.finish(text, bigint, text[], bigint[], smallint[], double precision[],
     integer[], text[], jsonb[], jsonb[] default null) returns integer language sql as 'select 0';
   update wqrun.meta set value = '5' where key = 'schema_version'" >/dev/null
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 5 to 6' "a version 5 schema is upgraded"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 5 to 7' "a version 5 schema is upgraded"
 expect_eq "$(pg_psql "$UP" "select pronargs || ':' || (pg_get_function_result(oid) like 'TABLE(o_stale integer, o_key text%') from pg_proc
   where pronamespace = 'wqrun'::regnamespace and proname = 'finish'")" "11:true" \
     "version 6: one finish(), with p_take, returning the items it hands over"
+# Version 7: the priorities the queues' items have (levels), filled from the items at the
+# upgrade, and the queues' resets; an add writes its level.
+pg_psql "$UP" "select wqrun.add('lv', 'p3', null, null, 3), wqrun.add('lv', 'p0')" >/dev/null
+pg_psql "$UP" "$V6 update wqrun.meta set value = '6' where key = 'schema_version'" >/dev/null
+run migrate --db "$UP"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 6 to 7' "a version 6 schema is upgraded"
+expect_eq "$(pg_psql "$UP" "select string_agg(priority::text, ',' order by priority) from wqrun.levels where queue = 'lv'")" \
+    "0,3" "version 7: the levels of the items there"
+pg_psql "$UP" "select wqrun.add('lv', 'p7', null, null, 7)" >/dev/null
+expect_eq "$(pg_psql "$UP" "select string_agg(priority::text, ',' order by priority) from wqrun.levels where queue = 'lv'")" \
+    "0,3,7" "version 7: an add writes a new level"
+expect_eq "$(pg_psql "$UP" "insert into wqrun.queues (name) values ('rs') returning resets" | head -1)" 0 "version 7: the queues' resets"
+expect_eq "$(pg_psql "$UP" "begin; select wqrun.add('lv', 'same-txn'); select state from wqrun.items where key = 'same-txn'; commit" | grep -v '^[A-Z]')" \
+    "queued
+queued" "version 7: an item added in the reader's own transaction is queued"
 
 # ---- the commands with only the URL ----------------------------------------------
 run add --db "$DB" w a '{"n":1}'

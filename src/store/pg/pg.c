@@ -41,6 +41,9 @@
 #define FULL_MS 2000         /* a claim from the head of the queue at least this often */
 #define REAP_MS 500          /* look for dead runners this often */
 #define PRUNE_MS 5000        /* prune expired keep_done memories this often */
+#define FLOOR_MS 250         /* a busy queue's floor moves on at most this often */
+#define FLOOR_SLACK 0.05     /* s: a floor stays this far below the clocks it is built from */
+#define FLOOR_MARKS 16
 
 /* ---- a growable byte buffer ---- */
 
@@ -193,7 +196,37 @@ typedef struct pgq {
     int64_t last_full; /* real ns of the last claim from the head */
     int64_t full_took; /* and how long its round trip took */
     int db_rows;       /* the database may hold rows of the queue */
-    size_t adds_out;   /* adds to it not yet committed */
+    /* the runtime asked (pg_pending: a run without --serve with nothing to do here) */
+    int rows_wanted;
+    size_t adds_out; /* adds to it not yet committed */
+    /* The floor of a queue without limits (pg_schema.c's schema_v7): a ready time (epoch s,
+     * -INFINITY: none yet) below which no item of the queue is pending, nor will be, save
+     * items handed back at their old places, which the queue's resets count (a claim whose
+     * resets differ starts from the head, and the floor is dropped). Claims start there.
+     * Moved on by the claims of a busy queue: each takes the database's clock, then a
+     * transaction id (every id after it is given later than that clock: a mark), and the
+     * earliest pending ready time from the floor on. Once every transaction up to a mark's
+     * id has ended (the oldest running is past it), all they wrote is seen, and what any
+     * later one writes is ready no earlier than the mark's clock: the floor goes to the
+     * earlier of the two, less FLOOR_SLACK for a clock that steps back (a larger step is
+     * seen in the clock's readings, and the floor dropped). A transaction that stays open
+     * with an id (a slow producer) holds the floor where it was; one that only reads does
+     * not. */
+    double floor_at;
+    long long floor_resets; /* the resets it holds for, -1 unknown */
+    struct {
+        uint64_t xid;
+        double at;
+        long long resets;
+    } marks[FLOOR_MARKS];
+    int nmarks;
+    unsigned floor_gen; /* a drop makes the answers of probes sent before it stale */
+    unsigned probe_gen; /* the floor_gen the probe in flight was sent at */
+    int probing;        /* 1: its transaction id came back; 2 sent */
+    uint64_t probe_xid, probe_xmin;
+    long long probe_resets;
+    double probe_clock;
+    int64_t floor_sent; /* real ns of the last probe */
     /* Limited queues: the outcomes in flight also claim up to take_out items for this
      * runner (claims ask for that many less until they commit); handed: how many they did. */
     size_t take_out, handed;
@@ -275,6 +308,11 @@ struct pgb {
     int prune_flight, prune_more;
     int64_t last_prune, last_sweep;
     int control_again; /* notified meanwhile: read them once more */
+    /* The database's clock, read first in every claim transaction (pgq's floor): the last
+     * reading, and when it was asked for and came back (real ns). */
+    double db_clock, txn_clock;
+    int64_t db_clock_recv, clock_asked;
+    int clock_in_txn; /* the claim transaction being built has asked for it */
 };
 
 /* An operator action until its transaction has committed. */
@@ -497,6 +535,9 @@ static void claim_result(void *ud, PGresult *res);
 static void outcomes_synced(void *ud, int ok);
 static void claims_synced(void *ud, int ok);
 static void next_at_result(void *ud, PGresult *res);
+static void floor_clock_result(void *ud, PGresult *res);
+static void floor_xid_result(void *ud, PGresult *res);
+static void floor_min_result(void *ud, PGresult *res);
 static void send_control(pgb *b);
 static void send_define(pgb *b, pgq *q);
 static void outbox_result(void *ud, PGresult *res);
@@ -661,20 +702,75 @@ static int send_finish(pgb *b, pgq *q, wq_pgconn *conn, size_t take)
     return r;
 }
 
+/* The first statement of every claim transaction: the database's clock, before the
+ * transaction has an id (see pgq's floor). */
+static void claim_txn_begin(pgb *b)
+{
+    if (b->clock_in_txn)
+        return;
+    if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_FLOOR_CLOCK].name, NULL, 0, NULL, floor_clock_result,
+                       b) == 0) {
+        b->clock_in_txn = 1;
+        b->clock_asked = real_ns();
+        b->txn_clock = NAN; /* until it comes back */
+    }
+}
+
+static void floor_drop(pgq *q)
+{
+    q->floor_at = -INFINITY;
+    q->nmarks = 0;
+    q->floor_gen++;
+}
+
+/* An epoch as a statement parameter (-Infinity for none). */
+static void fmt_epoch(char *buf, size_t n, double t)
+{
+    if (isinf(t))
+        snprintf(buf, n, "%s", t < 0 ? "-Infinity" : "Infinity");
+    else
+        snprintf(buf, n, "%.6f", t);
+}
+
 static void send_claim(pgb *b, pgq *q, size_t want)
 {
-    char lim[24];
+    char lim[24], fl[40], rs[24];
     q->claim_want = want > CLAIM_MAX ? (size_t)CLAIM_MAX : want;
     snprintf(lim, sizeof lim, "%zu", q->claim_want);
-    const char *v[6] = {q->name, lim, b->runner_id_s, q->hint_prio, q->hint_at, q->hint_seq};
     int64_t now = real_ns();
-    int st = q->limited ? PGS_CLAIM_GROUPED : PGS_CLAIM, n = 3;
+    int st = q->limited ? PGS_CLAIM_GROUPED : PGS_CLAIM, n = 5;
     int64_t every = (int64_t)FULL_MS * 1000000;
     if (every < 4 * q->full_took)
         every = 4 * q->full_took;
-    if (st == PGS_CLAIM && q->hint && now - q->last_full < every) {
+    if (st == PGS_CLAIM && q->hint && now - q->last_full < every)
         st = PGS_CLAIM_FROM;
-        n = 6;
+    if (st != PGS_CLAIM_GROUPED && !q->probing && (q->more || q->hint) &&
+        now - q->floor_sent >= (int64_t)FLOOR_MS * 1000000) {
+        /* a busy queue: move its floor on (the clock is this transaction's first statement) */
+        const char *pv[2] = {q->name, fl};
+        fmt_epoch(fl, sizeof fl, q->floor_at);
+        if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_FLOOR_XID].name, NULL, 1, pv, floor_xid_result,
+                           q) == 0 &&
+            wq_pgconn_send(b->c, wq_pg_stmts[PGS_FLOOR_MIN].name, NULL, 2, pv, floor_min_result,
+                           q) == 0) {
+            q->probing = 2;
+            q->probe_gen = q->floor_gen;
+            q->probe_clock = NAN;
+            q->floor_sent = now;
+        }
+    }
+    fmt_epoch(fl, sizeof fl, q->floor_at);
+    snprintf(rs, sizeof rs, "%lld", q->floor_resets);
+    const char *v[8] = {q->name, lim, b->runner_id_s, fl, rs, NULL, NULL, NULL};
+    if (st == PGS_CLAIM_GROUPED) {
+        n = 3;
+    } else if (st == PGS_CLAIM_FROM) {
+        v[3] = q->hint_prio;
+        v[4] = q->hint_at;
+        v[5] = q->hint_seq;
+        v[6] = fl;
+        v[7] = rs;
+        n = 8;
     }
     if (wq_pgconn_send(b->c, wq_pg_stmts[st].name, NULL, n, v, claim_result, q) == 0) {
         if (st == PGS_CLAIM)
@@ -839,14 +935,17 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
             (q->more || is_due || now_real - q->last_poll >= (int64_t)POLL_MS * 1000000)) {
             if (is_due)
                 q->due_at = 0;
+            claim_txn_begin(b);
             send_claim(b, q, want);
             any = 1;
         }
         if (want == 0 && q->waiting_db == 1) {
+            claim_txn_begin(b);
             send_waiting(b, q);
             any = 1;
         }
     }
+    b->clock_in_txn = 0;
     if (any && wq_pgconn_sync(b->c, claims_synced, b) == 0)
         b->claim_flight = 1;
 }
@@ -1103,8 +1202,10 @@ static void claim_result(void *ud, PGresult *res)
     int sent = 0;
     if (n == 0) {
         q->want_waiting = 1;
-        const char *v[1] = {q->name};
-        sent = wq_pgconn_send(q->b->c, wq_pg_stmts[PGS_NEXT_AT].name, NULL, 1, v, next_at_result,
+        /* whether the queue has rows at all matters only to a run that may end (the runtime
+         * asked) when none of its items runs here: under a long transaction the walk costs */
+        const char *v[2] = {q->name, q->rows_wanted && q->nclaims == q->nfree ? "true" : "false"};
+        sent = wq_pgconn_send(q->b->c, wq_pg_stmts[PGS_NEXT_AT].name, NULL, 2, v, next_at_result,
                               q) == 0;
     }
     if (q->want_waiting != q->waiting_db) {
@@ -1120,7 +1221,7 @@ static void next_at_result(void *ud, PGresult *res)
     pgq *q = ud;
     if (!res || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
         return;
-    int rows = PQgetvalue(res, 0, 0)[0] == 't';
+    int rows = PQgetisnull(res, 0, 0) ? q->db_rows : PQgetvalue(res, 0, 0)[0] == 't';
     if (rows != q->db_rows) {
         q->db_rows = rows;
         if (q->hooks.changed)
@@ -1134,13 +1235,99 @@ static void next_at_result(void *ud, PGresult *res)
     due(q, real_ns() + (int64_t)(s * 1e9));
 }
 
+/* The database's clock: a reading earlier than the last one plus the time that has passed
+ * since (less FLOOR_SLACK) means it stepped back: every floor goes. */
+static void floor_clock_result(void *ud, PGresult *res)
+{
+    pgb *b = ud;
+    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+        return;
+    double t = atof(PQgetvalue(res, 0, 0));
+    if (b->db_clock_recv &&
+        t < b->db_clock + (double)(b->clock_asked - b->db_clock_recv) / 1e9 - FLOOR_SLACK) {
+        logf_(b, WQ_LOG_WARN, "the database's clock stepped back by %.3f s",
+              b->db_clock + (double)(b->clock_asked - b->db_clock_recv) / 1e9 - t);
+        for (pgq *q = b->queues; q; q = q->next)
+            floor_drop(q);
+    }
+    b->db_clock = t;
+    b->db_clock_recv = real_ns();
+    b->txn_clock = t;
+}
+
+static void floor_xid_result(void *ud, PGresult *res)
+{
+    pgq *q = ud;
+    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
+        PQgetisnull(res, 0, 2)) {
+        q->probing = 0;
+        return;
+    }
+    q->probe_xid = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+    q->probe_xmin = strtoull(PQgetvalue(res, 0, 1), NULL, 10);
+    q->probe_resets = atoll(PQgetvalue(res, 0, 2));
+    q->probe_clock = q->b->txn_clock;
+    q->probing = 1;
+    if (q->probe_resets != q->floor_resets) {
+        /* items went back to their old places since (or the first look): from the head */
+        if (q->floor_resets >= 0 || !isinf(q->floor_at))
+            floor_drop(q);
+        q->floor_resets = q->probe_resets;
+    }
+}
+
+static void floor_min_result(void *ud, PGresult *res)
+{
+    pgq *q = ud;
+    int had = q->probing == 1;
+    q->probing = 0;
+    if (!had || !res || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+        return;
+    if (q->probe_gen != q->floor_gen) {
+        /* dropped meanwhile: the earliest times were read from a floor that is gone; the
+         * mark still counts (its clock and id hold whatever the floor) */
+        q->nmarks = 0;
+    } else {
+        double first = PQgetisnull(res, 0, 0) ? INFINITY : atof(PQgetvalue(res, 0, 0));
+        double held = PQgetisnull(res, 0, 1) ? INFINITY : atof(PQgetvalue(res, 0, 1));
+        /* the newest mark every transaction up to which has ended */
+        int m = -1;
+        for (int i = 0; i < q->nmarks; i++)
+            if (q->marks[i].xid < q->probe_xmin && q->marks[i].resets == q->probe_resets)
+                m = i;
+        if (m >= 0) {
+            double f = q->marks[m].at - FLOOR_SLACK;
+            if (first < f)
+                f = first;
+            if (held < f)
+                f = held;
+            if (f > q->floor_at)
+                q->floor_at = f;
+            memmove(q->marks, q->marks + m + 1, (size_t)(q->nmarks - m - 1) * sizeof q->marks[0]);
+            q->nmarks -= m + 1;
+        }
+    }
+    if (isnan(q->probe_clock) || q->probe_resets != q->floor_resets)
+        return;
+    if (q->nmarks == FLOOR_MARKS) {
+        memmove(q->marks, q->marks + 1, (FLOOR_MARKS - 1) * sizeof q->marks[0]);
+        q->nmarks--;
+    }
+    q->marks[q->nmarks].xid = q->probe_xid;
+    q->marks[q->nmarks].at = q->probe_clock;
+    q->marks[q->nmarks].resets = q->probe_resets;
+    q->nmarks++;
+}
+
 static void claims_synced(void *ud, int ok)
 {
     (void)ok; /* a claim that did not commit claimed nothing */
     pgb *b = ud;
     b->claim_flight = 0;
-    for (pgq *q = b->queues; q; q = q->next)
+    for (pgq *q = b->queues; q; q = q->next) {
         q->claiming = 0;
+        q->probing = 0; /* answered, or lost with the transaction */
+    }
     kick(b);
 }
 
@@ -1696,13 +1883,15 @@ static void send_view(pgb *b)
     if (!v)
         return;
     const char *s[1] = {b->schema};
-    /* the small tables first: the runners' rows are there when jobs' counts come */
+    /* On the outcomes' connection when it is up: the pass over jobs takes a while (seconds
+     * under a long transaction elsewhere) and claims must not wait behind it. The small
+     * tables first: the runners' rows are there when jobs' counts come. */
+    wq_pgconn *vc = b->c2 && wq_pgconn_up(b->c2) ? b->c2 : b->c;
     b->view_next_v = v;
-    if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_VIEW_REST].name, NULL, 1, s, view_rest_result, b) <
+    if (wq_pgconn_send(vc, wq_pg_stmts[PGS_VIEW_REST].name, NULL, 1, s, view_rest_result, b) < 0 ||
+        wq_pgconn_send(vc, wq_pg_stmts[PGS_VIEW_JOBS].name, NULL, 0, NULL, view_jobs_result, b) <
             0 ||
-        wq_pgconn_send(b->c, wq_pg_stmts[PGS_VIEW_JOBS].name, NULL, 0, NULL, view_jobs_result, b) <
-            0 ||
-        wq_pgconn_sync(b->c, view_synced, b) < 0) {
+        wq_pgconn_sync(vc, view_synced, b) < 0) {
         b->view_next_v = NULL;
         view_free(v);
         return; /* the loss handler answers what was sent; the next tick tries again */
@@ -2095,6 +2284,8 @@ static wq_bqueue *pg_attach(wq_backend *base, const char *name, wq_queue *eq,
     q->waiting_db = -1;
     q->more = 1;
     q->db_rows = 1; /* until a claim finds none */
+    q->floor_at = -INFINITY;
+    q->floor_resets = -1;
     q->next = b->queues;
     b->queues = q;
     kick(b);
@@ -2411,7 +2602,8 @@ static void pg_define(wq_bqueue *bq, const wq_queue_def *def)
 
 static int pg_pending(wq_bqueue *bq)
 {
-    const pgq *q = (const pgq *)bq;
+    pgq *q = (pgq *)bq;
+    q->rows_wanted = 1;
     return q->db_rows || q->adds_out || q->nsent || q->ntouched;
 }
 

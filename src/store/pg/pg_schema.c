@@ -165,6 +165,39 @@ static const char *const schema_v6 =
     "UPDATE @S.meta SET value = '6' WHERE key = 'schema_version';\n";
 
 /*
+ * Version 6 -> 7: claims that start at a floor (issue 17, table health). A
+ * long transaction elsewhere keeps the index entries of every item claimed
+ * after its snapshot at the head of jobs_claim; a claim from the head walked
+ * them all (seconds after a minute of traffic). Runners now keep, per queue,
+ * a ready time below which no pending item can be (pg.c's floor), and start
+ * their walks there, one priority at a time:
+ *   levels    the priorities a queue's items have had (an add writes one the
+ *             first time it sees it), so that each walk starts at (queue,
+ *             priority, floor) without walking other levels' entries;
+ *   resets    counts the times items went back at their old places (a
+ *             released claim): a floor older than the count means nothing;
+ *   ready times of new items are the clock after the transaction has its
+ *             id (clock_timestamp(), not the transaction's start), so that an
+ *             item committed later than a runner looked is never older than
+ *             what the transactions running then could have written.
+ */
+static const char *const schema_v7 =
+    "CREATE TABLE @S.levels (queue text NOT NULL, priority integer NOT NULL,\n"
+    "  PRIMARY KEY (queue, priority));\n"
+    "INSERT INTO @S.levels SELECT DISTINCT queue, priority FROM @S.jobs;\n"
+    "ALTER TABLE @S.queues ADD COLUMN resets bigint NOT NULL DEFAULT 0;\n"
+    /* an item added in the reader's own transaction is queued, not waiting (its ready time
+     * is the clock of its add, later than the transaction's start) */
+    "CREATE OR REPLACE VIEW @S.items AS SELECT queue, key, payload,\n"
+    "  CASE WHEN running THEN 'processing' WHEN run_at <= clock_timestamp() THEN 'queued'\n"
+    "    ELSE 'waiting' END AS state,\n"
+    "  CASE WHEN NOT running AND run_at > clock_timestamp() THEN run_at ELSE delay_at END\n"
+    "    AS ready_at,\n"
+    "  priority, grp, enqueued_at, requeues, last_error, requeues + 1 AS attempt, dirty,\n"
+    "  runner, token, claimed_at FROM @S.jobs;\n"
+    "UPDATE @S.meta SET value = '7' WHERE key = 'schema_version';\n";
+
+/*
  * The functions, as this version of wqrun defines them: created (or
  * replaced) after every migration, so they always match the binary. A
  * migration drops those whose parameters change.
@@ -308,7 +341,8 @@ static const char *const functions =
     "    o_requeues integer, o_enqueued double precision, o_grp text, o_run_at double "
     "precision,\n"
     "    o_seq bigint) LANGUAGE plpgsql AS $fn$\n"
-    "DECLARE q @S.queues%ROWTYPE; v_now timestamptz := now(); v_max integer := p_limit;\n"
+    "DECLARE q @S.queues%ROWTYPE; v_now timestamptz := statement_timestamp();\n"
+    "  v_max integer := p_limit;\n"
     "  v_tokens double precision; v_woken text[]; v_ids tid[]; v_grps text[]; v_room jsonb;\n"
     "  v_taken jsonb; v_adm tid[]; v_admg text[]; v_full text[]; n integer;\n"
     "BEGIN\n"
@@ -401,6 +435,8 @@ static const char *const functions =
     "           SELECT x.queue, array_agg(x.grp) AS grps, count(*) AS c FROM x GROUP BY x.queue "
     "LOOP\n"
     "    PERFORM @S.ungroup(g.queue, g.grps);\n"
+    "    -- back at their old places, maybe below runners' floors (see schema_v7)\n"
+    "    UPDATE @S.queues x SET resets = x.resets + 1 WHERE x.name = g.queue;\n"
     "    IF p_crashed THEN PERFORM pg_notify(@L, g.queue); END IF;\n"
     "    n := n + g.c;\n"
     "  END LOOP;\n"
@@ -413,7 +449,7 @@ static const char *const functions =
     "  RETURNS text LANGUAGE plpgsql AS "
     "$fn$\n"
     "DECLARE\n"
-    "  v_now timestamptz := now();\n"
+    "  v_now timestamptz;\n"
     "  v_ready timestamptz;\n"
     "  r @S.jobs%ROWTYPE;\n"
     "  v_out text;\n"
@@ -434,6 +470,9 @@ static const char *const functions =
     "    RAISE EXCEPTION 'wqrun.add: bad argument ''after_seconds'' (%)', after_seconds\n"
     "      USING ERRCODE = '22023';\n"
     "  END IF;\n"
+    /* ready times are the clock once this transaction has its id (schema_v7) */
+    "  PERFORM pg_current_xact_id();\n"
+    "  v_now := clock_timestamp();\n"
     "  IF after_seconds > 0 THEN v_ready := v_now + make_interval(secs => after_seconds); END IF;\n"
     /* keep_done (SPEC 7.2): finished within it and nothing pending: skipped; force forgets */
     "  SELECT q.keep_done INTO v_keep FROM @S.queues q WHERE q.name = add.queue;\n"
@@ -463,6 +502,8 @@ static const char *const functions =
     "                OR v_gs.tokens <= v_nready;\n"
     "    END IF;\n"
     "  END IF;\n"
+    "  INSERT INTO @S.levels VALUES (add.queue, coalesce(add.priority, 0)) ON CONFLICT DO "
+    "NOTHING;\n"
     "  LOOP\n"
     "    INSERT INTO @S.jobs AS j (queue, key, payload, priority, grp, run_at, seq, "
     "enqueued_at, held)\n"
@@ -526,9 +567,11 @@ static const char *const functions =
     /* add_many: new keys in one INSERT (the bulk case), every other item through add(). */
     "CREATE OR REPLACE FUNCTION @S.add_many(items jsonb) RETURNS jsonb LANGUAGE plpgsql AS $fn$\n"
     "DECLARE\n"
-    "  v_now timestamptz := now(); v_bad bigint; v_new bigint[]; v_out text[];\n"
+    "  v_now timestamptz; v_bad bigint; v_new bigint[]; v_out text[];\n"
     "  e record; q text;\n"
     "BEGIN\n"
+    "  PERFORM pg_current_xact_id(); -- ready times: see add()\n"
+    "  v_now := clock_timestamp();\n"
     "  IF jsonb_typeof(items) IS DISTINCT FROM 'array' THEN\n"
     "    RAISE EXCEPTION 'wqrun.add_many: bad argument ''items'' (a JSON array expected, got %)',\n"
     "      coalesce(jsonb_typeof(items), 'NULL') USING ERRCODE = '22023';\n"
@@ -542,6 +585,9 @@ static const char *const functions =
     "    RAISE EXCEPTION 'wqrun.add_many: bad argument ''items'' (item % needs a string \"key\" "
     "and a \"queue\" of 1-64 characters of [A-Za-z0-9_.-])', v_bad USING ERRCODE = '22023';\n"
     "  END IF;\n"
+    "  INSERT INTO @S.levels SELECT DISTINCT x.it->>'queue', "
+    "coalesce((x.it->>'priority')::integer, 0)\n"
+    "    FROM jsonb_array_elements(items) AS x(it) ORDER BY 1, 2 ON CONFLICT DO NOTHING;\n"
     "  WITH x AS (SELECT it, i FROM jsonb_array_elements(items) WITH ORDINALITY AS x(it, i)),\n"
     "  ins AS (INSERT INTO @S.jobs AS j (queue, key, payload, priority, grp, run_at, seq, "
     "enqueued_at)\n"
@@ -598,12 +644,17 @@ static const char *const functions =
     "    o_requeues integer, o_enqueued double precision, o_grp text, o_run_at double precision,\n"
     "    o_seq bigint) LANGUAGE plpgsql AS $fn$\n"
     "DECLARE\n"
-    "  v_now timestamptz := now();\n"
+    "  v_now timestamptz;\n"
     "  v_dead boolean := EXISTS (SELECT 1 FROM @S.dead d WHERE d.queue = p_queue);\n"
     "  n integer := 0; k smallint; v_payload jsonb; v_retry timestamptz; o record;\n"
     "  v_gone text[]; v_grps text[]; v_grp text; q @S.queues%ROWTYPE;\n"
     "  v_hand tid[]; v_hg text[]; v_nc bigint := 0;\n"
     "BEGIN\n"
+    "  PERFORM pg_current_xact_id(); -- ready times: see add()\n"
+    "  v_now := clock_timestamp();\n"
+    "  IF 4 = ANY (p_kinds) THEN -- handed back at their old places (see release)\n"
+    "    UPDATE @S.queues x SET resets = x.resets + 1 WHERE x.name = p_queue;\n"
+    "  END IF;\n"
     "  -- The common case in one statement: successes with nothing pending after them. A token\n"
     "  -- is unique to one claim, so key and token matching each some pair is that pair. Each\n"
     "  -- row is found by its own primary key lookup (a LATERAL subquery with LIMIT is planned\n"
@@ -904,17 +955,34 @@ static const char *const functions =
     "  SELECT count(*)::integer FROM d $fn$;\n";
 
 /* The migrations: migrations[v - 1] takes version v - 1 to v. */
-static const char *const *const migrations[] = {&schema_v1, &schema_v2, &schema_v3,
-                                                &schema_v4, &schema_v5, &schema_v6};
+static const char *const *const migrations[] = {&schema_v1, &schema_v2, &schema_v3, &schema_v4,
+                                                &schema_v5, &schema_v6, &schema_v7};
 
 /* The claims of a queue without limits: CLAIM_PICK is a CTE NAME of up to $2 due, unlocked
- * items of queue $1 matching WHERE, in ORDER (locked); CLAIM_MARK hands the first $2 of the
- * CTEs' UNION (duplicates go) to runner $3 and returns them. */
+ * items of queue $1 matching WHERE, in ORDER (locked); CLAIM_LEVELS one of up to $2 due,
+ * unlocked items of the priorities (levels) matching LCOND, each read from FLOOR on, highest
+ * first (pg.c's floor: below it a long transaction may have left the entries of items
+ * claimed since, and no pending item is there); CLAIM_MARK hands the first $2 of the CTEs'
+ * UNION (duplicates go) to runner $3 and returns them. Due by the statement's time: a ready
+ * time is the clock of its add, which may be later than this transaction's start. */
+#define CLAIM_DUE                                                                                  \
+    "run_at <= statement_timestamp() AND NOT running\n"                                            \
+    "    AND NOT EXISTS (SELECT 1 FROM @S.queues p WHERE p.name = $1 AND p.paused)"
 #define CLAIM_PICK(name, where, order)                                                             \
     name " AS MATERIALIZED (SELECT ctid, priority, run_at, seq FROM @S.jobs\n"                     \
-         "  WHERE queue = $1 AND " where " AND run_at <= now()\n"                                  \
-         "    AND NOT EXISTS (SELECT 1 FROM @S.queues p WHERE p.name = $1 AND p.paused)\n"         \
+         "  WHERE queue = $1 AND " where " AND " CLAIM_DUE "\n"                                    \
          "  ORDER BY " order " LIMIT $2 FOR UPDATE SKIP LOCKED)"
+/* the floor, unless items went back to their old places since it was found (queues.resets) */
+#define CLAIM_FLOOR(at, resets)                                                                    \
+    "CASE WHEN (SELECT r.resets FROM @S.queues r WHERE r.name = $1) = " resets "::bigint\n"        \
+    "  THEN to_timestamp(" at "::float8) ELSE '-infinity' END"
+#define CLAIM_LEVELS(name, lcond, floor)                                                           \
+    name " AS MATERIALIZED (SELECT x.* FROM (SELECT l.priority FROM @S.levels l\n"                 \
+         "    WHERE l.queue = $1 AND " lcond " ORDER BY l.priority DESC) l\n"                      \
+         "  CROSS JOIN LATERAL (SELECT ctid, priority, run_at, seq FROM @S.jobs\n"                 \
+         "    WHERE queue = $1 AND priority = l.priority AND run_at >= " floor "\n"                \
+         "      AND NOT held AND " CLAIM_DUE "\n"                                                  \
+         "    ORDER BY run_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED) x LIMIT $2)"
 #define CLAIM_MARK(ctes)                                                                           \
     "UPDATE @S.jobs j SET running = true, runner = $3, token = nextval('@S.token'),\n"             \
     "  claimed_at = now(), delay_at = CASE WHEN j.delay_at <= now() THEN NULL ELSE j.delay_at "    \
@@ -925,23 +993,21 @@ static const char *const *const migrations[] = {&schema_v1, &schema_v2, &schema_
     "RETURNING j.key, j.payload, j.priority, j.token, j.requeues,\n"                               \
     "  extract(epoch FROM j.enqueued_at), j.grp, extract(epoch FROM j.run_at), j.seq"
 #define CLAIM_ORDER "priority DESC, run_at, seq"
+/* From the floor ($4 ready time, valid while queues.resets is $5): c, every priority; h, items
+ * left held by limits that are gone (the small index of held items). */
 static const char claim_sql[] =
-    "WITH " CLAIM_PICK("c", "NOT running AND NOT held", CLAIM_ORDER) ",\n" CLAIM_PICK(
-        "h", "held AND NOT running",
-        CLAIM_ORDER) "\n" CLAIM_MARK("SELECT * FROM c UNION SELECT * FROM h");
-/* From the hint: a, the higher priorities; c, this one from the hint on; f, only when those
- * two fall short, from the head (lower priorities, items behind the hint). */
-#define CLAIM_FROM_A CLAIM_PICK("a", "priority > $4 AND NOT running AND NOT held", CLAIM_ORDER)
+    "WITH " CLAIM_LEVELS("c", "true", CLAIM_FLOOR("$4", "$5")) ",\n" CLAIM_PICK(
+        "h", "held", CLAIM_ORDER) "\n" CLAIM_MARK("SELECT * FROM c UNION SELECT * FROM h");
+/* From the hint: a, the higher priorities from the floor ($7, valid while queues.resets is
+ * $8); c, this one from the hint on; f, only when those two fall short, every priority from
+ * the floor (lower priorities, items behind the hint). */
+#define CLAIM_FROM_A CLAIM_LEVELS("a", "l.priority > $4", CLAIM_FLOOR("$7", "$8"))
 #define CLAIM_FROM_C                                                                               \
-    CLAIM_PICK("c",                                                                                \
-               "priority = $4 AND (run_at, seq) >= (to_timestamp($5), $6)"                         \
-               " AND NOT running AND NOT held",                                                    \
+    CLAIM_PICK("c", "priority = $4 AND (run_at, seq) >= (to_timestamp($5), $6) AND NOT held",      \
                "run_at, seq")
 #define CLAIM_FROM_F                                                                               \
-    CLAIM_PICK("f",                                                                                \
-               "NOT running AND NOT held"                                                          \
-               " AND (SELECT count(*) FROM a) + (SELECT count(*) FROM c) < $2",                    \
-               CLAIM_ORDER)
+    CLAIM_LEVELS("f", "(SELECT count(*) FROM a) + (SELECT count(*) FROM c) < $2",                  \
+                 CLAIM_FLOOR("$7", "$8"))
 #define CLAIM_FROM_UNION "SELECT * FROM a UNION SELECT * FROM c UNION SELECT * FROM f"
 static const char claim_from_sql[] =
     "WITH " CLAIM_FROM_A ",\n" CLAIM_FROM_C ",\n" CLAIM_FROM_F "\n" CLAIM_MARK(CLAIM_FROM_UNION);
@@ -996,34 +1062,47 @@ const wq_pg_stmt wq_pg_stmts[PGS_COUNT] = {
                      "runner = $2 RETURNING 1)\n"
                      "SELECT (SELECT count(*) FROM i) + (SELECT count(*) FROM d)"},
     /* Sent after every claim that found nothing: index descents only. The next delayed item
-     * is the earliest of each priority's first future item in the claim index (a loose scan
-     * over the priorities waiting; held items are due, so never among them); the queue's
-     * rate is looked at only when it has one. */
-    [PGS_NEXT_AT] = {"wq_next_at",
-                     "WITH RECURSIVE p (pr) AS (\n"
-                     "  (SELECT priority FROM @S.jobs WHERE queue = $1 AND NOT running AND NOT "
-                     "held\n"
-                     "   ORDER BY priority DESC LIMIT 1)\n"
-                     "  UNION ALL\n"
-                     "  SELECT (SELECT j.priority FROM @S.jobs j WHERE j.queue = $1 AND NOT "
-                     "j.running\n"
-                     "            AND NOT j.held AND j.priority < p.pr ORDER BY j.priority DESC "
-                     "LIMIT 1)\n"
-                     "    FROM p WHERE p.pr IS NOT NULL)\n"
-                     "SELECT EXISTS (SELECT 1 FROM @S.jobs WHERE queue = $1),\n"
-                     "  extract(epoch FROM least(\n"
-                     "    (SELECT min((SELECT j.run_at FROM @S.jobs j WHERE j.queue = $1\n"
-                     "                   AND NOT j.running AND NOT j.held AND j.priority = p.pr\n"
-                     "                   AND j.run_at > now() ORDER BY j.run_at LIMIT 1))\n"
-                     "       FROM p WHERE p.pr IS NOT NULL),\n"
-                     /* a group its rate holds back, the queue's own rate */
-                     "    (SELECT min(wake_at) FROM @S.groups WHERE queue = $1 AND wake_at IS NOT "
-                     "NULL),\n"
-                     "    (SELECT CASE WHEN q_rate > 0 AND EXISTS (SELECT 1 FROM @S.jobs\n"
-                     "             WHERE queue = $1 AND NOT running AND NOT held AND run_at <= "
-                     "now())\n"
-                     "        THEN q_tat - make_interval(secs => (q_burst - 1) / q_rate) END\n"
-                     "       FROM @S.queues WHERE name = $1)) - now())"},
+     * is the earliest of each priority's first future item in the claim index (the queue's
+     * levels; held items are due, so never among them); the queue's rate is looked at only
+     * when it has one. Whether the queue has rows at all only when $2 (the runner has none
+     * of its own running: else it is busy anyway, and under a long transaction the walk
+     * over the key index's dead entries is long). */
+    [PGS_NEXT_AT] =
+        {"wq_next_at",
+         "SELECT CASE WHEN $2::boolean THEN EXISTS (SELECT 1 FROM @S.jobs\n"
+         "    WHERE queue = $1) END,\n"
+         "  extract(epoch FROM least(\n"
+         "    (SELECT min((SELECT j.run_at FROM @S.jobs j WHERE j.queue = $1\n"
+         "                   AND NOT j.running AND NOT j.held AND j.priority = l.priority\n"
+         "                   AND j.run_at > now() ORDER BY j.run_at LIMIT 1))\n"
+         "       FROM @S.levels l WHERE l.queue = $1),\n"
+         /* a group its rate holds back, the queue's own rate */
+         "    (SELECT min(wake_at) FROM @S.groups WHERE queue = $1 AND wake_at IS NOT "
+         "NULL),\n"
+         /* (coalesce: NULL AND EXISTS evaluates the EXISTS, a walk from the
+          * head of the claim index) */
+         "    (SELECT CASE WHEN coalesce(q_rate, 0) > 0 AND EXISTS (SELECT 1 FROM @S.jobs\n"
+         "             WHERE queue = $1 AND NOT running AND NOT held AND run_at <= "
+         "now())\n"
+         "        THEN q_tat - make_interval(secs => (q_burst - 1) / q_rate) END\n"
+         "       FROM @S.queues WHERE name = $1)) - now())"},
+    /* The floor of a queue without limits (pg.c): first the clock, then this transaction's id
+     * (every id after it is given later than that clock), the oldest transaction still
+     * running and the queue's resets... */
+    [PGS_FLOOR_CLOCK] = {"wq_floor_clock", "SELECT extract(epoch FROM clock_timestamp())"},
+    [PGS_FLOOR_XID] = {"wq_floor_xid", "SELECT pg_current_xact_id()::text,\n"
+                                       "  pg_snapshot_xmin(pg_current_snapshot())::text,\n"
+                                       "  (SELECT resets FROM @S.queues WHERE name = $1)"},
+    /* ...then, from the floor $2 on, the earliest ready time of a pending item of each
+     * priority, and of the held items (left by limits that are gone). */
+    [PGS_FLOOR_MIN] = {"wq_floor_min",
+                       "SELECT extract(epoch FROM min((SELECT j.run_at FROM @S.jobs j\n"
+                       "    WHERE j.queue = $1 AND j.priority = l.priority\n"
+                       "      AND j.run_at >= to_timestamp($2::float8) AND NOT j.running\n"
+                       "      AND NOT j.held ORDER BY j.run_at, j.seq LIMIT 1))),\n"
+                       "  (SELECT extract(epoch FROM min(h.run_at)) FROM @S.jobs h\n"
+                       "    WHERE h.queue = $1 AND h.held)\n"
+                       "FROM @S.levels l WHERE l.queue = $1"},
     [PGS_CLAIM_GROUPED] = {"wq_claim_grouped", "SELECT * FROM @S.claim($1, $2::integer, $3)"},
     [PGS_SWEEP] = {"wq_sweep", "SELECT @S.sweep($1)"},
     [PGS_RELOCK] = {"wq_relock", "SELECT pg_try_advisory_lock($1, $2::integer)"},

@@ -9,7 +9,7 @@
 #include <libpq-fe.h>
 #include <stddef.h>
 
-#define WQ_PG_SCHEMA_VERSION 6
+#define WQ_PG_SCHEMA_VERSION 7
 /* The first key of the runners' session advisory locks: pg_advisory_lock(WQ_PG_LOCK_CLASS, id). */
 #define WQ_PG_LOCK_CLASS 0x77717275 /* "wqru" */
 
@@ -36,27 +36,33 @@ typedef struct wq_pg_stmt {
     const char *sql; /* with @S */
 } wq_pg_stmt;
 enum {
-    PGS_CLAIM,     /* $1 queue, $2 limit, $3 runner: key, payload, priority, token, requeues, ... */
-    PGS_FINISH,    /* $1 queue, $2 runner, arrays: keys, tokens, kinds, delays, requeues, errors,
-                    * payloads, done results; $11 items wanted: o_stale, then PGS_CLAIM's columns
-                    * (the items handed over; o_stale NULL) and one row with o_stale */
-    PGS_ADD_MANY,  /* $1 jsonb array of items: jsonb array of outcomes */
-    PGS_HEARTBEAT, /* $1 runner, $2 outcomes written: the row, or none when declared dead */
-    PGS_REAP,      /* $1 lock class: items taken over */
-    PGS_WAITING,   /* $1 queue, $2 runner, $3 bool: this runner waits for work on the queue */
-    PGS_NEXT_AT,   /* $1 queue: whether it has rows; seconds until its next delayed item */
-    PGS_RELOCK,    /* $1 lock class, $2 runner: re-take the runner's lock after a reconnect */
-    PGS_DEFINE,    /* $1 queue, $2 max_retries, $3 keep_done, $4 runner, $5-$9 group_limit and
-                    * rate: the values replaced */
-    PGS_QUEUES,    /* every queue: name, paused, max_retries, keep_done, defined_by, limited,
-                    * q_rate */
-    PGS_PRUNE_DONE,    /* expired completed-job memories (at most 1000) */
+    PGS_CLAIM,      /* $1 queue, $2 limit, $3 runner, $4 floor (epoch, -Infinity: none), $5 the
+                     * queue's resets it holds for: key, payload, priority, token, requeues, ... */
+    PGS_FINISH,     /* $1 queue, $2 runner, arrays: keys, tokens, kinds, delays, requeues, errors,
+                     * payloads, done results; $11 items wanted: o_stale, then PGS_CLAIM's columns
+                     * (the items handed over; o_stale NULL) and one row with o_stale */
+    PGS_ADD_MANY,   /* $1 jsonb array of items: jsonb array of outcomes */
+    PGS_HEARTBEAT,  /* $1 runner, $2 outcomes written: the row, or none when declared dead */
+    PGS_REAP,       /* $1 lock class: items taken over */
+    PGS_WAITING,    /* $1 queue, $2 runner, $3 bool: this runner waits for work on the queue */
+    PGS_NEXT_AT,    /* $1 queue, $2 whether to look: whether it has rows (NULL: not looked);
+                     * seconds until its next delayed item */
+    PGS_RELOCK,     /* $1 lock class, $2 runner: re-take the runner's lock after a reconnect */
+    PGS_DEFINE,     /* $1 queue, $2 max_retries, $3 keep_done, $4 runner, $5-$9 group_limit and
+                     * rate: the values replaced */
+    PGS_QUEUES,     /* every queue: name, paused, max_retries, keep_done, defined_by, limited,
+                     * q_rate */
+    PGS_PRUNE_DONE, /* expired completed-job memories (at most 1000) */
     PGS_CLAIM_GROUPED, /* as PGS_CLAIM, counting group limits and the queue's rate */
     PGS_SWEEP,         /* $1 queue: held items of groups with room made claimable */
     PGS_VIEW_JOBS,     /* per queue and runner: queued, processing, waiting, held, retrying */
     PGS_VIEW_REST,     /* $1 schema: 'q' queues, 'r' runners, 'm' table health and counters */
     PGS_SIGNALS,       /* $1 runner: the cancels addressed to it (queue, key, token), consumed */
-    PGS_CLAIM_FROM,    /* as PGS_CLAIM, from $4 priority, $5 run_at (epoch), $6 seq on */
+    PGS_CLAIM_FROM,    /* as PGS_CLAIM, from $4 priority, $5 run_at (epoch), $6 seq on; $7
+                        * floor, $8 resets */
+    PGS_FLOOR_CLOCK,   /* the database's clock (epoch) */
+    PGS_FLOOR_XID,     /* $1 queue: this transaction's id, the oldest running, the resets */
+    PGS_FLOOR_MIN,     /* $1 queue, $2 floor: earliest pending ready time, earliest held one */
     PGS_COUNT
 };
 extern const wq_pg_stmt wq_pg_stmts[PGS_COUNT];
