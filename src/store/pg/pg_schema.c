@@ -1064,8 +1064,8 @@ const wq_pg_stmt wq_pg_stmts[PGS_COUNT] = {
     /* Sent after every claim that found nothing: index descents only. The next delayed item
      * is the earliest of each priority's first future item in the claim index (the queue's
      * levels; held items are due, so never among them); the queue's rate is looked at only
-     * when it has one. Whether the queue has rows at all only when $2 (the runner has none
-     * of its own running: else it is busy anyway, and under a long transaction the walk
+     * when it has one. Whether the queue has rows at all only when $2 (a run that may end
+     * asked, and none of the queue's items runs here: under a long transaction the walk
      * over the key index's dead entries is long). */
     [PGS_NEXT_AT] =
         {"wq_next_at",
