@@ -315,6 +315,19 @@ pg_wait() {
     done
 }
 
+# reader_begin URL NAME: the reader, a psql session fed through a FIFO (fd 9) that holds a
+# REPEATABLE READ snapshot, idle in its transaction until `echo "commit;" >&9`; its output in
+# $TMP/NAME.out.
+reader_begin() {
+    mkfifo "$TMP/$2"
+    "${WQ_PG_BIN:-/usr/lib/postgresql/15/bin}/psql" -X -q -A -t "$1" <"$TMP/$2" >"$TMP/$2.out" 2>&1 &
+    PIDS+=($!)
+    exec 9>"$TMP/$2"
+    echo "begin isolation level repeatable read; select count(*) from wqrun.jobs;" >&9
+    check "the reader holds its snapshot" pg_wait "$1" \
+        "select count(*) from pg_stat_activity where state = 'idle in transaction'" 1 10
+}
+
 # pg_need: fails the test at once when no PostgreSQL cluster is exported.
 pg_need() {
     if [ -z "${WQ_TEST_PG_URL:-}" ] || [ -z "${WQ_PG_DIR:-}" ]; then

@@ -83,13 +83,7 @@ DB=$(pg_fresh_db)
 run migrate --db "$DB"
 READS="select idx_tup_read from pg_stat_user_indexes where indexrelid = 'wqrun.jobs_claim'::regclass"
 R0=$(pg_psql "$DB" "$READS")
-mkfifo "$TMP/reader"
-"${WQ_PG_BIN:-/usr/lib/postgresql/15/bin}/psql" -X -q -A -t "$DB" <"$TMP/reader" >"$TMP/reader.out" 2>&1 &
-PIDS+=($!)
-exec 9>"$TMP/reader"
-echo "begin isolation level repeatable read; select count(*) from wqrun.jobs;" >&9
-check "the reader holds its snapshot" pg_wait "$DB" \
-    "select count(*) from pg_stat_activity where state = 'idle in transaction'" 1 10
+reader_begin "$DB" reader
 pg_bg b --quiet --serve --runner-name B --db "$DB" "$LUA" "$LOG" B 20
 B=$BG_PID
 stream "$DB" 60 100 0.1

@@ -48,19 +48,6 @@ read -r SEQ1 IDX1 <<<"$(q "$STATS" | tr '|' ' ')"
 echo "# jobs: $((SEQ1 - SEQ0)) sequential scans, jobs_claim: $((IDX1 - IDX0)) index scans"
 expect_between "$((SEQ1 - SEQ0))" 0 25 "the table scanned a few times at most, not once per claim"
 
-# reader_begin URL NAME: the reader, a psql session fed through a FIFO (fd 9) that holds a
-# REPEATABLE READ snapshot, idle in its transaction until `echo "commit;" >&9`; its output in
-# $TMP/NAME.out.
-reader_begin() {
-    mkfifo "$TMP/$2"
-    "${WQ_PG_BIN:-/usr/lib/postgresql/15/bin}/psql" -X -q -A -t "$1" <"$TMP/$2" >"$TMP/$2.out" 2>&1 &
-    PIDS+=($!)
-    exec 9>"$TMP/$2"
-    echo "begin isolation level repeatable read; select count(*) from wqrun.jobs;" >&9
-    check "the reader holds its snapshot" pg_wait "$1" \
-        "select count(*) from pg_stat_activity where state = 'idle in transaction'" 1 10
-}
-
 # ---- under a long transaction -------------------------------------------------------
 DB2=$(pg_fresh_db)
 run migrate --db "$DB2"
