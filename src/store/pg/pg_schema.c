@@ -432,8 +432,10 @@ static const char *const functions =
     "               claimed_at = NULL,\n"
     "               crashes = CASE WHEN p_crashed THEN j.crashes + 1 ELSE j.crashes END\n"
     "             WHERE j.running AND j.runner = ANY (p_runners) RETURNING j.queue, j.grp)\n"
-    "           SELECT x.queue, array_agg(x.grp) AS grps, count(*) AS c FROM x GROUP BY x.queue "
-    "LOOP\n"
+    /* queue by queue in name order: concurrent releases lock the groups' and queues' rows in
+     * one order */
+    "           SELECT x.queue, array_agg(x.grp) AS grps, count(*) AS c FROM x GROUP BY x.queue\n"
+    "           ORDER BY x.queue LOOP\n"
     "    PERFORM @S.ungroup(g.queue, g.grps);\n"
     "    -- back at their old places, maybe below runners' floors (see schema_v7)\n"
     "    UPDATE @S.queues x SET resets = x.resets + 1 WHERE x.name = g.queue;\n"
@@ -652,9 +654,6 @@ static const char *const functions =
     "BEGIN\n"
     "  PERFORM pg_current_xact_id(); -- ready times: see add()\n"
     "  v_now := clock_timestamp();\n"
-    "  IF 4 = ANY (p_kinds) THEN -- handed back at their old places (see release)\n"
-    "    UPDATE @S.queues x SET resets = x.resets + 1 WHERE x.name = p_queue;\n"
-    "  END IF;\n"
     "  -- The common case in one statement: successes with nothing pending after them. A token\n"
     "  -- is unique to one claim, so key and token matching each some pair is that pair. Each\n"
     "  -- row is found by its own primary key lookup (a LATERAL subquery with LIMIT is planned\n"
@@ -790,6 +789,10 @@ static const char *const functions =
     "  IF v_nc > 0 THEN\n"
     "    RETURN QUERY SELECT NULL::integer, c.* FROM @S.claim(p_queue, v_nc::integer, p_runner) "
     "c;\n"
+    "  END IF;\n"
+    /* the queue's row last, as release() does (after the jobs' and the groups' rows) */
+    "  IF 4 = ANY (p_kinds) THEN -- handed back at their old places (see release)\n"
+    "    UPDATE @S.queues x SET resets = x.resets + 1 WHERE x.name = p_queue;\n"
     "  END IF;\n"
     "  o_stale := coalesce(cardinality(p_keys), 0) - n;\n"
     "  RETURN NEXT;\n"
