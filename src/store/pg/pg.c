@@ -224,9 +224,8 @@ typedef struct pgq {
     unsigned probe_gen; /* the floor_gen the probe in flight was sent at */
     int probing;        /* 1: its transaction id came back; 2 sent */
     uint64_t probe_xid, probe_xmin;
-    long long probe_resets;
-    double probe_clock;
-    int64_t floor_sent; /* real ns of the last probe */
+    long long probe_resets; /* (its clock: the transaction's, pgb's txn_clock) */
+    int64_t floor_sent;     /* real ns of the last probe */
     /* Limited queues: the outcomes in flight also claim up to take_out items for this
      * runner (claims ask for that many less until they commit); handed: how many they did. */
     size_t take_out, handed;
@@ -744,22 +743,20 @@ static void send_claim(pgb *b, pgq *q, size_t want)
         every = 4 * q->full_took;
     if (st == PGS_CLAIM && q->hint && now - q->last_full < every)
         st = PGS_CLAIM_FROM;
+    fmt_epoch(fl, sizeof fl, q->floor_at);
     if (st != PGS_CLAIM_GROUPED && !q->probing && (q->more || q->hint) &&
         now - q->floor_sent >= (int64_t)FLOOR_MS * 1000000) {
         /* a busy queue: move its floor on (the clock is this transaction's first statement) */
         const char *pv[2] = {q->name, fl};
-        fmt_epoch(fl, sizeof fl, q->floor_at);
         if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_FLOOR_XID].name, NULL, 1, pv, floor_xid_result,
                            q) == 0 &&
             wq_pgconn_send(b->c, wq_pg_stmts[PGS_FLOOR_MIN].name, NULL, 2, pv, floor_min_result,
                            q) == 0) {
             q->probing = 2;
             q->probe_gen = q->floor_gen;
-            q->probe_clock = NAN;
             q->floor_sent = now;
         }
     }
-    fmt_epoch(fl, sizeof fl, q->floor_at);
     snprintf(rs, sizeof rs, "%lld", q->floor_resets);
     const char *v[8] = {q->name, lim, b->runner_id_s, fl, rs, NULL, NULL, NULL};
     if (st == PGS_CLAIM_GROUPED) {
@@ -1266,11 +1263,11 @@ static void floor_xid_result(void *ud, PGresult *res)
     q->probe_xid = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
     q->probe_xmin = strtoull(PQgetvalue(res, 0, 1), NULL, 10);
     q->probe_resets = atoll(PQgetvalue(res, 0, 2));
-    q->probe_clock = q->b->txn_clock;
     q->probing = 1;
     if (q->probe_resets != q->floor_resets) {
-        /* items went back to their old places since (or the first look): from the head */
-        if (q->floor_resets >= 0 || !isinf(q->floor_at))
+        /* items went back to their old places since: from the head (at the first look there
+         * is no floor to drop) */
+        if (q->floor_resets >= 0)
             floor_drop(q);
         q->floor_resets = q->probe_resets;
     }
@@ -1307,14 +1304,15 @@ static void floor_min_result(void *ud, PGresult *res)
             q->nmarks -= m + 1;
         }
     }
-    if (isnan(q->probe_clock) || q->probe_resets != q->floor_resets)
+    double clock = q->b->txn_clock; /* this transaction's first statement */
+    if (isnan(clock) || q->probe_resets != q->floor_resets)
         return;
     if (q->nmarks == FLOOR_MARKS) {
         memmove(q->marks, q->marks + 1, (FLOOR_MARKS - 1) * sizeof q->marks[0]);
         q->nmarks--;
     }
     q->marks[q->nmarks].xid = q->probe_xid;
-    q->marks[q->nmarks].at = q->probe_clock;
+    q->marks[q->nmarks].at = clock;
     q->marks[q->nmarks].resets = q->probe_resets;
     q->nmarks++;
 }

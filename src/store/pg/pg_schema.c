@@ -480,7 +480,9 @@ static const char *const functions =
     "  SELECT q.keep_done INTO v_keep FROM @S.queues q WHERE q.name = add.queue;\n"
     "  IF v_keep > 0 AND coalesce(add.force, false) THEN\n"
     "    DELETE FROM @S.done d WHERE d.queue = add.queue AND d.key = add.key;\n"
-    "  ELSIF v_keep > 0 AND EXISTS (SELECT 1 FROM @S.done d WHERE d.queue = add.queue\n"
+    /* (coalesce: NULL AND EXISTS would look the key up for a queue that keeps nothing) */
+    "  ELSIF coalesce(v_keep, 0) > 0 AND EXISTS (SELECT 1 FROM @S.done d WHERE d.queue = "
+    "add.queue\n"
     "        AND d.key = add.key AND d.finished_at > v_now - make_interval(secs => v_keep))\n"
     "      AND NOT EXISTS (SELECT 1 FROM @S.jobs j WHERE j.queue = add.queue AND j.key = "
     "add.key) THEN\n"
