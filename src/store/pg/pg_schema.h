@@ -1,7 +1,8 @@
 /*
  * The PostgreSQL schema (SPEC 8.1): its objects, their versions and the
- * migrations between them, and the statements the runner prepares. Every
- * piece of PostgreSQL SQL lives in pg_schema.c.
+ * migrations between them (sql/migrations/vN.sql), its functions
+ * (sql/functions/NN-*.sql), and the statements the runner prepares
+ * (pg_schema.c).
  */
 #ifndef WQ_PG_SCHEMA_H
 #define WQ_PG_SCHEMA_H

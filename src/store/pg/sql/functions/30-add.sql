@@ -1,0 +1,171 @@
+-- wqrun.add: the rules of q:add / q:add_after (WORKQUEUE.md) on the row.
+CREATE OR REPLACE FUNCTION @S.add(queue text, key text, payload jsonb DEFAULT NULL,
+    after_seconds double precision DEFAULT NULL, priority integer DEFAULT NULL,
+    grp text DEFAULT NULL, force boolean DEFAULT false, unique_add boolean DEFAULT false)
+  RETURNS text LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_now timestamptz;
+  v_ready timestamptz;
+  r @S.jobs%ROWTYPE;
+  v_out text;
+  v_keep double precision;
+  v_held boolean := false; v_gs record; v_nready integer; v_running boolean;
+BEGIN
+  IF queue IS NULL OR queue !~ '^[A-Za-z0-9_.-]{1,64}$' THEN
+    RAISE EXCEPTION 'wqrun.add: bad argument ''queue'' (1-64 characters of [A-Za-z0-9_.-], got %)',
+      coalesce(quote_literal(queue), 'NULL') USING ERRCODE = '22023';
+  END IF;
+  IF key IS NULL OR octet_length(key) > 65536 THEN
+    RAISE EXCEPTION 'wqrun.add: bad argument ''key'' (%)',
+      CASE WHEN key IS NULL THEN 'NULL' ELSE 'longer than 65536 bytes' END USING ERRCODE = '22023';
+  END IF;
+  IF after_seconds = 'NaN'::float8 OR after_seconds = 'Infinity'::float8 THEN
+    RAISE EXCEPTION 'wqrun.add: bad argument ''after_seconds'' (%)', after_seconds
+      USING ERRCODE = '22023';
+  END IF;
+-- ready times are the clock once this transaction has its id (schema_v7)
+  PERFORM pg_current_xact_id();
+  v_now := clock_timestamp();
+  IF after_seconds > 0 THEN v_ready := v_now + make_interval(secs => after_seconds); END IF;
+-- keep_done (SPEC 7.2): finished within it and nothing pending: skipped; force forgets
+  SELECT q.keep_done INTO v_keep FROM @S.queues q WHERE q.name = add.queue;
+  IF v_keep > 0 AND coalesce(add.force, false) THEN
+    DELETE FROM @S.done d WHERE d.queue = add.queue AND d.key = add.key;
+-- (coalesce: NULL AND EXISTS would look the key up for a queue that keeps nothing)
+  ELSIF coalesce(v_keep, 0) > 0 AND EXISTS (SELECT 1 FROM @S.done d WHERE d.queue = add.queue
+        AND d.key = add.key AND d.finished_at > v_now - make_interval(secs => v_keep))
+      AND NOT EXISTS (SELECT 1 FROM @S.jobs j WHERE j.queue = add.queue AND j.key = add.key) THEN
+    RETURN 'skipped: done';
+  END IF;
+-- unique: a key pending or running is left as it is (no follow-up, nothing changed)
+  IF coalesce(add.unique_add, false) THEN
+    SELECT j.running INTO v_running FROM @S.jobs j WHERE j.queue = add.queue AND j.key = add.key;
+    IF FOUND THEN
+      RETURN CASE WHEN v_running THEN 'skipped: processing' ELSE 'skipped: pending' END;
+    END IF;
+  END IF;
+-- a new due item of a saturated group is held at once (see claim)
+  IF add.grp IS NOT NULL AND v_ready IS NULL THEN
+    v_gs := @S.group_state(add.queue, add.grp);
+    IF v_gs.conc IS NOT NULL OR v_gs.rate > 0 THEN
+      SELECT count(*) INTO v_nready FROM @S.jobs j WHERE j.queue = add.queue
+        AND j.grp = add.grp AND NOT j.running AND NOT j.held AND j.run_at <= v_now;
+      v_held := v_gs.running + v_nready >= coalesce(v_gs.conc, 2147483647)
+                OR v_gs.tokens <= v_nready;
+    END IF;
+  END IF;
+  INSERT INTO @S.levels VALUES (add.queue, coalesce(add.priority, 0)) ON CONFLICT DO NOTHING;
+  LOOP
+    INSERT INTO @S.jobs AS j (queue, key, payload, priority, grp, run_at, seq, enqueued_at, held)
+      VALUES (add.queue, add.key, add.payload, coalesce(add.priority, 0), add.grp,
+              coalesce(v_ready, v_now), nextval('@S.seq'), v_now, v_held)
+      ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING;
+    IF FOUND THEN
+      v_out := CASE WHEN v_ready IS NULL THEN 'queued' ELSE 'delayed' END;
+-- held as read without the group's lock: an outcome committing meanwhile may free a
+-- slot without seeing this row; the claims look at the group again in a second. The
+-- group's row is locked last (after the item's): an outcome holding it never waits for
+-- this add
+      IF v_held THEN
+        UPDATE @S.groups x SET wake_at = least(x.wake_at, v_now + interval '1 second')
+          WHERE x.queue = add.queue AND x.grp = add.grp
+            AND (x.wake_at IS NULL OR x.wake_at > v_now + interval '1 second');
+      END IF;
+      EXIT;
+    END IF;
+    SELECT * INTO r FROM @S.jobs j WHERE j.queue = add.queue AND j.key = add.key FOR UPDATE;
+    IF NOT FOUND THEN CONTINUE; END IF; -- finished meanwhile: insert again
+    IF r.running THEN
+      IF v_ready IS NULL THEN
+        IF r.dirty OR r.delay_at <= v_now THEN v_out := 'deduplicated';
+        ELSE r.dirty := true; v_out := 'follow-up'; END IF;
+      ELSIF r.delay_at IS NULL OR v_ready < r.delay_at THEN
+        r.delay_at := v_ready; v_out := 'delayed';
+      ELSE v_out := 'deduplicated'; END IF;
+      r.priority := coalesce(add.priority, r.priority);
+    ELSIF r.run_at <= v_now THEN -- queued
+      IF v_ready IS NULL THEN
+        v_out := 'deduplicated';
+        IF add.priority > r.priority THEN -- rises to the back of its new level
+          r.priority := add.priority; r.run_at := v_now; r.seq := nextval('@S.seq');
+        END IF;
+      ELSIF r.delay_at IS NULL OR v_ready < r.delay_at THEN
+        r.delay_at := v_ready; v_out := 'delayed';
+      ELSE v_out := 'deduplicated'; END IF;
+    ELSE -- waiting: only a delayed add is pending
+      IF v_ready IS NULL THEN
+        r.delay_at := r.run_at; r.run_at := v_now; r.seq := nextval('@S.seq');
+        v_out := 'queued';
+      ELSIF v_ready < r.run_at THEN
+        r.run_at := v_ready; r.seq := nextval('@S.seq'); v_out := 'delayed';
+      ELSE v_out := 'deduplicated'; END IF;
+      r.priority := coalesce(add.priority, r.priority);
+    END IF;
+    UPDATE @S.jobs j SET payload = coalesce(add.payload, r.payload), priority = r.priority,
+        grp = coalesce(add.grp, r.grp), run_at = r.run_at, seq = r.seq, delay_at = r.delay_at,
+        dirty = r.dirty
+      WHERE j.queue = add.queue AND j.key = add.key;
+    EXIT;
+  END LOOP;
+  IF v_out <> 'deduplicated' AND EXISTS (SELECT 1 FROM @S.waiting w WHERE w.queue = add.queue) THEN
+    PERFORM pg_notify(@L, add.queue);
+  END IF;
+  RETURN v_out;
+END $fn$;
+-- add_many: new keys in one INSERT (the bulk case), every other item through add().
+CREATE OR REPLACE FUNCTION @S.add_many(items jsonb) RETURNS jsonb LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_now timestamptz; v_bad bigint; v_new bigint[]; v_out text[];
+  e record; q text;
+BEGIN
+  PERFORM pg_current_xact_id(); -- ready times: see add()
+  v_now := clock_timestamp();
+  IF jsonb_typeof(items) IS DISTINCT FROM 'array' THEN
+    RAISE EXCEPTION 'wqrun.add_many: bad argument ''items'' (a JSON array expected, got %)',
+      coalesce(jsonb_typeof(items), 'NULL') USING ERRCODE = '22023';
+  END IF;
+  SELECT min(x.i) INTO v_bad FROM jsonb_array_elements(items) WITH ORDINALITY AS x(it, i)
+   WHERE jsonb_typeof(x.it) <> 'object' OR jsonb_typeof(x.it->'queue') IS DISTINCT FROM 'string'
+      OR jsonb_typeof(x.it->'key') IS DISTINCT FROM 'string'
+      OR x.it->>'queue' !~ '^[A-Za-z0-9_.-]{1,64}$';
+  IF v_bad IS NOT NULL THEN
+    RAISE EXCEPTION 'wqrun.add_many: bad argument ''items'' (item % needs a string "key" and a "queue" of 1-64 characters of [A-Za-z0-9_.-])', v_bad USING ERRCODE = '22023';
+  END IF;
+  INSERT INTO @S.levels SELECT DISTINCT x.it->>'queue', coalesce((x.it->>'priority')::integer, 0)
+    FROM jsonb_array_elements(items) AS x(it) ORDER BY 1, 2 ON CONFLICT DO NOTHING;
+  WITH x AS (SELECT it, i FROM jsonb_array_elements(items) WITH ORDINALITY AS x(it, i)),
+  ins AS (INSERT INTO @S.jobs AS j (queue, key, payload, priority, grp, run_at, seq, enqueued_at)
+      SELECT x.it->>'queue', x.it->>'key',
+             CASE WHEN x.it->'payload' <> 'null'::jsonb THEN x.it->'payload' END,
+             coalesce((x.it->>'priority')::integer, 0), x.it->>'group',
+             CASE WHEN (x.it->>'after')::float8 > 0
+                  THEN v_now + make_interval(secs => (x.it->>'after')::float8) ELSE v_now END,
+             nextval('@S.seq'), v_now
+        FROM x WHERE NOT coalesce((x.it->>'force')::boolean, false)
+          AND x.it->>'group' IS NULL
+-- a key with a done row (keep_done) is add()'s to decide
+          AND NOT EXISTS (SELECT 1 FROM @S.done d WHERE d.queue = x.it->>'queue'
+                            AND d.key = x.it->>'key')
+        ORDER BY x.i
+      ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING RETURNING j.queue, j.key)
+  SELECT array_agg(f.i) INTO v_new FROM (SELECT min(x.i) AS i FROM x
+      JOIN ins ON ins.queue = x.it->>'queue' AND ins.key = x.it->>'key' GROUP BY ins.queue, ins.key) f;
+  SELECT array_agg(CASE WHEN n.i IS NULL THEN NULL WHEN (x.it->>'after')::float8 > 0
+                         THEN 'delayed' ELSE 'queued' END ORDER BY x.i) INTO v_out
+    FROM jsonb_array_elements(items) WITH ORDINALITY AS x(it, i)
+    LEFT JOIN unnest(v_new) AS n(i) ON n.i = x.i;
+  IF cardinality(v_new) IS DISTINCT FROM cardinality(v_out) THEN
+    FOR e IN SELECT it, i FROM jsonb_array_elements(items) WITH ORDINALITY AS x(it, i) LOOP
+      CONTINUE WHEN v_out[e.i] IS NOT NULL;
+      v_out[e.i] := @S.add(e.it->>'queue', e.it->>'key',
+        CASE WHEN e.it->'payload' <> 'null'::jsonb THEN e.it->'payload' END,
+        (e.it->>'after')::double precision, (e.it->>'priority')::integer, e.it->>'group',
+        coalesce((e.it->>'force')::boolean, false), coalesce((e.it->>'unique')::boolean, false));
+    END LOOP;
+  END IF;
+  FOR q IN SELECT DISTINCT w.queue FROM @S.waiting w WHERE w.queue IN
+      (SELECT x.it->>'queue' FROM jsonb_array_elements(items) AS x(it)) LOOP
+    PERFORM pg_notify(@L, q);
+  END LOOP;
+  RETURN coalesce(to_jsonb(v_out), '[]'::jsonb);
+END $fn$;

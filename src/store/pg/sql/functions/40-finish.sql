@@ -1,0 +1,194 @@
+-- finish: outcomes of claimed items, fenced by token, and the items it claims for the
+-- runner (as a claim returns them: see below), then one row with o_stale:
+-- how many outcomes were stale. One primary-key statement per item: its plan cannot
+-- depend on statistics. p_done (keep_done) holds, per item, what a success leaves in
+-- `done`: its result, JSON null for none, or SQL NULL for nothing (the whole array NULL
+-- when the queue keeps nothing); p_take: how many items the runner can start now.
+CREATE OR REPLACE FUNCTION @S.finish(p_queue text, p_runner bigint, p_keys text[], p_tokens bigint[],
+    p_kinds smallint[], p_delays double precision[], p_requeues integer[], p_errors text[],
+    p_payloads jsonb[], p_done jsonb[] DEFAULT NULL, p_take integer DEFAULT 0)
+RETURNS TABLE (o_stale integer, o_key text, o_payload jsonb, o_priority integer, o_token bigint,
+    o_requeues integer, o_enqueued double precision, o_grp text, o_run_at double precision,
+    o_seq bigint) LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_now timestamptz;
+  v_dead boolean := EXISTS (SELECT 1 FROM @S.dead d WHERE d.queue = p_queue);
+  n integer := 0; k smallint; v_payload jsonb; v_retry timestamptz; o record;
+  v_gone text[]; v_grps text[]; v_grp text; q @S.queues%ROWTYPE;
+  v_hand tid[]; v_hg text[]; v_nc bigint := 0;
+BEGIN
+  PERFORM pg_current_xact_id(); -- ready times: see add()
+  v_now := clock_timestamp();
+  -- The common case in one statement: successes with nothing pending after them. A token
+  -- is unique to one claim, so key and token matching each some pair is that pair. Each
+  -- row is found by its own primary key lookup (a LATERAL subquery with LIMIT is planned
+  -- as one, whatever the statistics say) and deleted by its tuple id: a plan that scans
+  -- the queue's range of the key index instead (which ANALYZE at a moment of few live
+  -- rows made the generic plan) walks every entry a long transaction keeps: seconds.
+  WITH g AS (DELETE FROM @S.jobs j WHERE j.ctid = ANY (ARRAY(SELECT x.ctid
+        FROM unnest(p_keys, p_kinds) AS u(key, kind),
+          LATERAL (SELECT y.ctid FROM @S.jobs y WHERE y.queue = p_queue AND y.key = u.key
+                   LIMIT 1) x
+       WHERE u.kind IN (0, 1)))
+      AND j.token = ANY (p_tokens) AND j.running AND NOT j.dirty AND j.delay_at IS NULL
+      RETURNING j.key, j.grp)
+  SELECT coalesce(array_agg(g.key), '{}'), array_agg(g.grp) FILTER (WHERE g.grp IS NOT NULL)
+    INTO v_gone, v_grps FROM g;
+  n := cardinality(v_gone);
+  IF v_dead AND n > 0 THEN
+    DELETE FROM @S.dead d WHERE d.queue = p_queue AND d.key = ANY (v_gone);
+  END IF;
+  IF p_done IS NOT NULL AND n > 0 THEN
+    INSERT INTO @S.done AS d (queue, key, finished_at, result)
+      SELECT p_queue, u.key, v_now, nullif(u.res, 'null'::jsonb)
+        FROM unnest(p_keys, p_kinds, p_done) AS u(key, kind, res)
+       WHERE u.kind = 1 AND u.res IS NOT NULL AND u.key = ANY (v_gone)
+      ON CONFLICT (queue, key) DO UPDATE SET finished_at = EXCLUDED.finished_at,
+        result = EXCLUDED.result;
+  END IF;
+  -- the rest one by one (one pass over the arrays: subscripting one copies it)
+  IF n < coalesce(cardinality(p_keys), 0) THEN
+  FOR o IN SELECT * FROM unnest(p_keys, p_tokens, p_kinds, p_delays, p_requeues, p_errors,
+                                p_payloads, p_done) AS u(key, token, kind, delay, requeues, err,
+                                payload, res) LOOP
+    k := o.kind;
+    IF k IN (0, 1) AND o.key = ANY (v_gone) THEN CONTINUE; END IF;
+    IF k IN (0, 1, 3) THEN -- nothing else pending: the row goes
+      DELETE FROM @S.jobs j WHERE j.queue = p_queue AND j.key = o.key
+        AND j.token = o.token AND j.running AND NOT j.dirty AND j.delay_at IS NULL
+        RETURNING j.payload, j.grp INTO v_payload, v_grp;
+    END IF;
+    IF k NOT IN (0, 1, 3) OR NOT FOUND THEN
+      v_retry := CASE WHEN k = 2 THEN v_now + make_interval(secs => greatest(o.delay, 0)) END;
+      UPDATE @S.jobs j SET running = false, runner = NULL, token = NULL, claimed_at = NULL,
+          crashes = CASE WHEN k = 4 THEN j.crashes ELSE 0 END,
+          dirty = CASE WHEN k = 4 THEN j.dirty ELSE false END,
+          requeues = CASE WHEN k IN (0, 4) THEN j.requeues WHEN k = 2 THEN o.requeues ELSE 0 END,
+          last_error = CASE WHEN k IN (0, 4) THEN j.last_error WHEN k = 2 THEN o.err END,
+          payload = coalesce(o.payload, j.payload),
+          -- again: re-added (or a delayed add came due) while running: queued now
+          run_at = CASE WHEN k = 4 THEN j.run_at
+                        WHEN j.dirty OR j.delay_at <= v_now THEN v_now
+                        ELSE least(v_retry, j.delay_at) END,
+          delay_at = CASE WHEN k = 4 THEN j.delay_at
+                          WHEN j.dirty OR j.delay_at <= v_now THEN
+                            least(v_retry, CASE WHEN j.delay_at > v_now THEN j.delay_at END)
+                     END,
+          seq = CASE WHEN k = 4 THEN j.seq ELSE nextval('@S.seq') END
+        WHERE j.queue = p_queue AND j.key = o.key AND j.token = o.token AND j.running
+        RETURNING j.payload, j.grp INTO v_payload, v_grp;
+      IF NOT FOUND THEN CONTINUE; END IF; -- stale: taken over meanwhile
+    END IF;
+    n := n + 1;
+    IF v_grp IS NOT NULL THEN v_grps := v_grps || v_grp; END IF;
+    IF k = 3 THEN
+      INSERT INTO @S.dead AS d (queue, key, payload, error, attempts, failed_at)
+        VALUES (p_queue, o.key, v_payload, o.err, o.requeues, v_now)
+        ON CONFLICT (queue, key) DO UPDATE SET payload = EXCLUDED.payload,
+          error = EXCLUDED.error, attempts = EXCLUDED.attempts, failed_at = EXCLUDED.failed_at;
+      v_dead := true;
+    ELSIF k = 1 AND v_dead THEN
+      DELETE FROM @S.dead d WHERE d.queue = p_queue AND d.key = o.key;
+    END IF;
+    IF k = 1 AND o.res IS NOT NULL THEN
+      INSERT INTO @S.done AS d (queue, key, finished_at, result)
+        VALUES (p_queue, o.key, v_now, nullif(o.res, 'null'::jsonb))
+        ON CONFLICT (queue, key) DO UPDATE SET finished_at = EXCLUDED.finished_at,
+          result = EXCLUDED.result;
+    END IF;
+  END LOOP;
+  END IF;
+  -- The runner can start p_take items now: the first p_take in priority then FIFO order
+  -- among the next held items of the groups these outcomes freed slots in (the heads) and
+  -- the items claimable now. A head among them is handed over: claimed for this runner at
+  -- once, in its group's freed slot, whose count of running items stays as it is (one out,
+  -- one in), so the group's row is neither written nor locked. The claimable ones among
+  -- them are claimed as claim() does, after the other freed slots are counted down. Heads
+  -- of groups with a rate, and queues with one, go through claim() (budgets are counted
+  -- there).
+  IF p_take > 0 THEN
+    SELECT * INTO q FROM @S.queues x WHERE x.name = p_queue;
+    IF q.q_rate > 0 THEN
+      v_nc := p_take;
+    ELSIF NOT q.paused AND EXISTS (SELECT 1 FROM @S.runners r WHERE r.id = p_runner) THEN
+      SELECT array_agg(t.id) FILTER (WHERE t.head), array_agg(t.grp) FILTER (WHERE t.head),
+             count(*) FILTER (WHERE NOT t.head)
+        INTO v_hand, v_hg, v_nc
+        FROM (SELECT u.head, u.id, u.grp FROM (
+                SELECT true AS head, h.id, f.g AS grp, h.priority, h.run_at, h.seq
+                  FROM (SELECT g, count(*) AS n FROM unnest(v_grps) g GROUP BY g) f
+                  CROSS JOIN LATERAL (SELECT x FROM @S.groups x WHERE x.queue = p_queue
+                      AND x.grp = f.g AND NOT coalesce(@S.rate_of(x, q) > 0, false)) gx
+                  CROSS JOIN LATERAL (SELECT h.ctid AS id, h.priority, h.run_at, h.seq
+                      FROM @S.jobs h WHERE h.queue = p_queue AND h.grp = f.g AND h.held
+                      ORDER BY h.priority DESC, h.run_at, h.seq
+                      LIMIT greatest(0, least(f.n, @S.room_of(gx.x, q) + f.n))::integer
+                      FOR UPDATE SKIP LOCKED) h
+                UNION ALL
+                (SELECT false, NULL, NULL, j.priority, j.run_at, j.seq FROM @S.jobs j
+                  WHERE j.queue = p_queue AND NOT j.running AND NOT j.held
+                    AND j.run_at <= v_now
+                  ORDER BY j.priority DESC, j.run_at, j.seq LIMIT p_take)) u
+              ORDER BY u.priority DESC, u.run_at, u.seq LIMIT p_take) t;
+      -- (heads locked and not taken are the ones ungroup() below makes claimable)
+      IF v_hand IS NOT NULL THEN
+        RETURN QUERY UPDATE @S.jobs j SET held = false, running = true, runner = p_runner,
+            token = nextval('@S.token'), claimed_at = v_now,
+            delay_at = CASE WHEN j.delay_at <= v_now THEN NULL ELSE j.delay_at END
+          WHERE j.ctid = ANY (v_hand) RETURNING NULL::integer, j.key, j.payload, j.priority,
+            j.token, j.requeues, extract(epoch FROM j.enqueued_at)::float8, j.grp,
+            extract(epoch FROM j.run_at)::float8, j.seq;
+        -- the freed slots no head took: counted down as usual
+        SELECT array_agg(f.g) INTO v_grps
+          FROM (SELECT g, count(*) AS n FROM unnest(v_grps) g GROUP BY g) f
+          LEFT JOIN (SELECT g, count(*) AS m FROM unnest(v_hg) g GROUP BY g) t USING (g)
+          CROSS JOIN LATERAL generate_series(1, f.n - coalesce(t.m, 0)) r;
+      END IF;
+    END IF;
+  END IF;
+  IF v_grps IS NOT NULL THEN PERFORM @S.ungroup(p_queue, v_grps); END IF;
+  IF v_nc > 0 THEN
+    RETURN QUERY SELECT NULL::integer, c.* FROM @S.claim(p_queue, v_nc::integer, p_runner) c;
+  END IF;
+-- the queue's row last, as release() does (after the jobs' and the groups' rows)
+  IF 4 = ANY (p_kinds) THEN -- handed back at their old places (see release)
+    UPDATE @S.queues x SET resets = x.resets + 1 WHERE x.name = p_queue;
+  END IF;
+  o_stale := coalesce(cardinality(p_keys), 0) - n;
+  RETURN NEXT;
+END $fn$;
+-- reap: runners that died (their session lock is gone: killed, connection reset) or went
+-- silent past their lease give their running items back.
+CREATE OR REPLACE FUNCTION @S.reap(p_class integer) RETURNS integer LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_dead bigint[]; n integer := 0; m integer := 0; g record;
+BEGIN
+  SELECT array_agg(r.id) INTO v_dead FROM (
+    SELECT r.id FROM @S.runners r
+     WHERE r.heartbeat_at < now() - make_interval(secs => r.lease)
+        OR (pg_postmaster_start_time() < now() - make_interval(secs => r.lease)
+            AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory'
+                 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+                 AND l.classid = p_class::oid AND l.objid = r.id::oid AND l.objsubid = 2
+                 AND l.granted))
+     FOR UPDATE SKIP LOCKED) r;
+  IF v_dead IS NULL THEN RETURN 0; END IF;
+  FOR g IN WITH x AS (DELETE FROM @S.jobs j WHERE j.running AND j.runner = ANY (v_dead)
+               AND j.crashes + 1 > 5 RETURNING j.*),
+    d AS (INSERT INTO @S.dead AS d (queue, key, payload, error, attempts, failed_at)
+      SELECT x.queue, x.key, x.payload,
+             format('its runner died while running it %s times in a row', x.crashes + 1),
+             x.requeues + 1, now() FROM x
+      ON CONFLICT (queue, key) DO UPDATE SET payload = EXCLUDED.payload,
+        error = EXCLUDED.error, attempts = EXCLUDED.attempts, failed_at = EXCLUDED.failed_at)
+    SELECT x.queue, array_agg(x.grp) AS grps, count(*) AS c FROM x GROUP BY x.queue LOOP
+    PERFORM @S.ungroup(g.queue, g.grps);
+    m := m + g.c;
+  END LOOP;
+  n := @S.release(v_dead, true);
+  DELETE FROM @S.runners WHERE id = ANY (v_dead);
+  DELETE FROM @S.waiting WHERE runner = ANY (v_dead);
+  UPDATE @S.counters SET value = value + n WHERE name = 'takeovers';
+  UPDATE @S.counters SET value = value + m WHERE name = 'crash_dead';
+  RETURN n + m;
+END $fn$;
