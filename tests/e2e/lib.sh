@@ -17,9 +17,10 @@ fi
 export LUA_PATH="$WQ_SOURCE_DIR/tests/lua/?.lua;;"
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/wqrun-e2e.XXXXXX")
-# Background processes a test starts (PIDS+=(...)) are killed at exit.
+# Background processes a test starts (PIDS+=(...)) are killed at exit; $TMP is
+# removed then, unless WQ_E2E_KEEP is set (it is named on stderr).
 PIDS=()
-trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$TMP"' EXIT
+trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; [ -n "${WQ_E2E_KEEP:-}" ] && echo "kept $TMP" >&2 || rm -rf "$TMP"' EXIT
 
 CHECKS=0
 FAILED=0

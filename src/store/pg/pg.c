@@ -229,6 +229,11 @@ typedef struct pgq {
     /* Limited queues: the outcomes in flight also claim up to take_out items for this
      * runner (claims ask for that many less until they commit); handed: how many they did. */
     size_t take_out, handed;
+    /* The answers of its claim and of its outcomes (which may claim too) in the transactions
+     * under way: the items they claimed are handed to the runtime only once their
+     * transaction committed. Until then they are not claimed: a later statement of the same
+     * transaction may still fail (a deadlock, a lost connection), and with it the claims. */
+    PGresult *claim_res, *finish_res;
     struct pgq *next;
 } pgq;
 
@@ -274,6 +279,7 @@ struct pgb {
     /* Transactions under way, one of each kind at a time: the adds and the claims on c, the
      * outcomes on c2 (a second connection, so that the database works on both at once). */
     int adds_flight, claim_flight, out_flight;
+    wq_pgconn *out_conn; /* the connection of the outcomes' transaction under way */
     /* Outcome transactions sent, and the last that committed: an operator action (pg_op)
      * waits for the outcomes this runner had when it was asked (read your own writes). */
     int64_t out_txn, out_done_txn;
@@ -560,7 +566,9 @@ static void build_outcomes(pgq *q)
     for (size_t i = 0; i < n; i++) {
         uint32_t slot = q->touched[i];
         claim *c = &q->claims[slot];
-        if (!c->used)
+        /* Sent already: touched again by the removal below (its outcome's transaction may
+         * have failed since; the outcome goes again as it was, never built a second time). */
+        if (!c->used || c->sent)
             continue;
         c->touched = 0;
         wq_item_info info;
@@ -874,6 +882,7 @@ static void on_cycle(evutil_socket_t fd, short what, void *arg)
     /* Outcomes: a transaction on the second connection (the first when it is down). */
     wq_pgconn *oc = b->c2 && wq_pgconn_up(b->c2) ? b->c2 : b->c;
     if (!b->out_flight) {
+        b->out_conn = oc;
         int any = 0;
         for (pgq *q = b->queues; q; q = q->next) {
             if (q->ntouched && q->q)
@@ -1158,17 +1167,24 @@ static void finish_result(void *ud, PGresult *res)
 {
     pgq *q = ud;
     if (res && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) >= 1) {
-        int last;
-        q->handed = (size_t)accept_claims(q, res, 1, &last);
-        int i = PQntuples(res) - 1;
-        long stale = PQgetisnull(res, i, 0) ? 0 : atol(PQgetvalue(res, i, 0));
-        if (stale > 0) {
-            q->b->st.stale_outcomes += (uint64_t)stale;
-            logf_(q->b, WQ_LOG_WARN,
-                  "%s: %ld outcome(s) discarded: their items had been taken over", q->name, stale);
-        }
+        PQclear(q->finish_res);
+        q->finish_res = wq_pgconn_keep(q->b->out_conn); /* see finish_committed */
     } else if (res) {
         set_err(q->b, "cannot write outcomes: %s", PQresultErrorMessage(res));
+    }
+}
+
+/* The outcomes' transaction committed: the items its finish claimed are this runner's. */
+static void finish_committed(pgq *q, PGresult *res)
+{
+    int last;
+    q->handed = (size_t)accept_claims(q, res, 1, &last);
+    int i = PQntuples(res) - 1;
+    long stale = PQgetisnull(res, i, 0) ? 0 : atol(PQgetvalue(res, i, 0));
+    if (stale > 0) {
+        q->b->st.stale_outcomes += (uint64_t)stale;
+        logf_(q->b, WQ_LOG_WARN, "%s: %ld outcome(s) discarded: their items had been taken over",
+              q->name, stale);
     }
 }
 
@@ -1185,6 +1201,13 @@ static void claim_result(void *ud, PGresult *res)
     wq_histogram_observe(&q->b->st.claim_latency, (double)took / 1e9);
     if (!q->claim_from)
         q->full_took = took;
+    PQclear(q->claim_res);
+    q->claim_res = wq_pgconn_keep(q->b->c); /* see claim_committed */
+}
+
+/* The claims' transaction committed: what the claim found is this runner's. */
+static void claim_committed(pgq *q, PGresult *res)
+{
     int last, n = accept_claims(q, res, 0, &last);
     /* Came back full: the next claim may start after its last item. */
     q->hint = last >= 0 && (size_t)n >= q->claim_want;
@@ -1319,10 +1342,13 @@ static void floor_min_result(void *ud, PGresult *res)
 
 static void claims_synced(void *ud, int ok)
 {
-    (void)ok; /* a claim that did not commit claimed nothing */
     pgb *b = ud;
     b->claim_flight = 0;
     for (pgq *q = b->queues; q; q = q->next) {
+        if (q->claim_res && ok) /* (one that did not commit claimed nothing) */
+            claim_committed(q, q->claim_res);
+        PQclear(q->claim_res);
+        q->claim_res = NULL;
         q->claiming = 0;
         q->probing = 0; /* answered, or lost with the transaction */
     }
@@ -1336,6 +1362,12 @@ static void outcomes_synced(void *ud, int ok)
     double dt = wall_s() - b->cycle_started;
     wq_histogram_observe(&b->st.commit_latency, dt);
     b->st.commit_seconds_sum += dt;
+    for (pgq *q = b->queues; q; q = q->next) {
+        if (q->finish_res && ok)
+            finish_committed(q, q->finish_res);
+        PQclear(q->finish_res);
+        q->finish_res = NULL;
+    }
     for (pgq *q = b->queues; q; q = q->next) {
         if (ok) {
             for (size_t i = 0; i < q->nsent; i++) {
@@ -2152,6 +2184,8 @@ static void pg_close(wq_backend *base)
             free(q->sent[i].payload);
             free(q->sent[i].done);
         }
+        PQclear(q->claim_res);
+        PQclear(q->finish_res);
         wq_keymap_free(q->keys);
         free(q->claims);
         free(q->free);

@@ -37,6 +37,7 @@ struct wq_pgconn {
     size_t head, count, cap;
     int aborted; /* the current transaction failed: its sync reports 0 */
     int freeing;
+    PGresult *handing; /* the result a callback is given, until it takes it (wq_pgconn_keep) */
 };
 
 static void on_read(evutil_socket_t fd, short what, void *arg);
@@ -240,11 +241,20 @@ static void drain(wq_pgconn *c)
             continue;
         }
         expect done = pop(c);
+        c->handing = done.res;
         if (done.rfn)
             done.rfn(done.ud, done.res);
-        if (done.res)
-            PQclear(done.res);
+        if (c->handing)
+            PQclear(c->handing);
+        c->handing = NULL;
     }
+}
+
+PGresult *wq_pgconn_keep(wq_pgconn *c)
+{
+    PGresult *r = c->handing;
+    c->handing = NULL;
+    return r;
 }
 
 /* While connecting, the socket's readiness (or the timeout) drives PQconnectPoll: 1. */

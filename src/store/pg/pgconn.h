@@ -55,6 +55,9 @@ int wq_pgconn_send(wq_pgconn *c, const char *name, const char *sql, int n,
 /* Prepares statement name (answered like a statement). */
 int wq_pgconn_prepare(wq_pgconn *c, const char *name, const char *sql, wq_pg_result_fn fn,
                       void *ud);
+/* Called by a statement's callback: takes its result (the caller PQclears it), so that it
+ * can be acted on once the transaction is known to have committed (the sync's answer). */
+PGresult *wq_pgconn_keep(wq_pgconn *c);
 /* Ends the transaction of the statements sent since the last sync. 0 or -1 (down). */
 int wq_pgconn_sync(wq_pgconn *c, wq_pg_sync_fn fn, void *ud);
 
