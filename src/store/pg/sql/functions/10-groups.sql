@@ -1,12 +1,25 @@
+-- The lock order. Every transaction that locks several rows takes them in one global
+-- order, so that no producer, runner or operator waits in a circle:
+--   1. levels (an add's new priority), by queue and priority;
+--   2. the items' rows (jobs), by queue, then key (in the database's collation); a key's
+--      done and dead rows right after its item's row;
+--   3. the groups' rows, by queue, then name;
+--   4. the queues' rows, by name.
+-- add() and add_many() lock items in key order and the rows of the groups whose held
+-- items need a wake_at after all of them; finish() locks its items in key order (all of
+-- them first when the batch has more than successes), then groups (ungroup), then claims
+-- (SKIP LOCKED: never waits), then its queue's row; release() and reap() lock their items
+-- in key order first; retry_dead() each item's row before its dead letter. Claims never
+-- wait for a row another transaction holds (SKIP LOCKED), except for a group row another
+-- claim is creating (claims create them in name order). Rows a producer inserted are
+-- invisible to runners until it commits: they wait for nothing of a producer's but the
+-- rows it re-adds. docs/postgres.md says what may still be chosen as a deadlock victim
+-- (a transaction of the user's own that also locks other rows).
+--
 -- Group limits (SPEC 7.4, 8.2). group_state: a group's limits (its own, else the
 -- queue's default), how many of its items run on every runner, and how many may start
 -- now within its rate (GCRA: tokens = (now - tat) * rate + burst, at most burst). Exact
--- when the caller holds the group's row lock (claims and outcomes do). Lock order, so
--- that nothing waits in a circle: outcomes lock group rows in name order (before that
--- only the held items they hand over, with SKIP LOCKED; after it they claim); claims run
--- side by side and never wait for a group row or an item another transaction holds (SKIP
--- LOCKED), except for a group row another claim is creating (claims create them in name
--- order); an add locks its item's row, then at most its own group's row, last.
+-- when the caller holds the group's row lock (claims and outcomes do).
 CREATE OR REPLACE FUNCTION @S.group_state(p_queue text, p_grp text, OUT conc integer,
     OUT rate double precision, OUT burst double precision, OUT running integer,
     OUT tokens double precision, OUT tat timestamptz) LANGUAGE plpgsql AS $fn$

@@ -92,6 +92,9 @@ CREATE OR REPLACE FUNCTION @S.release(p_runners bigint[], p_crashed boolean) RET
 LANGUAGE plpgsql AS $fn$
 DECLARE g record; n integer := 0;
 BEGIN
+  -- the items' rows first, in key order (the lock order: 10-groups.sql)
+  PERFORM 1 FROM @S.jobs j WHERE j.running AND j.runner = ANY (p_runners)
+    ORDER BY j.queue, j.key FOR UPDATE;
   FOR g IN WITH x AS (UPDATE @S.jobs j SET running = false, runner = NULL, token = NULL,
                claimed_at = NULL,
                crashes = CASE WHEN p_crashed THEN j.crashes + 1 ELSE j.crashes END

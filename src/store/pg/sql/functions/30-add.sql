@@ -1,10 +1,15 @@
--- wqrun.add: the rules of q:add / q:add_after (WORKQUEUE.md) on the row.
-CREATE OR REPLACE FUNCTION @S.add(queue text, key text, payload jsonb DEFAULT NULL,
-    after_seconds double precision DEFAULT NULL, priority integer DEFAULT NULL,
-    grp text DEFAULT NULL, force boolean DEFAULT false, unique_add boolean DEFAULT false)
-  RETURNS text LANGUAGE plpgsql AS $fn$
+-- add_one: the rules of q:add / q:add_after (WORKQUEUE.md) on the item's row, for add()
+-- and add_many(). p_now: the time of the add (the clock once the transaction has its id,
+-- schema_v7); p_seq: its place among adds of the same time (NULL: the next of the
+-- sequence). Locks the item's row (and, with force, its done row after it) and nothing
+-- else: o_wake says that its group's row needs a wake_at (the caller takes group rows
+-- last, in name order: see 10-groups.sql). Notifies nobody.
+CREATE OR REPLACE FUNCTION @S.add_one(queue text, key text, payload jsonb,
+    after_seconds double precision, priority integer, grp text, force boolean,
+    unique_add boolean, p_now timestamptz, p_seq bigint, OUT o_out text, OUT o_wake boolean)
+  LANGUAGE plpgsql AS $fn$
 DECLARE
-  v_now timestamptz;
+  v_now timestamptz := p_now;
   v_ready timestamptz;
   r @S.jobs%ROWTYPE;
   v_out text;
@@ -23,57 +28,53 @@ BEGIN
     RAISE EXCEPTION 'wqrun.add: bad argument ''after_seconds'' (%)', after_seconds
       USING ERRCODE = '22023';
   END IF;
--- ready times are the clock once this transaction has its id (schema_v7)
-  PERFORM pg_current_xact_id();
-  v_now := clock_timestamp();
   IF after_seconds > 0 THEN v_ready := v_now + make_interval(secs => after_seconds); END IF;
 -- keep_done (SPEC 7.2): finished within it and nothing pending: skipped; force forgets
-  SELECT q.keep_done INTO v_keep FROM @S.queues q WHERE q.name = add.queue;
-  IF v_keep > 0 AND coalesce(add.force, false) THEN
-    DELETE FROM @S.done d WHERE d.queue = add.queue AND d.key = add.key;
+  SELECT q.keep_done INTO v_keep FROM @S.queues q WHERE q.name = add_one.queue;
+  IF v_keep > 0 AND coalesce(add_one.force, false) THEN
+    -- the item's row first (an outcome writing the done row holds it): rows of one key in
+    -- the order the outcomes take them
+    PERFORM 1 FROM @S.jobs j WHERE j.queue = add_one.queue AND j.key = add_one.key FOR UPDATE;
+    DELETE FROM @S.done d WHERE d.queue = add_one.queue AND d.key = add_one.key;
 -- (coalesce: NULL AND EXISTS would look the key up for a queue that keeps nothing)
-  ELSIF coalesce(v_keep, 0) > 0 AND EXISTS (SELECT 1 FROM @S.done d WHERE d.queue = add.queue
-        AND d.key = add.key AND d.finished_at > v_now - make_interval(secs => v_keep))
-      AND NOT EXISTS (SELECT 1 FROM @S.jobs j WHERE j.queue = add.queue AND j.key = add.key) THEN
-    RETURN 'skipped: done';
+  ELSIF coalesce(v_keep, 0) > 0 AND EXISTS (SELECT 1 FROM @S.done d WHERE d.queue = add_one.queue
+        AND d.key = add_one.key AND d.finished_at > v_now - make_interval(secs => v_keep))
+      AND NOT EXISTS (SELECT 1 FROM @S.jobs j WHERE j.queue = add_one.queue AND j.key = add_one.key) THEN
+    o_out := 'skipped: done'; o_wake := false; RETURN;
   END IF;
 -- unique: a key pending or running is left as it is (no follow-up, nothing changed)
-  IF coalesce(add.unique_add, false) THEN
-    SELECT j.running INTO v_running FROM @S.jobs j WHERE j.queue = add.queue AND j.key = add.key;
+  IF coalesce(add_one.unique_add, false) THEN
+    SELECT j.running INTO v_running FROM @S.jobs j WHERE j.queue = add_one.queue AND j.key = add_one.key;
     IF FOUND THEN
-      RETURN CASE WHEN v_running THEN 'skipped: processing' ELSE 'skipped: pending' END;
+      o_out := CASE WHEN v_running THEN 'skipped: processing' ELSE 'skipped: pending' END;
+      o_wake := false; RETURN;
     END IF;
   END IF;
 -- a new due item of a saturated group is held at once (see claim)
-  IF add.grp IS NOT NULL AND v_ready IS NULL THEN
-    v_gs := @S.group_state(add.queue, add.grp);
+  IF add_one.grp IS NOT NULL AND v_ready IS NULL THEN
+    v_gs := @S.group_state(add_one.queue, add_one.grp);
     IF v_gs.conc IS NOT NULL OR v_gs.rate > 0 THEN
-      SELECT count(*) INTO v_nready FROM @S.jobs j WHERE j.queue = add.queue
-        AND j.grp = add.grp AND NOT j.running AND NOT j.held AND j.run_at <= v_now;
+      SELECT count(*) INTO v_nready FROM @S.jobs j WHERE j.queue = add_one.queue
+        AND j.grp = add_one.grp AND NOT j.running AND NOT j.held AND j.run_at <= v_now;
       v_held := v_gs.running + v_nready >= coalesce(v_gs.conc, 2147483647)
                 OR v_gs.tokens <= v_nready;
     END IF;
   END IF;
-  INSERT INTO @S.levels VALUES (add.queue, coalesce(add.priority, 0)) ON CONFLICT DO NOTHING;
+  INSERT INTO @S.levels VALUES (add_one.queue, coalesce(add_one.priority, 0)) ON CONFLICT DO NOTHING;
   LOOP
     INSERT INTO @S.jobs AS j (queue, key, payload, priority, grp, run_at, seq, enqueued_at, held)
-      VALUES (add.queue, add.key, add.payload, coalesce(add.priority, 0), add.grp,
-              coalesce(v_ready, v_now), nextval('@S.seq'), v_now, v_held)
+      VALUES (add_one.queue, add_one.key, add_one.payload, coalesce(add_one.priority, 0), add_one.grp,
+              coalesce(v_ready, v_now), coalesce(p_seq, nextval('@S.seq')), v_now, v_held)
       ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING;
     IF FOUND THEN
       v_out := CASE WHEN v_ready IS NULL THEN 'queued' ELSE 'delayed' END;
 -- held as read without the group's lock: an outcome committing meanwhile may free a
--- slot without seeing this row; the claims look at the group again in a second. The
--- group's row is locked last (after the item's): an outcome holding it never waits for
--- this add
-      IF v_held THEN
-        UPDATE @S.groups x SET wake_at = least(x.wake_at, v_now + interval '1 second')
-          WHERE x.queue = add.queue AND x.grp = add.grp
-            AND (x.wake_at IS NULL OR x.wake_at > v_now + interval '1 second');
-      END IF;
+-- slot without seeing this row; the claims look at the group again in a second (the
+-- caller's wake_at)
+      o_wake := v_held;
       EXIT;
     END IF;
-    SELECT * INTO r FROM @S.jobs j WHERE j.queue = add.queue AND j.key = add.key FOR UPDATE;
+    SELECT * INTO r FROM @S.jobs j WHERE j.queue = add_one.queue AND j.key = add_one.key FOR UPDATE;
     IF NOT FOUND THEN CONTINUE; END IF; -- finished meanwhile: insert again
     IF r.running THEN
       IF v_ready IS NULL THEN
@@ -82,41 +83,65 @@ BEGIN
       ELSIF r.delay_at IS NULL OR v_ready < r.delay_at THEN
         r.delay_at := v_ready; v_out := 'delayed';
       ELSE v_out := 'deduplicated'; END IF;
-      r.priority := coalesce(add.priority, r.priority);
+      r.priority := coalesce(add_one.priority, r.priority);
     ELSIF r.run_at <= v_now THEN -- queued
       IF v_ready IS NULL THEN
         v_out := 'deduplicated';
-        IF add.priority > r.priority THEN -- rises to the back of its new level
-          r.priority := add.priority; r.run_at := v_now; r.seq := nextval('@S.seq');
+        IF add_one.priority > r.priority THEN -- rises to the back of its new level
+          r.priority := add_one.priority; r.run_at := v_now; r.seq := coalesce(p_seq, nextval('@S.seq'));
         END IF;
       ELSIF r.delay_at IS NULL OR v_ready < r.delay_at THEN
         r.delay_at := v_ready; v_out := 'delayed';
       ELSE v_out := 'deduplicated'; END IF;
     ELSE -- waiting: only a delayed add is pending
       IF v_ready IS NULL THEN
-        r.delay_at := r.run_at; r.run_at := v_now; r.seq := nextval('@S.seq');
+        r.delay_at := r.run_at; r.run_at := v_now; r.seq := coalesce(p_seq, nextval('@S.seq'));
         v_out := 'queued';
       ELSIF v_ready < r.run_at THEN
-        r.run_at := v_ready; r.seq := nextval('@S.seq'); v_out := 'delayed';
+        r.run_at := v_ready; r.seq := coalesce(p_seq, nextval('@S.seq')); v_out := 'delayed';
       ELSE v_out := 'deduplicated'; END IF;
-      r.priority := coalesce(add.priority, r.priority);
+      r.priority := coalesce(add_one.priority, r.priority);
     END IF;
-    UPDATE @S.jobs j SET payload = coalesce(add.payload, r.payload), priority = r.priority,
-        grp = coalesce(add.grp, r.grp), run_at = r.run_at, seq = r.seq, delay_at = r.delay_at,
+    UPDATE @S.jobs j SET payload = coalesce(add_one.payload, r.payload), priority = r.priority,
+        grp = coalesce(add_one.grp, r.grp), run_at = r.run_at, seq = r.seq, delay_at = r.delay_at,
         dirty = r.dirty
-      WHERE j.queue = add.queue AND j.key = add.key;
+      WHERE j.queue = add_one.queue AND j.key = add_one.key;
     EXIT;
   END LOOP;
-  IF v_out <> 'deduplicated' AND EXISTS (SELECT 1 FROM @S.waiting w WHERE w.queue = add.queue) THEN
+  o_out := v_out; o_wake := coalesce(o_wake, false);
+END $fn$;
+-- wqrun.add: one item (add_one), its group's row last.
+CREATE OR REPLACE FUNCTION @S.add(queue text, key text, payload jsonb DEFAULT NULL,
+    after_seconds double precision DEFAULT NULL, priority integer DEFAULT NULL,
+    grp text DEFAULT NULL, force boolean DEFAULT false, unique_add boolean DEFAULT false)
+  RETURNS text LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_now timestamptz; r record;
+BEGIN
+  -- ready times are the clock once this transaction has its id (schema_v7)
+  PERFORM pg_current_xact_id();
+  v_now := clock_timestamp();
+  r := @S.add_one(add.queue, add.key, add.payload, add.after_seconds, add.priority, add.grp,
+                  add.force, add.unique_add, v_now, NULL);
+  IF r.o_wake THEN
+    UPDATE @S.groups x SET wake_at = least(x.wake_at, v_now + interval '1 second')
+      WHERE x.queue = add.queue AND x.grp = add.grp
+        AND (x.wake_at IS NULL OR x.wake_at > v_now + interval '1 second');
+  END IF;
+  IF r.o_out IN ('queued', 'delayed', 'follow-up')
+      AND EXISTS (SELECT 1 FROM @S.waiting w WHERE w.queue = add.queue) THEN
     PERFORM pg_notify(@L, add.queue);
   END IF;
-  RETURN v_out;
+  RETURN r.o_out;
 END $fn$;
--- add_many: new keys in one INSERT (the bulk case), every other item through add().
+-- add_many: new keys in one INSERT (the bulk case), every other item through add_one(), in
+-- the order of the lock order (10-groups.sql): the items' rows by queue and key, then the
+-- rows of the groups that need a wake_at, by queue and name. Each item keeps its place in
+-- the batch: one time for all, sequence numbers in the batch's order.
 CREATE OR REPLACE FUNCTION @S.add_many(items jsonb) RETURNS jsonb LANGUAGE plpgsql AS $fn$
 DECLARE
-  v_now timestamptz; v_bad bigint; v_new bigint[]; v_out text[];
-  e record; q text;
+  v_now timestamptz; v_bad bigint; v_new bigint[]; v_out text[]; v_seqs bigint[];
+  e record; q text; r record; v_wq text[]; v_wg text[];
 BEGIN
   PERFORM pg_current_xact_id(); -- ready times: see add()
   v_now := clock_timestamp();
@@ -131,6 +156,9 @@ BEGIN
   IF v_bad IS NOT NULL THEN
     RAISE EXCEPTION 'wqrun.add_many: bad argument ''items'' (item % needs a string "key" and a "queue" of 1-64 characters of [A-Za-z0-9_.-])', v_bad USING ERRCODE = '22023';
   END IF;
+  SELECT array_agg(s.n ORDER BY s.i) INTO v_seqs
+    FROM (SELECT x.i, nextval('@S.seq') AS n FROM jsonb_array_elements(items)
+            WITH ORDINALITY AS x(it, i) ORDER BY x.i) s;
   INSERT INTO @S.levels SELECT DISTINCT x.it->>'queue', coalesce((x.it->>'priority')::integer, 0)
     FROM jsonb_array_elements(items) AS x(it) ORDER BY 1, 2 ON CONFLICT DO NOTHING;
   WITH x AS (SELECT it, i FROM jsonb_array_elements(items) WITH ORDINALITY AS x(it, i)),
@@ -140,13 +168,13 @@ BEGIN
              coalesce((x.it->>'priority')::integer, 0), x.it->>'group',
              CASE WHEN (x.it->>'after')::float8 > 0
                   THEN v_now + make_interval(secs => (x.it->>'after')::float8) ELSE v_now END,
-             nextval('@S.seq'), v_now
+             v_seqs[x.i], v_now
         FROM x WHERE NOT coalesce((x.it->>'force')::boolean, false)
           AND x.it->>'group' IS NULL
 -- a key with a done row (keep_done) is add()'s to decide
           AND NOT EXISTS (SELECT 1 FROM @S.done d WHERE d.queue = x.it->>'queue'
                             AND d.key = x.it->>'key')
-        ORDER BY x.i
+        ORDER BY x.it->>'queue', x.it->>'key', x.i
       ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING RETURNING j.queue, j.key)
   SELECT array_agg(f.i) INTO v_new FROM (SELECT min(x.i) AS i FROM x
       JOIN ins ON ins.queue = x.it->>'queue' AND ins.key = x.it->>'key' GROUP BY ins.queue, ins.key) f;
@@ -155,14 +183,26 @@ BEGIN
     FROM jsonb_array_elements(items) WITH ORDINALITY AS x(it, i)
     LEFT JOIN unnest(v_new) AS n(i) ON n.i = x.i;
   IF cardinality(v_new) IS DISTINCT FROM cardinality(v_out) THEN
-    FOR e IN SELECT it, i FROM jsonb_array_elements(items) WITH ORDINALITY AS x(it, i) LOOP
+    FOR e IN SELECT it, i FROM jsonb_array_elements(items) WITH ORDINALITY AS x(it, i)
+             ORDER BY x.it->>'queue', x.it->>'key', x.i LOOP
       CONTINUE WHEN v_out[e.i] IS NOT NULL;
-      v_out[e.i] := @S.add(e.it->>'queue', e.it->>'key',
+      r := @S.add_one(e.it->>'queue', e.it->>'key',
         CASE WHEN e.it->'payload' <> 'null'::jsonb THEN e.it->'payload' END,
         (e.it->>'after')::double precision, (e.it->>'priority')::integer, e.it->>'group',
-        coalesce((e.it->>'force')::boolean, false), coalesce((e.it->>'unique')::boolean, false));
+        coalesce((e.it->>'force')::boolean, false), coalesce((e.it->>'unique')::boolean, false),
+        v_now, v_seqs[e.i]);
+      v_out[e.i] := r.o_out;
+      IF r.o_wake THEN
+        v_wq := v_wq || (e.it->>'queue'); v_wg := v_wg || (e.it->>'group');
+      END IF;
     END LOOP;
   END IF;
+  -- the groups' rows last, in name order (held items: see add_one)
+  FOR r IN SELECT DISTINCT u.q, u.g FROM unnest(v_wq, v_wg) AS u(q, g) ORDER BY u.q, u.g LOOP
+    UPDATE @S.groups x SET wake_at = least(x.wake_at, v_now + interval '1 second')
+      WHERE x.queue = r.q AND x.grp = r.g
+        AND (x.wake_at IS NULL OR x.wake_at > v_now + interval '1 second');
+  END LOOP;
   FOR q IN SELECT DISTINCT w.queue FROM @S.waiting w WHERE w.queue IN
       (SELECT x.it->>'queue' FROM jsonb_array_elements(items) AS x(it)) LOOP
     PERFORM pg_notify(@L, q);

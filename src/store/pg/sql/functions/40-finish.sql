@@ -25,12 +25,23 @@ BEGIN
   -- as one, whatever the statistics say) and deleted by its tuple id: a plan that scans
   -- the queue's range of the key index instead (which ANALYZE at a moment of few live
   -- rows made the generic plan) walks every entry a long transaction keeps: seconds.
-  WITH g AS (DELETE FROM @S.jobs j WHERE j.ctid = ANY (ARRAY(SELECT x.ctid
-        FROM unnest(p_keys, p_kinds) AS u(key, kind),
-          LATERAL (SELECT y.ctid FROM @S.jobs y WHERE y.queue = p_queue AND y.key = u.key
-                   LIMIT 1) x
-       WHERE u.kind IN (0, 1)))
-      AND j.token = ANY (p_tokens) AND j.running AND NOT j.dirty AND j.delay_at IS NULL
+  -- Rows are taken in key order (the lock order, 10-groups.sql): the tuple ids in the
+  -- keys' order, each deleted through its own tuple id scan (a nested loop). A batch with
+  -- other outcomes than successes locks all its rows in that order first, so that the
+  -- statements after this one wait for nothing (a row the DELETE leaves is one re-added
+  -- meanwhile: see docs/postgres.md).
+  IF EXISTS (SELECT 1 FROM unnest(p_kinds) AS u(kind) WHERE u.kind NOT IN (0, 1)) THEN
+    PERFORM 1 FROM (SELECT u.key FROM unnest(p_keys) AS u(key) ORDER BY u.key) s,
+      LATERAL (SELECT 1 FROM @S.jobs y WHERE y.queue = p_queue AND y.key = s.key
+                 AND y.token = ANY (p_tokens) LIMIT 1 FOR UPDATE) x;
+  END IF;
+  WITH g AS (DELETE FROM @S.jobs j USING (SELECT x.ctid AS id
+        FROM (SELECT u.key FROM unnest(p_keys, p_kinds) AS u(key, kind)
+               WHERE u.kind IN (0, 1) ORDER BY u.key) s,
+          LATERAL (SELECT y.ctid FROM @S.jobs y WHERE y.queue = p_queue AND y.key = s.key
+                   LIMIT 1) x) t
+      WHERE j.ctid = t.id
+        AND j.token = ANY (p_tokens) AND j.running AND NOT j.dirty AND j.delay_at IS NULL
       RETURNING j.key, j.grp)
   SELECT coalesce(array_agg(g.key), '{}'), array_agg(g.grp) FILTER (WHERE g.grp IS NOT NULL)
     INTO v_gone, v_grps FROM g;
@@ -42,7 +53,7 @@ BEGIN
     INSERT INTO @S.done AS d (queue, key, finished_at, result)
       SELECT p_queue, u.key, v_now, nullif(u.res, 'null'::jsonb)
         FROM unnest(p_keys, p_kinds, p_done) AS u(key, kind, res)
-       WHERE u.kind = 1 AND u.res IS NOT NULL AND u.key = ANY (v_gone)
+       WHERE u.kind = 1 AND u.res IS NOT NULL AND u.key = ANY (v_gone) ORDER BY u.key
       ON CONFLICT (queue, key) DO UPDATE SET finished_at = EXCLUDED.finished_at,
         result = EXCLUDED.result;
   END IF;
@@ -50,7 +61,7 @@ BEGIN
   IF n < coalesce(cardinality(p_keys), 0) THEN
   FOR o IN SELECT * FROM unnest(p_keys, p_tokens, p_kinds, p_delays, p_requeues, p_errors,
                                 p_payloads, p_done) AS u(key, token, kind, delay, requeues, err,
-                                payload, res) LOOP
+                                payload, res) ORDER BY u.key LOOP
     k := o.kind;
     IF k IN (0, 1) AND o.key = ANY (v_gone) THEN CONTINUE; END IF;
     IF k IN (0, 1, 3) THEN -- nothing else pending: the row goes
@@ -173,6 +184,9 @@ BEGIN
                  AND l.granted))
      FOR UPDATE SKIP LOCKED) r;
   IF v_dead IS NULL THEN RETURN 0; END IF;
+  -- their items' rows first, in key order (the lock order: 10-groups.sql), then groups
+  PERFORM 1 FROM @S.jobs j WHERE j.running AND j.runner = ANY (v_dead)
+    ORDER BY j.queue, j.key FOR UPDATE;
   FOR g IN WITH x AS (DELETE FROM @S.jobs j WHERE j.running AND j.runner = ANY (v_dead)
                AND j.crashes + 1 > 5 RETURNING j.*),
     d AS (INSERT INTO @S.dead AS d (queue, key, payload, error, attempts, failed_at)
@@ -181,7 +195,8 @@ BEGIN
              x.requeues + 1, now() FROM x
       ON CONFLICT (queue, key) DO UPDATE SET payload = EXCLUDED.payload,
         error = EXCLUDED.error, attempts = EXCLUDED.attempts, failed_at = EXCLUDED.failed_at)
-    SELECT x.queue, array_agg(x.grp) AS grps, count(*) AS c FROM x GROUP BY x.queue LOOP
+    SELECT x.queue, array_agg(x.grp) AS grps, count(*) AS c FROM x GROUP BY x.queue
+    ORDER BY x.queue LOOP
     PERFORM @S.ungroup(g.queue, g.grps);
     m := m + g.c;
   END LOOP;

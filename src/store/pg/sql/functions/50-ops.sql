@@ -48,19 +48,31 @@ BEGIN
   PERFORM pg_notify(@L, '!control');
   RETURN 'cancelling';
 END $fn$;
--- retry_dead: dead letters back into the queue (all with p_key NULL), failure count clean.
+-- retry_dead: dead letters back into the queue (all with p_key NULL), failure count clean,
+-- in the order they died. Rows by key, each item's row before its dead letter (the lock
+-- order: 10-groups.sql).
 CREATE OR REPLACE FUNCTION @S.retry_dead(p_queue text, p_key text DEFAULT NULL) RETURNS integer
 LANGUAGE plpgsql AS $fn$
-DECLARE d record; n integer := 0;
+DECLARE d record; n integer := 0; v_now timestamptz; v_payload jsonb; r record;
 BEGIN
-  FOR d IN SELECT x.key, x.payload FROM @S.dead x
-            WHERE x.queue = p_queue AND (p_key IS NULL OR x.key = p_key)
-            ORDER BY x.failed_at, x.key FOR UPDATE LOOP
-    DELETE FROM @S.dead x WHERE x.queue = p_queue AND x.key = d.key;
-    PERFORM @S.add(p_queue, d.key, d.payload);
+  PERFORM pg_current_xact_id(); -- ready times: see add()
+  v_now := clock_timestamp();
+  FOR d IN WITH o AS MATERIALIZED (SELECT x.key FROM @S.dead x
+                 WHERE x.queue = p_queue AND (p_key IS NULL OR x.key = p_key)
+                 ORDER BY x.failed_at, x.key),
+           s AS MATERIALIZED (SELECT o.key, nextval('@S.seq') AS seq FROM o)
+           SELECT s.key, s.seq FROM s ORDER BY s.key LOOP
+    PERFORM 1 FROM @S.jobs j WHERE j.queue = p_queue AND j.key = d.key FOR UPDATE;
+    DELETE FROM @S.dead x WHERE x.queue = p_queue AND x.key = d.key
+      RETURNING x.payload INTO v_payload;
+    CONTINUE WHEN NOT FOUND; -- retried (or run) meanwhile
+    r := @S.add_one(p_queue, d.key, v_payload, NULL, NULL, NULL, false, false, v_now, d.seq);
     UPDATE @S.jobs j SET requeues = 0, last_error = NULL, crashes = 0
      WHERE j.queue = p_queue AND j.key = d.key AND NOT j.running;
     n := n + 1;
   END LOOP;
+  IF n > 0 AND EXISTS (SELECT 1 FROM @S.waiting w WHERE w.queue = p_queue) THEN
+    PERFORM pg_notify(@L, p_queue);
+  END IF;
   RETURN n;
 END $fn$;
