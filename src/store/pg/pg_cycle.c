@@ -619,6 +619,15 @@ void wq_pgb_on_cycle(evutil_socket_t fd, short what, void *arg)
         b->claim_flight = 1;
 }
 
+/* A failure that says nothing of the statement: its transaction was chosen as a deadlock's
+ * victim or could not be serialized (a transaction of the user's own locking rows in
+ * another order). The same statement goes again, as after a lost connection. */
+static int transient(const PGresult *res)
+{
+    const char *st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    return st && (strcmp(st, "40P01") == 0 || strcmp(st, "40001") == 0);
+}
+
 static void add_result(void *ud, PGresult *res)
 {
     padd *a = ud;
@@ -627,7 +636,7 @@ static void add_result(void *ud, PGresult *res)
         free(a->params[0]);
         a->params[0] = strdup(PQgetvalue(res, 0, 0));
         a->answered = 1;
-    } else if (res && PQresultStatus(res) == PGRES_FATAL_ERROR) {
+    } else if (res && PQresultStatus(res) == PGRES_FATAL_ERROR && !transient(res)) {
         char msg[400];
         wq_pg_msg(msg, sizeof msg, PQresultErrorMessage(res));
         free(a->params[0]);
@@ -659,6 +668,8 @@ static void add_many_result(void *ud, PGresult *res)
         }
         return;
     }
+    if (res && PQresultStatus(res) == PGRES_FATAL_ERROR && transient(res))
+        return; /* the batch goes again as it is */
     /* The batch failed (a row PostgreSQL refused): each goes alone, and only that one fails. */
     for (size_t k = 0; k < n; k++)
         if (!sent[k].single)
