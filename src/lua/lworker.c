@@ -47,6 +47,11 @@ void lworker_push_dead(lua_State *L, lqueue *lq)
 static void add_dead(lua_State *L, lqueue *lq, const char *key, size_t len, const char *json,
                      size_t jlen, const char *err, const char *tb, int64_t attempts, double at)
 {
+    /* A database shared by runners keeps it (wq_bq_dead: the outcome writes it) and answers
+     * every question about it (q:dead(), q:stats(), the HTTP routes): a copy here would
+     * only grow, one per dead letter, for as long as the runner runs. */
+    if (lq->bq && wq_backend_shared(lq->host->backend))
+        return;
     lworker_push_dead(L, lq);
     lua_pushlstring(L, key, len);
     if (lua_rawget(L, -2) == LUA_TNIL)
