@@ -800,6 +800,11 @@ int wq_pg_open(wq_backend **out, const wq_backend_opts *opts, char *err, size_t 
     wq_pgconn_hooks hooks2 = {wq_pgb_on_up2, wq_pgb_on_down2, NULL, b};
     char err2[512];
     b->c2 = wq_pgconn_open(b->evb, b->url, 10, &hooks2, err2, sizeof err2);
+    /* For the tests of outcomes lost at commit (tests/e2e/test_pg_lost_commit.sh):
+     * WQ_TEST_PG_LOSE_AT_COMMIT=N reports every Nth outcomes' transaction lost. */
+    const char *lose = getenv("WQ_TEST_PG_LOSE_AT_COMMIT");
+    if (b->c2 && lose)
+        wq_pgconn_lose_at_commit(b->c2, atol(lose));
     if (b->c2)
         wq_pgb_prepare_all(b, b->c2, 0);
     else

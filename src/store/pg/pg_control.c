@@ -444,8 +444,8 @@ void wq_pgb_on_up2(void *ud)
 
 void wq_pgb_on_down2(void *ud, const char *why)
 {
-    (void)ud;
-    (void)why; /* outcomes use the first connection meanwhile; its loss is the one logged */
+    /* outcomes use the first connection meanwhile; its loss is the one warned of */
+    wq_pgb_logf(ud, WQ_LOG_INFO, "the outcomes' connection was lost (%s): reconnecting", why);
 }
 
 void wq_pgb_on_up(void *ud)

@@ -195,7 +195,7 @@ void wq_pgb_lose_claims(pgq *q, const char *why)
         free(q->sent[i].payload);
         free(q->sent[i].done);
     }
-    q->nsent = 0;
+    q->nsent = q->nflight = 0;
 }
 
 /* ---- the cycle: adds, then outcomes and claims, one round trip ---- */
@@ -358,6 +358,7 @@ static int send_finish(pgb *b, pgq *q, wq_pgconn *conn, size_t take)
         if (r == 0) {
             q->take_out = take;
             q->handed = 0;
+            q->nflight = q->nsent;
         }
     }
     free(keys.p);
@@ -858,8 +859,9 @@ static void finish_committed(pgq *q, PGresult *res)
     if (stale > 0) {
         q->b->st.stale_outcomes += (uint64_t)stale;
         wq_pgb_logf(q->b, WQ_LOG_WARN,
-                    "%s: %ld outcome(s) discarded: their items had been taken over", q->name,
-                    stale);
+                    "%s: %ld outcome(s) discarded: their items had been taken over (or, after a "
+                    "transaction lost at commit, the outcomes were written already)",
+                    q->name, stale);
     }
 }
 
@@ -1016,13 +1018,60 @@ static void floor_min_result(void *ud, PGresult *res)
     q->nmarks++;
 }
 
+/* A transaction that claimed items (res: PGS_CLAIM's columns from c0 on) was lost at
+ * commit: its connection went down, and whether it committed is unknown. If it did, the
+ * items run for this runner in the database and no handler knows them (this runner may
+ * keep its id: a reconnect takes its lock again). They go back with the next outcomes, as
+ * items handed back unstarted; the token of a claim that never committed matches nothing. */
+static void hand_back_unknown(pgq *q, PGresult *res, int c0)
+{
+    int nrows = PQntuples(res);
+    for (int i = 0; i < nrows; i++) {
+        if (PQgetisnull(res, i, c0))
+            continue;
+        size_t len = (size_t)PQgetlength(res, i, c0);
+        uint32_t slot;
+        char *key = malloc(len + 1);
+        if (!key || new_slot(q, &slot) < 0) {
+            free(key);
+            continue; /* taken back when this runner ends (its release) */
+        }
+        if (q->nsent == q->scap) {
+            size_t ncap = q->scap ? q->scap * 2 : 64;
+            outcome *ns = realloc(q->sent, ncap * sizeof *ns);
+            if (!ns) {
+                free(key);
+                q->free[q->nfree++] = slot;
+                continue;
+            }
+            q->sent = ns;
+            q->scap = ncap;
+        }
+        memcpy(key, PQgetvalue(res, i, c0), len);
+        key[len] = '\0';
+        int64_t requeues = atoll(PQgetvalue(res, i, c0 + 4));
+        /* not in the key map: the runtime never heard of it, and is told nothing */
+        q->claims[slot] = (claim){.key = key,
+                                  .keylen = len,
+                                  .token = atoll(PQgetvalue(res, i, c0 + 3)),
+                                  .requeues = requeues,
+                                  .new_requeues = -1,
+                                  .sent = 1,
+                                  .used = 1};
+        q->sent[q->nsent++] = (outcome){slot, WQ_PGF_RELEASE, 0, requeues, NULL, NULL, NULL};
+    }
+}
+
 static void claims_synced(void *ud, int ok)
 {
     pgb *b = ud;
     b->claim_flight = 0;
+    int lost = !ok && !wq_pgconn_up(b->c);
     for (pgq *q = b->queues; q; q = q->next) {
         if (q->claim_res && ok) /* (one that did not commit claimed nothing) */
             claim_committed(q, q->claim_res);
+        else if (q->claim_res && lost && q->q)
+            hand_back_unknown(q, q->claim_res, 0);
         PQclear(q->claim_res);
         q->claim_res = NULL;
         q->claiming = 0;
@@ -1038,15 +1087,18 @@ static void outcomes_synced(void *ud, int ok)
     double dt = wq_pgb_wall_s() - b->cycle_started;
     wq_histogram_observe(&b->st.commit_latency, dt);
     b->st.commit_seconds_sum += dt;
+    int lost = !ok && !wq_pgconn_up(b->out_conn);
     for (pgq *q = b->queues; q; q = q->next) {
         if (q->finish_res && ok)
             finish_committed(q, q->finish_res);
+        else if (q->finish_res && lost && q->q)
+            hand_back_unknown(q, q->finish_res, 1);
         PQclear(q->finish_res);
         q->finish_res = NULL;
     }
     for (pgq *q = b->queues; q; q = q->next) {
         if (ok) {
-            for (size_t i = 0; i < q->nsent; i++) {
+            for (size_t i = 0; i < q->nflight; i++) {
                 outcome *o = &q->sent[i];
                 if (o->kind == WQ_PGF_RETRY)
                     wq_pgb_due(q, wq_pgb_real_ns() + (int64_t)(o->delay * 1e9));
@@ -1055,20 +1107,23 @@ static void outcomes_synced(void *ud, int ok)
                 free(o->done);
                 drop_claim(q, o->slot, 1);
             }
-            b->st.rows_written += q->nsent;
+            b->st.rows_written += q->nflight;
             /* An outcome in a limited queue frees its group's slot and may make the next
              * held item claimable, now or when its group's rate lets it: unless the
              * transaction claimed all this runner could start, claim now (a claim that finds
              * nothing learns when the next one is due), not at the next poll. */
-            if (q->limited && q->nsent && q->handed < q->take_out)
+            if (q->limited && q->nflight && q->handed < q->take_out)
                 q->more = 1;
-            q->nsent = 0;
+            /* what came meanwhile (items handed back: hand_back_unknown) goes next time */
+            memmove(q->sent, q->sent + q->nflight, (q->nsent - q->nflight) * sizeof *q->sent);
+            q->nsent -= q->nflight;
         } else if (q->nsent) {
             /* Not written (or unknown: lost at commit): the same outcomes go again with the
              * next transaction; they cannot be built again, since a retry's delayed item has
              * left the engine. A stale token makes a second write harmless. */
             b->st.flush_errors++;
         }
+        q->nflight = 0;
         q->take_out = 0; /* what it claimed is in; claims ask for all again */
     }
     if (ok) {

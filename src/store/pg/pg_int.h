@@ -77,8 +77,9 @@ typedef struct pgq {
     uint32_t nfree;
     uint32_t *touched;
     size_t ntouched, tcap;
-    outcome *sent; /* outcomes of the cycle in flight */
+    outcome *sent; /* outcomes of the cycle in flight, then those built or handed back since */
     size_t nsent, scap;
+    size_t nflight; /* how many of them the outcomes' transaction in flight carries */
     int claiming;   /* a claim of this queue is in the cycle in flight */
     int more;       /* claim again without waiting for the poll (notified, or came back full) */
     int waiting_db; /* the waiting row says we want work: 1, 0, -1 unknown */

@@ -26,6 +26,7 @@ typedef struct expect {
 struct wq_pgconn {
     struct event_base *base;
     char *conninfo;
+    int timeout_s; /* connect_timeout */
     PGconn *pg;
     wq_pgconn_hooks hooks;
     struct event *rev, *wev, *retry_ev;
@@ -38,6 +39,7 @@ struct wq_pgconn {
     int aborted; /* the current transaction failed: its sync reports 0 */
     int freeing;
     PGresult *handing; /* the result a callback is given, until it takes it (wq_pgconn_keep) */
+    long lose_every, lose_n; /* wq_pgconn_lose_at_commit */
 };
 
 static void on_read(evutil_socket_t fd, short what, void *arg);
@@ -202,13 +204,23 @@ static void try_connect(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     wq_pgconn *c = arg;
-    c->pg = PQconnectStart(c->conninfo);
+    /* as the first connection: named wqrun in pg_stat_activity, the same timeout */
+    char tmo[32];
+    snprintf(tmo, sizeof tmo, "%d", c->timeout_s);
+    const char *keys[] = {"dbname", "connect_timeout", "application_name", NULL};
+    const char *vals[] = {c->conninfo, tmo, "wqrun", NULL};
+    c->pg = PQconnectStartParams(keys, vals, 1);
     c->connecting = 1;
     if (!c->pg || PQstatus(c->pg) == CONNECTION_BAD) {
         lost(c, c->pg ? PQerrorMessage(c->pg) : "out of memory");
         return;
     }
     poll_connect(c);
+}
+
+void wq_pgconn_lose_at_commit(wq_pgconn *c, long every)
+{
+    c->lose_every = every;
 }
 
 /* Hands the results that are complete to their callbacks. */
@@ -224,8 +236,12 @@ static void drain(wq_pgconn *c)
             PQclear(r);
             if (st == PGRES_PIPELINE_ABORTED)
                 continue; /* an aborted statement's leftovers before the sync */
-            expect done = pop(c);
             int ok = st == PGRES_PIPELINE_SYNC && !c->aborted;
+            if (ok && c->lose_every > 0 && ++c->lose_n % c->lose_every == 0) {
+                lost(c, "lost at commit (a test's wq_pgconn_lose_at_commit)");
+                return;
+            }
+            expect done = pop(c);
             c->aborted = 0;
             if (done.sfn)
                 done.sfn(done.ud, ok);
@@ -314,8 +330,9 @@ wq_pgconn *wq_pgconn_open(struct event_base *base, const char *conninfo, double 
     if (hooks)
         c->hooks = *hooks;
     c->retry_ev = evtimer_new(base, try_connect, c);
+    c->timeout_s = (int)(timeout_s < 2 ? 2 : timeout_s);
     char tmo[32];
-    snprintf(tmo, sizeof tmo, "%d", (int)(timeout_s < 2 ? 2 : timeout_s));
+    snprintf(tmo, sizeof tmo, "%d", c->timeout_s);
     const char *keys[] = {"dbname", "connect_timeout", "application_name", NULL};
     const char *vals[] = {conninfo, tmo, "wqrun", NULL};
     c->pg = PQconnectdbParams(keys, vals, 1);

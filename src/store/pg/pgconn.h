@@ -61,6 +61,10 @@ PGresult *wq_pgconn_keep(wq_pgconn *c);
 /* Ends the transaction of the statements sent since the last sync. 0 or -1 (down). */
 int wq_pgconn_sync(wq_pgconn *c, wq_pg_sync_fn fn, void *ud);
 
+/* For tests: every Nth transaction that commits is reported lost instead (its sync
+ * answered 0, the connection dropped and reconnected), as when a connection goes down
+ * between a commit and its answer. 0: never (the default). */
+void wq_pgconn_lose_at_commit(wq_pgconn *c, long every);
 /* Blocks up to timeout_ms for answers (at close, after the loop ended); the number still
  * pending. */
 size_t wq_pgconn_wait(wq_pgconn *c, int timeout_ms);
