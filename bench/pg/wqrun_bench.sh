@@ -4,6 +4,8 @@
 # `measure`). WQRUN names the binary (build/wqrun).
 #
 #   wqrun_bench.sh burndown N RUNNERS [WORKERS]   N pre-added no-op jobs (ANALYZE after the load)
+#   wqrun_bench.sh burndown_flaky N RUNNERS        the same, every 50th key failing once (lua/flaky.lua)
+#   wqrun_bench.sh enqueue_grouped N BATCH GROUPS  wqrun.add_many() of items in GROUPS groups
 #   wqrun_bench.sh enqueue N BATCH                 wqrun.add_many() in batches of BATCH
 #   wqrun_bench.sh enqueue_http N BATCH            POST /queues/noop/items:batch to one runner
 #   wqrun_bench.sh latency N                       add->start, one add at a time (wqrun_latency.mjs)
@@ -28,8 +30,10 @@ pg_cpu() {
 
 load() { load_items noop "$1"; } # N jobs into queue noop
 
+burndown_flaky() { LUA=flaky BURN=burndown_flaky burndown "$1" "$2" 500; }
+
 burndown() {
-  local n=$1 runners=$2 workers=${3:-500} t0 t1 c0 c1 i
+  local n=$1 runners=$2 workers=${3:-500} t0 t1 c0 c1 i lua=${LUA:-noop} name=${BURN:-burndown}
   load "$n"
   psql -c "analyze wqrun.jobs"
   local tmp
@@ -38,7 +42,7 @@ burndown() {
   t0=$(now)
   for ((i = 0; i < runners; i++)); do
     WORKERS=$workers /usr/bin/time -f "%U %S" -o "$tmp/time.$i" \
-      "$WQRUN" --quiet --db "$DATABASE_URL" "$here/lua/noop.lua" &
+      "$WQRUN" --quiet --db "$DATABASE_URL" "$here/lua/$lua.lua" &
   done
   wait
   t1=$(now)
@@ -51,10 +55,10 @@ burndown() {
   cpu=$(cat "$tmp"/time.* | awk '{ t += $1 + $2 } END { print t }')
   rm -rf "$tmp"
   echo "# $n no-op jobs pre-added (add_many), ANALYZE, then $runners runner(s) x $workers workers until the queue is empty (wall time includes start-up)"
-  awk -v n="$n" -v r="$runners" -v a="$t0" -v b="$t1" -v c="$cpu" -v p0="$c0" -v p1="$c1" 'BEGIN {
-    printf "wqrun_burndown_r%d_jobs_per_s %.0f jobs/s\n", r, n / (b - a)
-    printf "wqrun_burndown_r%d_cpu_us_per_job %.2f us/job\n", r, c * 1e6 / n
-    printf "wqrun_burndown_r%d_pg_cpu_us_per_job %.2f us/job\n", r, (p1 - p0) * 1e6 / n }'
+  awk -v n="$n" -v r="$runners" -v a="$t0" -v b="$t1" -v c="$cpu" -v p0="$c0" -v p1="$c1" -v m="$name" 'BEGIN {
+    printf "wqrun_%s_r%d_jobs_per_s %.0f jobs/s\n", m, r, n / (b - a)
+    printf "wqrun_%s_r%d_cpu_us_per_job %.2f us/job\n", m, r, c * 1e6 / n
+    printf "wqrun_%s_r%d_pg_cpu_us_per_job %.2f us/job\n", m, r, (p1 - p0) * 1e6 / n }'
 }
 
 enqueue() {
@@ -72,6 +76,22 @@ enqueue() {
   rm -rf "$tmp"
   echo "# $n jobs through wqrun.add_many() in batches of $b, one transaction each"
   awk -v n="$n" -v b="$b" -v a="$t0" -v c="$t1" 'BEGIN { printf "wqrun_enqueue_b%d_jobs_per_s %.0f jobs/s\n", b, n / (c - a) }'
+}
+
+enqueue_grouped() {
+  local n=$1 b=$2 g=$3 t0 t1 i
+  "$WQRUN" migrate --db "$DATABASE_URL" >/dev/null
+  local tmp
+  tmp=$(mktemp -d)
+  for ((i = 0; i < n; i += b)); do
+    echo "select count(*) from jsonb_array_elements(wqrun.add_many((select jsonb_agg(jsonb_build_object('queue', 'noop', 'key', 'k' || x, 'group', 'g' || (x % $g), 'payload', jsonb_build_object('n', x))) from generate_series($i + 1, least($i + $b, $n)) x))) e;"
+  done >"$tmp/load.sql"
+  t0=$(now)
+  psql -f "$tmp/load.sql" >/dev/null
+  t1=$(now)
+  rm -rf "$tmp"
+  echo "# $n jobs in $g groups through wqrun.add_many() in batches of $b, one transaction each"
+  awk -v n="$n" -v b="$b" -v a="$t0" -v c="$t1" 'BEGIN { printf "wqrun_enqueue_grouped_b%d_jobs_per_s %.0f jobs/s\n", b, n / (c - a) }'
 }
 
 enqueue_http() {
