@@ -144,7 +144,7 @@ static void cut(conn *k)
 
 static void set_paused(wq_conns *c, int paused)
 {
-    if (paused == c->paused)
+    if (paused == c->paused || !c->lev)
         return;
     c->paused = paused;
     if (paused)
@@ -551,4 +551,10 @@ void wq_conns_free(wq_conns *c)
     if (c->reserve_fd >= 0)
         close(c->reserve_fd);
     free(c);
+}
+
+void wq_conns_unlisten(wq_conns *c)
+{
+    if (c)
+        c->lev = NULL;
 }

@@ -21,6 +21,8 @@ typedef struct wq_conns wq_conns;
 wq_conns *wq_conns_new(wq_host *h, struct evconnlistener *lev, int max, int64_t deadline_ns);
 /* Stops guarding (before evhttp_free) and releases what it holds. NULL is fine. */
 void wq_conns_free(wq_conns *c);
+/* The listener is about to be freed (no more connections come): forget it. */
+void wq_conns_unlisten(wq_conns *c);
 /* evhttp_set_bevcb callback (arg: the wq_conns): a tracked bufferevent per connection. */
 struct bufferevent *wq_conns_bevcb(struct event_base *base, void *arg);
 /* A whole request arrived on req's connection: held (1) until answered, or answered now (0). */

@@ -883,6 +883,9 @@ static void drain_replies(wq_host *h)
 int wq_host_run(wq_host *h)
 {
     event_base_dispatch(h->base);
+    /* No new connections: refused from now on, not reset at exit after the last changes are
+     * written (those open get their answers below). */
+    wq_http_unlisten(h);
     int status = h->exit_code;
     if (h->backend && !h->store_failed) {
         /* The last changes: wait longer for a lock someone else holds. */

@@ -40,6 +40,7 @@
 
 typedef struct http_server {
     struct evhttp *http;
+    struct evhttp_bound_socket *bound; /* the listener, until wq_http_unlisten */
     wq_conns *conns;
     char *token;
     uint64_t requests;
@@ -876,7 +877,7 @@ int wq_http_serve(wq_host *h, struct evconnlistener *lev)
     http_server *s = calloc(1, sizeof *s);
     if (!s || !(s->http = evhttp_new(h->base)) ||
         (h->opts.token && !(s->token = strdup(h->opts.token))) ||
-        !evhttp_bind_listener(s->http, lev)) {
+        !(s->bound = evhttp_bind_listener(s->http, lev))) {
         if (s && s->http)
             evhttp_free(s->http);
         if (s)
@@ -925,6 +926,16 @@ int wq_http_start(wq_host *h, const char *addr)
         return -1;
     }
     return wq_http_serve(h, lev);
+}
+
+void wq_http_unlisten(wq_host *h)
+{
+    http_server *s = h->http;
+    if (!s || !s->bound)
+        return;
+    wq_conns_unlisten(s->conns);
+    evhttp_del_accept_socket(s->http, s->bound); /* closes the listening socket */
+    s->bound = NULL;
 }
 
 void wq_http_stop(wq_host *h)
