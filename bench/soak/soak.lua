@@ -11,8 +11,12 @@ local function handler(key, payload, job)
     if key:sub(-1) == "r" and job.attempt == 1 then error("soak: planned retry") end
     return {by = name, n = payload and payload.n}
 end
+-- Retries per key only (5 ms doubling, at most 1 s): the default limiter's bucket (10 retries
+-- a second for the whole queue, client-go's) is below the soak's ~15 retries a second, and
+-- would make the retries wait longer and longer: a backlog that grows, not a steady state.
+local function limiter() return wq.limiter.exponential(0.005, 1) end
 wq.queue("work", {workers = 20, group_limit = {concurrency = 3}, keep_done = 60,
-    max_retries = 2, handler = handler})
-wq.queue("plain", {workers = 20, keep_done = 30, handler = handler})
+    max_retries = 2, limiter = limiter(), handler = handler})
+wq.queue("plain", {workers = 20, keep_done = 30, limiter = limiter(), handler = handler})
 local tick = wq.queue("tick", {workers = 1, handler = function() end})
 tick:schedule("minutely", "* * * * *", {payload = {from = "cron"}})

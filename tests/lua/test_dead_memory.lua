@@ -25,6 +25,8 @@ t.wait_until(function() return q:stats().dead == n + 1 end, 30)
 collectgarbage("collect")
 collectgarbage("collect")
 local grew = collectgarbage("count") - before
+print(string.format("test_dead_memory: the Lua heap grew %.0f KiB for %d dead letters (%s)", grew, n,
+    shared and "PostgreSQL" or "in the runner"))
 t.eq(#q:dead(), n + 1, "every dead letter is listed")
 if shared then
     t.ok(grew < 150, string.format("the Lua heap grew %.0f KiB for %d dead letters the database keeps", grew, n))
