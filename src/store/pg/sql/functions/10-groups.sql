@@ -6,8 +6,9 @@
 --   3. the groups' rows, by queue, then name;
 --   4. the queues' rows, by name.
 -- add() and add_many() lock items in key order and the rows of the groups whose held
--- items need a wake_at after all of them; finish() locks its items in key order (all of
--- them first when the batch has more than successes), then groups (ungroup), then claims
+-- items need a wake_at after all of them; finish() locks its items in key order when the
+-- batch has more than successes (a batch of successes alone: in tuple id order, see
+-- 40-finish.sql), then groups (ungroup), then claims
 -- (SKIP LOCKED: never waits), then its queue's row; release() and reap() lock their items
 -- in key order first; retry_dead() each item's row before its dead letter. Claims never
 -- wait for a row another transaction holds (SKIP LOCKED), except for a group row another

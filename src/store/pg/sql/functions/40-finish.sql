@@ -25,23 +25,24 @@ BEGIN
   -- as one, whatever the statistics say) and deleted by its tuple id: a plan that scans
   -- the queue's range of the key index instead (which ANALYZE at a moment of few live
   -- rows made the generic plan) walks every entry a long transaction keeps: seconds.
-  -- Rows are taken in key order (the lock order, 10-groups.sql): the tuple ids in the
-  -- keys' order, each deleted through its own tuple id scan (a nested loop). A batch with
-  -- other outcomes than successes locks all its rows in that order first, so that the
-  -- statements after this one wait for nothing (a row the DELETE leaves is one re-added
-  -- meanwhile: see docs/postgres.md).
+  -- The lock order (10-groups.sql): a batch with other outcomes than successes locks all
+  -- its rows in key order first, so that the statements after this one wait for nothing.
+  -- A batch of successes alone is deleted in one statement, in the order of its rows'
+  -- tuple ids (a key-ordered join instead let the planner pick a hash join over the whole
+  -- table now and then: twice the database's time per job, measured): only a producer
+  -- that re-adds, in one transaction, two keys of such a batch while they run can meet it
+  -- in a circle (docs/postgres.md).
   IF EXISTS (SELECT 1 FROM unnest(p_kinds) AS u(kind) WHERE u.kind NOT IN (0, 1)) THEN
     PERFORM 1 FROM (SELECT u.key FROM unnest(p_keys) AS u(key) ORDER BY u.key) s,
       LATERAL (SELECT 1 FROM @S.jobs y WHERE y.queue = p_queue AND y.key = s.key
                  AND y.token = ANY (p_tokens) LIMIT 1 FOR UPDATE) x;
   END IF;
-  WITH g AS (DELETE FROM @S.jobs j USING (SELECT x.ctid AS id
-        FROM (SELECT u.key FROM unnest(p_keys, p_kinds) AS u(key, kind)
-               WHERE u.kind IN (0, 1) ORDER BY u.key) s,
-          LATERAL (SELECT y.ctid FROM @S.jobs y WHERE y.queue = p_queue AND y.key = s.key
-                   LIMIT 1) x) t
-      WHERE j.ctid = t.id
-        AND j.token = ANY (p_tokens) AND j.running AND NOT j.dirty AND j.delay_at IS NULL
+  WITH g AS (DELETE FROM @S.jobs j WHERE j.ctid = ANY (ARRAY(SELECT x.ctid
+        FROM unnest(p_keys, p_kinds) AS u(key, kind),
+          LATERAL (SELECT y.ctid FROM @S.jobs y WHERE y.queue = p_queue AND y.key = u.key
+                   LIMIT 1) x
+       WHERE u.kind IN (0, 1)))
+      AND j.token = ANY (p_tokens) AND j.running AND NOT j.dirty AND j.delay_at IS NULL
       RETURNING j.key, j.grp)
   SELECT coalesce(array_agg(g.key), '{}'), array_agg(g.grp) FILTER (WHERE g.grp IS NOT NULL)
     INTO v_gone, v_grps FROM g;
