@@ -134,10 +134,11 @@ BEGIN
   END IF;
   RETURN r.o_out;
 END $fn$;
--- add_many: new keys in one INSERT (the bulk case), every other item through add_one(), in
--- the order of the lock order (10-groups.sql): the items' rows by queue and key, then the
--- rows of the groups that need a wake_at, by queue and name. Each item keeps its place in
--- the batch: one time for all, sequence numbers in the batch's order.
+-- add_many: new keys in one INSERT (the bulk case: rows no runner can see before the
+-- commit, so none waits for them), every other item through add_one(), in the lock order
+-- (10-groups.sql): their rows by queue and key, then the rows of the groups that need a
+-- wake_at, by queue and name. One time for all; sequence numbers in the batch's order for
+-- the new keys, then for the others (worked through in key order, queued in the batch's).
 CREATE OR REPLACE FUNCTION @S.add_many(items jsonb) RETURNS jsonb LANGUAGE plpgsql AS $fn$
 DECLARE
   v_now timestamptz; v_bad bigint; v_new bigint[]; v_out text[]; v_seqs bigint[];
@@ -156,9 +157,6 @@ BEGIN
   IF v_bad IS NOT NULL THEN
     RAISE EXCEPTION 'wqrun.add_many: bad argument ''items'' (item % needs a string "key" and a "queue" of 1-64 characters of [A-Za-z0-9_.-])', v_bad USING ERRCODE = '22023';
   END IF;
-  SELECT array_agg(s.n ORDER BY s.i) INTO v_seqs
-    FROM (SELECT x.i, nextval('@S.seq') AS n FROM jsonb_array_elements(items)
-            WITH ORDINALITY AS x(it, i) ORDER BY x.i) s;
   INSERT INTO @S.levels SELECT DISTINCT x.it->>'queue', coalesce((x.it->>'priority')::integer, 0)
     FROM jsonb_array_elements(items) AS x(it) ORDER BY 1, 2 ON CONFLICT DO NOTHING;
   WITH x AS (SELECT it, i FROM jsonb_array_elements(items) WITH ORDINALITY AS x(it, i)),
@@ -168,13 +166,13 @@ BEGIN
              coalesce((x.it->>'priority')::integer, 0), x.it->>'group',
              CASE WHEN (x.it->>'after')::float8 > 0
                   THEN v_now + make_interval(secs => (x.it->>'after')::float8) ELSE v_now END,
-             v_seqs[x.i], v_now
+             nextval('@S.seq'), v_now
         FROM x WHERE NOT coalesce((x.it->>'force')::boolean, false)
           AND x.it->>'group' IS NULL
 -- a key with a done row (keep_done) is add()'s to decide
           AND NOT EXISTS (SELECT 1 FROM @S.done d WHERE d.queue = x.it->>'queue'
                             AND d.key = x.it->>'key')
-        ORDER BY x.it->>'queue', x.it->>'key', x.i
+        ORDER BY x.i
       ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING RETURNING j.queue, j.key)
   SELECT array_agg(f.i) INTO v_new FROM (SELECT min(x.i) AS i FROM x
       JOIN ins ON ins.queue = x.it->>'queue' AND ins.key = x.it->>'key' GROUP BY ins.queue, ins.key) f;
@@ -183,6 +181,9 @@ BEGIN
     FROM jsonb_array_elements(items) WITH ORDINALITY AS x(it, i)
     LEFT JOIN unnest(v_new) AS n(i) ON n.i = x.i;
   IF cardinality(v_new) IS DISTINCT FROM cardinality(v_out) THEN
+    SELECT array_agg(s.n ORDER BY s.i) INTO v_seqs
+      FROM (SELECT u.i, CASE WHEN u.o IS NULL THEN nextval('@S.seq') END AS n
+              FROM unnest(v_out) WITH ORDINALITY AS u(o, i) ORDER BY u.i) s;
     FOR e IN SELECT it, i FROM jsonb_array_elements(items) WITH ORDINALITY AS x(it, i)
              ORDER BY x.it->>'queue', x.it->>'key', x.i LOOP
       CONTINUE WHEN v_out[e.i] IS NOT NULL;
