@@ -48,11 +48,13 @@ expect_eq "$(awk '/^run tick / { if (p && $3 - p > 2.5) print "gap before " $3; 
 # Downtime: every runner stops; the minute schedules' times pass meanwhile.
 for r in r1 r2 r3; do eval "kill -TERM \$PID_$r"; done
 for r in r1 r2 r3; do eval "wait_exit \$PID_$r 10"; done
-# The checks below take up to 8 s: the minute schedules must not reach their next time
-# meanwhile (a run that crossed a minute counted it as a second catch-up).
+# The checks below take up to 8 s, more on a loaded machine (three runners start): the
+# minute schedules must not reach their next time meanwhile (a run that crossed a minute
+# counted it as a second catch-up, or as tockskip's own next time: CI saw that once with
+# 45 s as the limit here).
 sec=$(date +%S)
 sec=${sec#0}
-[ "$sec" -le 45 ] || sleep $((62 - sec))
+[ "$sec" -le 30 ] || sleep $((62 - sec))
 q "update wqrun.schedules set next_at = now() - interval '30 seconds' where name in ('tock', 'tockskip')" >/dev/null
 : >"$LOG"
 start r1
