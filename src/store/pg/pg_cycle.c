@@ -1115,7 +1115,8 @@ static void outcomes_synced(void *ud, int ok)
             if (q->limited && q->nflight && q->handed < q->take_out)
                 q->more = 1;
             /* what came meanwhile (items handed back: hand_back_unknown) goes next time */
-            memmove(q->sent, q->sent + q->nflight, (q->nsent - q->nflight) * sizeof *q->sent);
+            if (q->nsent > q->nflight)
+                memmove(q->sent, q->sent + q->nflight, (q->nsent - q->nflight) * sizeof *q->sent);
             q->nsent -= q->nflight;
         } else if (q->nsent) {
             /* Not written (or unknown: lost at commit): the same outcomes go again with the
