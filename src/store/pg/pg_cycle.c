@@ -218,6 +218,20 @@ void wq_pgb_free_add(padd *a)
         free(a->params[i]);
 }
 
+/* Room for one more outcome in q->sent: 0, or -1 (out of memory: nothing changed). */
+static int sent_room(pgq *q)
+{
+    if (q->nsent < q->scap)
+        return 0;
+    size_t ncap = q->scap ? q->scap * 2 : 64;
+    outcome *ns = realloc(q->sent, ncap * sizeof *ns);
+    if (!ns)
+        return -1;
+    q->sent = ns;
+    q->scap = ncap;
+    return 0;
+}
+
 /* Builds q's outcomes from the engine's state of each touched key. */
 static void build_outcomes(pgq *q)
 {
@@ -262,18 +276,12 @@ static void build_outcomes(pgq *q)
             o.done = c->result; /* the outcome owns it now */
             c->result = NULL;
         }
-        if (q->nsent == q->scap) {
-            size_t ncap = q->scap ? q->scap * 2 : 64;
-            outcome *ns = realloc(q->sent, ncap * sizeof *ns);
-            if (!ns) {
-                free(o.err);
-                free(o.payload);
-                c->result = o.done;
-                wq_pgb_touch_slot(q, slot); /* try again at the next cycle */
-                continue;
-            }
-            q->sent = ns;
-            q->scap = ncap;
+        if (sent_room(q) < 0) {
+            free(o.err);
+            free(o.payload);
+            c->result = o.done;
+            wq_pgb_touch_slot(q, slot); /* try again at the next cycle */
+            continue;
         }
         c->sent = 1;
         q->sent[q->nsent++] = o;
@@ -292,14 +300,8 @@ static void release_unstarted(pgq *q)
             (info.state & WQ_ST_PROCESSING) || !(info.state & WQ_ST_QUEUED))
             continue;
         wq_queue_remove(q->q, c->key, c->keylen);
-        if (q->nsent == q->scap) {
-            size_t ncap = q->scap ? q->scap * 2 : 64;
-            outcome *ns = realloc(q->sent, ncap * sizeof *ns);
-            if (!ns)
-                return;
-            q->sent = ns;
-            q->scap = ncap;
-        }
+        if (sent_room(q) < 0)
+            return;
         c->sent = 1;
         q->sent[q->nsent++] = (outcome){i, WQ_PGF_RELEASE, 0, c->requeues, NULL, NULL, NULL};
     }
@@ -1036,16 +1038,10 @@ static void hand_back_unknown(pgq *q, PGresult *res, int c0)
             free(key);
             continue; /* taken back when this runner ends (its release) */
         }
-        if (q->nsent == q->scap) {
-            size_t ncap = q->scap ? q->scap * 2 : 64;
-            outcome *ns = realloc(q->sent, ncap * sizeof *ns);
-            if (!ns) {
-                free(key);
-                q->free[q->nfree++] = slot;
-                continue;
-            }
-            q->sent = ns;
-            q->scap = ncap;
+        if (sent_room(q) < 0) {
+            free(key);
+            q->free[q->nfree++] = slot;
+            continue;
         }
         memcpy(key, PQgetvalue(res, i, c0), len);
         key[len] = '\0';
