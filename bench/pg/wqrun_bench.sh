@@ -61,38 +61,28 @@ burndown() {
     printf "wqrun_%s_r%d_pg_cpu_us_per_job %.2f us/job\n", m, r, (p1 - p0) * 1e6 / n }'
 }
 
+# enqueue N BATCH [GROUPS]: N items, in GROUPS groups when given (enqueue_grouped).
 enqueue() {
-  local n=$1 b=$2 t0 t1 i
+  local n=$1 b=$2 g=${3:-0} t0 t1 i grp="" name=enqueue what=""
+  if ((g > 0)); then
+    grp=", 'group', 'g' || (g % $g)" name=enqueue_grouped what=" in $g groups"
+  fi
   "$WQRUN" migrate --db "$DATABASE_URL" >/dev/null
   # The batches as files first, so the clock counts only the database's work.
   local tmp
   tmp=$(mktemp -d)
   for ((i = 0; i < n; i += b)); do
-    echo "select count(*) from jsonb_array_elements(wqrun.add_many((select jsonb_agg(jsonb_build_object('queue', 'noop', 'key', 'k' || g, 'payload', jsonb_build_object('n', g))) from generate_series($i + 1, least($i + $b, $n)) g))) e;"
+    echo "select count(*) from jsonb_array_elements(wqrun.add_many((select jsonb_agg(jsonb_build_object('queue', 'noop', 'key', 'k' || g$grp, 'payload', jsonb_build_object('n', g))) from generate_series($i + 1, least($i + $b, $n)) g))) e;"
   done >"$tmp/load.sql"
   t0=$(now)
   psql -f "$tmp/load.sql" >/dev/null
   t1=$(now)
   rm -rf "$tmp"
-  echo "# $n jobs through wqrun.add_many() in batches of $b, one transaction each"
-  awk -v n="$n" -v b="$b" -v a="$t0" -v c="$t1" 'BEGIN { printf "wqrun_enqueue_b%d_jobs_per_s %.0f jobs/s\n", b, n / (c - a) }'
+  echo "# $n jobs$what through wqrun.add_many() in batches of $b, one transaction each"
+  awk -v n="$n" -v b="$b" -v a="$t0" -v c="$t1" -v m="$name" 'BEGIN { printf "wqrun_%s_b%d_jobs_per_s %.0f jobs/s\n", m, b, n / (c - a) }'
 }
 
-enqueue_grouped() {
-  local n=$1 b=$2 g=$3 t0 t1 i
-  "$WQRUN" migrate --db "$DATABASE_URL" >/dev/null
-  local tmp
-  tmp=$(mktemp -d)
-  for ((i = 0; i < n; i += b)); do
-    echo "select count(*) from jsonb_array_elements(wqrun.add_many((select jsonb_agg(jsonb_build_object('queue', 'noop', 'key', 'k' || x, 'group', 'g' || (x % $g), 'payload', jsonb_build_object('n', x))) from generate_series($i + 1, least($i + $b, $n)) x))) e;"
-  done >"$tmp/load.sql"
-  t0=$(now)
-  psql -f "$tmp/load.sql" >/dev/null
-  t1=$(now)
-  rm -rf "$tmp"
-  echo "# $n jobs in $g groups through wqrun.add_many() in batches of $b, one transaction each"
-  awk -v n="$n" -v b="$b" -v a="$t0" -v c="$t1" 'BEGIN { printf "wqrun_enqueue_grouped_b%d_jobs_per_s %.0f jobs/s\n", b, n / (c - a) }'
-}
+enqueue_grouped() { enqueue "$1" "$2" "$3"; }
 
 enqueue_http() {
   local n=$1 b=$2 port=$((20000 + RANDOM % 20000)) t0 t1 i
