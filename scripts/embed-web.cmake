@@ -3,16 +3,13 @@
 # binary serves GET / without reading a file of the build machine. Run by
 # CMake at build time:
 #   cmake -DIN=web/dashboard.html -DOUT=... -P scripts/embed-web.cmake
-file(READ ${IN} hex HEX)
+include(${CMAKE_CURRENT_LIST_DIR}/embed-common.cmake)
+wq_c_bytes(${IN} hex)
 file(SHA256 ${IN} sum)
 string(SUBSTRING "${sum}" 0 20 etag)
-string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," hex "${hex}")
-string(REGEX REPLACE "(0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,)" "\\1\n" hex "${hex}")
 set(body "/* Generated from web/dashboard.html by scripts/embed-web.cmake: do not edit. */\n")
 string(APPEND body "#include \"host/dashboard.h\"\n\n")
 string(APPEND body "const unsigned char wq_dashboard_html[] = {\n${hex}};\n")
 string(APPEND body "const size_t wq_dashboard_html_len = sizeof wq_dashboard_html;\n")
 string(APPEND body "const char wq_dashboard_etag[] = \"\\\"${etag}\\\"\";\n")
-file(WRITE ${OUT}.tmp "${body}")
-file(COPY_FILE ${OUT}.tmp ${OUT} ONLY_IF_DIFFERENT)
-file(REMOVE ${OUT}.tmp)
+wq_write_if_changed(${OUT} "${body}")
