@@ -10,9 +10,10 @@
 -- batch has more than successes (a batch of successes alone: in tuple id order, see
 -- 40-finish.sql), then groups (ungroup), then claims
 -- (SKIP LOCKED: never waits), then its queue's row; release() and reap() lock their items
--- in key order first; retry_dead() each item's row before its dead letter. Claims never
+-- in key order first; retry_dead() each item's row before its dead letter. Claims do not
 -- wait for a row another transaction holds (SKIP LOCKED), except for a group row another
--- claim is creating (claims create them in name order). Rows a producer inserted are
+-- claim is creating, and for the newer version of a row that a transaction still in
+-- progress wrote (SKIP LOCKED waits there too): so they take group rows in name order. Rows a producer inserted are
 -- invisible to runners until it commits: they wait for nothing of a producer's but the
 -- rows it re-adds. docs/postgres.md says what may still be chosen as a deadlock victim
 -- (a transaction of the user's own that also locks other rows).

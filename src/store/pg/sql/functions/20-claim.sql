@@ -46,7 +46,7 @@ BEGIN
 -- (a jsonb object: a lookup per candidate, not a join); the others wait for the next
 -- claim
   SELECT jsonb_object_agg(t.grp, t.room) INTO v_room
-    FROM (SELECT DISTINCT g FROM unnest(v_grps) g WHERE g IS NOT NULL) AS u (grp)
+    FROM (SELECT DISTINCT g FROM unnest(v_grps) g WHERE g IS NOT NULL ORDER BY g) AS u (grp)
       CROSS JOIN LATERAL (SELECT x.grp, @S.room_of(x, q) AS room FROM @S.groups x
           WHERE x.queue = p_queue AND x.grp = u.grp FOR UPDATE SKIP LOCKED) t;
   SELECT array_agg(a.id ORDER BY a.o), array_agg(a.grp ORDER BY a.o) INTO v_adm, v_admg
