@@ -20,6 +20,7 @@
 #ifndef WQ_BACKEND_H
 #define WQ_BACKEND_H
 
+#include "engine/flow.h"
 #include "engine/group.h"
 #include "engine/metrics.h"
 #include "engine/queue.h"
@@ -221,6 +222,32 @@ typedef struct wq_bop {
  */
 typedef void (*wq_bop_fn)(void *ud, int result, const char *text);
 
+/*
+ * Flows (SPEC 9) on a backend shared by runners: the database keeps the graph. Requests are
+ * JSON; answers come through a wq_bop_fn once the database answered: FLOW_ADD result 0 with
+ * text the flow's id, or WQ_EINVAL with text the error naming the node (nothing added);
+ * FLOW_LIST the number, text a JSON array of flows ({id, created_at, finished_at, keep,
+ * cancelled, nodes, blocked, pending, done, dead}); FLOW_SHOW 1 with text the flow's JSON
+ * object (those fields and "nodes": [{queue, key, state, waits, attempt, error, result,
+ * ignore_dead, after: [{queue, key}]}]), 0 no such flow; FLOW_CANCEL the number of nodes
+ * cancelled or removed, WQ_ENOENT no such flow. WQ_EIO with text saying why, for any.
+ */
+typedef enum {
+    WQ_FOP_ADD,    /* doc: the flow document of POST /flows ("id" always set) */
+    WQ_FOP_LIST,   /* state: "running", "finished" or NULL; limit */
+    WQ_FOP_SHOW,   /* id */
+    WQ_FOP_CANCEL, /* id */
+} wq_fop_kind;
+
+typedef struct wq_fop {
+    wq_fop_kind kind;
+    const char *doc;
+    size_t doclen;
+    const char *id;
+    const char *state;
+    size_t limit;
+} wq_fop;
+
 /* The options of a queue that govern state runners share (SPEC 8.2), as one runner's script
  * defines them. */
 typedef struct wq_queue_def {
@@ -243,6 +270,12 @@ typedef struct wq_claimed {
     double enqueued_at; /* Unix seconds */
     const char *grp;
     size_t grplen;
+    /* A flow's node (SPEC 9): its flow's id (NULL for an item of no flow) and job.deps as a
+     * JSON array of {queue, key, state, result, error} in its after's order ("[]" for none). */
+    const char *flow;
+    size_t flowlen;
+    const char *deps;
+    size_t depslen;
 } wq_claimed;
 
 /* The runtime's side of one queue, for a backend that claims (SQLite ignores them). */
@@ -461,6 +494,22 @@ struct wq_backend_ops {
      * unreachable; WQ_ENOENT: a key the database cannot hold). With fn NULL it only answers
      * which: WQ_BACKEND_LOCAL or 0, doing nothing. */
     int (*op)(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud);
+
+    /* ---- flows (SPEC 9) ---- */
+    /* A flow request (wq_fop): WQ_BACKEND_LOCAL (the runtime's flow set is the authority), or 0
+     * and fn is called once the database answered, or a WQ_E* code at once. */
+    int (*flow_op)(wq_backend *b, const wq_fop *op, wq_bop_fn fn, void *ud);
+    /* The result of a claimed flow node that succeeded (JSON text, NULL for none): written with
+     * its outcome, whatever the queue's keep_done (a shared backend; NULL for SQLite). */
+    void (*node_result)(wq_bqueue *bq, const char *key, size_t len, const char *result,
+                        size_t rlen);
+    /* The runtime's flow set, written behind (SQLite: read at flush time, like the engine
+     * queues); NULL for a shared backend. */
+    void (*flows_attach)(wq_backend *b, wq_flows *fs);
+    /* A flow or node of the attached set changed (or went): written with the next commit. */
+    void (*flow_touch)(wq_backend *b, const char *flow_id, int64_t node_id);
+    /* Restores the flows of the state file into fs: the number of nodes or a WQ_E* code. */
+    int (*restore_flows)(wq_backend *b, wq_flows *fs);
 };
 
 /* ---- calls through the table ---- */
@@ -658,6 +707,31 @@ static inline void wq_bq_define(wq_bqueue *bq, const wq_queue_def *def)
 static inline int wq_bq_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
 {
     return bq->b->ops->op(bq, op, fn, ud);
+}
+
+static inline int wq_backend_flow_op(wq_backend *b, const wq_fop *op, wq_bop_fn fn, void *ud)
+{
+    return b->ops->flow_op ? b->ops->flow_op(b, op, fn, ud) : WQ_BACKEND_LOCAL;
+}
+static inline void wq_bq_node_result(wq_bqueue *bq, const char *key, size_t len,
+                                     const char *result, size_t rlen)
+{
+    if (bq->b->ops->node_result)
+        bq->b->ops->node_result(bq, key, len, result, rlen);
+}
+static inline void wq_backend_flows_attach(wq_backend *b, wq_flows *fs)
+{
+    if (b->ops->flows_attach)
+        b->ops->flows_attach(b, fs);
+}
+static inline void wq_backend_flow_touch(wq_backend *b, const char *flow_id, int64_t node_id)
+{
+    if (b->ops->flow_touch)
+        b->ops->flow_touch(b, flow_id, node_id);
+}
+static inline int wq_backend_restore_flows(wq_backend *b, wq_flows *fs)
+{
+    return b->ops->restore_flows ? b->ops->restore_flows(b, fs) : 0;
 }
 
 /*
