@@ -67,6 +67,7 @@ struct wq_flow {
     int cancelled;
     wq_fnode **nodes; /* in the order they were added */
     uint32_t nnodes, capnodes;
+    wq_flow *prev, *next; /* the set's list, in creation order */
 };
 
 /* What the owner does for the flow set. */
@@ -115,14 +116,14 @@ typedef struct wq_fnode_def {
  * no such queue, key pending outside the flow), WQ_ENOMEM; nothing changed then. *added: how
  * many nodes were new (NULL is fine).
  */
-int wq_flows_commit(wq_flows *fs, const char *id, double keep, double now,
-                    const wq_fnode_def *defs, size_t n, size_t *added, char *err,
-                    size_t errlen);
+int wq_flows_commit(wq_flows *fs, const char *id, double keep, double now, const wq_fnode_def *defs,
+                    size_t n, size_t *added, char *err, size_t errlen);
 
 /* The flow of id, or NULL. */
 wq_flow *wq_flows_get(const wq_flows *fs, const char *id);
 /* The node of flow f for queue/key, or NULL. */
-wq_fnode *wq_flow_node(const wq_flow *f, const char *queue, const char *key, size_t keylen);
+wq_fnode *wq_flow_node(const wq_flows *fs, const wq_flow *f, const char *queue, const char *key,
+                       size_t keylen);
 /* The unfinished (blocked or pending) node of queue/key, or NULL. */
 wq_fnode *wq_flows_live(const wq_flows *fs, const char *queue, const char *key, size_t keylen);
 /* The node of queue/key a retry of its dead letter revives: the last one that died of its own
@@ -171,9 +172,9 @@ int wq_flows_restore_flow(wq_flows *fs, const char *id, double keep, double crea
                           double finished_at, int cancelled);
 int wq_flows_restore_node(wq_flows *fs, const char *flow, int64_t id, const char *queue,
                           const char *key, size_t keylen, wq_node_state state, int ignore_dead,
-                          const char *payload, size_t paylen, int32_t priority,
-                          const char *grp, size_t grplen, const char *result, size_t rlen,
-                          const char *error, int64_t cause, double finished_at);
+                          const char *payload, size_t paylen, int32_t priority, const char *grp,
+                          size_t grplen, const char *result, size_t rlen, const char *error,
+                          int64_t cause, double finished_at);
 int wq_flows_restore_dep(wq_flows *fs, int64_t node, uint32_t ord, int64_t dep);
 int wq_flows_restored(wq_flows *fs, char *err, size_t errlen);
 /* The node of id, or NULL. */
