@@ -175,7 +175,13 @@ void wq_flows_free(wq_flows *fs)
 static void touch(wq_flows *fs, const wq_flow *f, const wq_fnode *n)
 {
     if (fs->hooks.touch)
-        fs->hooks.touch(fs->hooks.ud, f->id, n ? n->id : 0);
+        fs->hooks.touch(fs->hooks.ud, f->id, n ? n->id : 0, 0);
+}
+
+static void touch_new(wq_flows *fs, const wq_flow *f, const wq_fnode *n)
+{
+    if (fs->hooks.touch)
+        fs->hooks.touch(fs->hooks.ud, f->id, n->id, 1);
 }
 
 wq_flow *wq_flows_get(const wq_flows *fs, const char *id)
@@ -227,6 +233,11 @@ wq_fnode *wq_flows_live(const wq_flows *fs, const char *queue, const char *key, 
 {
     wq_fnode *n = latest_of(fs, queue, key, keylen);
     return n && unfinished(n) ? n : NULL;
+}
+
+wq_fnode *wq_flows_last(const wq_flows *fs, const char *queue, const char *key, size_t keylen)
+{
+    return latest_of(fs, queue, key, keylen);
 }
 
 wq_fnode *wq_flows_dead(const wq_flows *fs, const char *queue, const char *key, size_t keylen)
@@ -942,12 +953,12 @@ int wq_flows_commit(wq_flows *fs, const char *id, double keep, double now, const
             x->cause = k->id;
             x->finished_at = now;
             set_state(fs, x, WQ_NODE_DEAD);
-            touch(fs, f, x);
+            touch_new(fs, f, x);
         } else if (x->waits > 0) {
             set_state(fs, x, WQ_NODE_BLOCKED);
-            touch(fs, f, x);
+            touch_new(fs, f, x);
         } else {
-            touch(fs, f, x);
+            touch_new(fs, f, x);
             if (fs->hooks.release)
                 fs->hooks.release(fs->hooks.ud, x);
         }
@@ -995,7 +1006,7 @@ static void flow_delete(wq_flows *fs, wq_flow *f)
     /* edges from other flows never exist: after names nodes of the same flow */
     flow_unlink(fs, f);
     if (fs->hooks.touch)
-        fs->hooks.touch(fs->hooks.ud, f->id, 0);
+        fs->hooks.touch(fs->hooks.ud, f->id, 0, 0);
     flow_free(f);
 }
 

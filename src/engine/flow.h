@@ -77,9 +77,10 @@ typedef struct wq_flows_hooks {
     int (*check)(void *ud, const char *queue, const char *key, size_t keylen);
     /* Node n became pending: add its item to its queue (key, payload, priority, grp). */
     void (*release)(void *ud, wq_fnode *n);
-    /* Flow flow_id's row (node_id 0) or node node_id changed, was created or went: the store
-     * writes it with the next commit (reading the set then). */
-    void (*touch)(void *ud, const char *flow_id, int64_t node_id);
+    /* Flow flow_id's row (node_id 0) or node node_id changed, was created (created: a new
+     * node, whose dependencies are to be written too) or went: the store writes it with the
+     * next commit (reading the set then). */
+    void (*touch)(void *ud, const char *flow_id, int64_t node_id, int created);
     void *ud;
 } wq_flows_hooks;
 
@@ -126,6 +127,8 @@ wq_fnode *wq_flow_node(const wq_flows *fs, const wq_flow *f, const char *queue, 
                        size_t keylen);
 /* The unfinished (blocked or pending) node of queue/key, or NULL. */
 wq_fnode *wq_flows_live(const wq_flows *fs, const char *queue, const char *key, size_t keylen);
+/* The node of queue/key added last, whatever its state (the one its key means now), or NULL. */
+wq_fnode *wq_flows_last(const wq_flows *fs, const char *queue, const char *key, size_t keylen);
 /* The node of queue/key a retry of its dead letter revives: the last one that died of its own
  * failure (not of a dependency's) and is still kept, when no node of the key is unfinished. */
 wq_fnode *wq_flows_dead(const wq_flows *fs, const char *queue, const char *key, size_t keylen);

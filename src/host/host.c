@@ -7,6 +7,7 @@
  * no task can run and no child is running.
  */
 #include "host/host.h"
+#include "host/flows.h"
 #include "host/commands.h"
 
 #include "host/http.h"
@@ -835,6 +836,10 @@ wq_host *wq_host_new(const wq_host_opts *opts)
             return NULL;
         }
     }
+    if (wq_host_flows_open(h) < 0) {
+        wq_host_free(h);
+        return NULL;
+    }
     return h;
 }
 
@@ -935,6 +940,7 @@ void wq_host_free(wq_host *h)
     wq_keeper_stop(h->keeper);
     h->keeper = NULL;
     wq_backend_close(h->backend);
+    wq_host_flows_close(h); /* after the last commit, which reads it */
     wq_timer_destroy(h);
     if (h->timer_ev)
         event_free(h->timer_ev);

@@ -118,8 +118,15 @@ typedef struct wq_dead_view {
 /* What a queue knows of one key (q:item, GET /queues/NAME/items/KEY, wqrun show): pending
  * wins over a dead letter or a done memory; of those two, the later one. */
 typedef struct wq_key_view {
-    const char *state; /* "queued", "processing", "waiting", "done" or "dead" */
+    const char *state; /* "queued", "processing", "waiting", "blocked", "done" or "dead" */
     wq_item_view item; /* pending: item.state == state */
+    /* "blocked" (a flow's node waiting for others): key as for "done", its flow, the number
+     * of dependencies not finished, its payload (JSON text, NULL: none) and priority */
+    const char *flow;
+    int64_t waits;
+    const char *payload;
+    size_t paylen;
+    int32_t priority;
     wq_dead_view dead; /* "dead" */
     const char *key;   /* "done": the key, its time and result (JSON text, NULL: none) */
     size_t keylen;
@@ -141,6 +148,8 @@ typedef struct wq_queue_ops {
     int (*awaited)(void *q);
     size_t (*processing)(void *q); /* items handed out (a graceful stop waits for them) */
     void (*stop)(void *q);         /* a graceful stop began */
+    /* Whether key is pending (queued, waiting or processing) in the queue's engine. */
+    int (*has)(void *q, const char *key, size_t len);
     /* External add: 1 queued, 0 already pending, WQ_ESHUTDOWN or another WQ_E* code. */
     int (*add)(void *q, const wq_ext_item *it);
 
@@ -278,9 +287,11 @@ struct wq_host {
     uint64_t grace_timer;
 
     wq_backend *backend; /* NULL: no --db (in memory) */
-    void *http;          /* the HTTP server, when listening */
-    void *progress;      /* the progress line, when shown */
-    void *service;       /* start-up line, systemd notifications (service.c) */
+    wq_flows *flows;     /* the runner's own flow set (host/flows.c); NULL on a shared database */
+    uint64_t flow_prune_timer;
+    void *http;     /* the HTTP server, when listening */
+    void *progress; /* the progress line, when shown */
+    void *service;  /* start-up line, systemd notifications (service.c) */
     uint64_t handler_timeouts;
 
     /* Kills the wq.exec children's groups if we die (keeper.c); NULL: none. */

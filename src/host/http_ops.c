@@ -490,6 +490,16 @@ static void on_key(void *ud, const wq_key_view *v)
         o = dead_json(&v->dead);
         if (o)
             json_object_object_add(o, "state", json_object_new_string("dead"));
+    } else if (strcmp(v->state, "blocked") == 0) {
+        o = json_object_new_object();
+        if (o) {
+            json_object_object_add(o, "key", bytes(v->key, v->keylen));
+            json_object_object_add(o, "state", json_object_new_string("blocked"));
+            json_object_object_add(o, "flow", json_object_new_string(v->flow));
+            json_object_object_add(o, "waits", json_object_new_int64(v->waits));
+            json_object_object_add(o, "priority", json_object_new_int(v->priority));
+            json_object_object_add(o, "payload", payload_value(v->payload, v->paylen));
+        }
     } else {
         o = json_object_new_object();
         if (o) {

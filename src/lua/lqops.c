@@ -9,6 +9,9 @@
  */
 #include "lua/lqops.h"
 
+#include "host/flows.h"
+#include "lua/lflow.h"
+
 #include "lua/lfailures.h"
 #include "lua/lgroup.h"
 #include "lua/lqueue.h"
@@ -133,6 +136,13 @@ int lqops_remove(void *q, const char *key, size_t len)
     if (r == 0) {
         lworker_forget(lq, key, len); /* gone as if never added: no failure count either */
         log_action(lq, key, len, "removed");
+        if (lq->host->flows && lflow_is_node(lq, key, len)) { /* its flow's node is dead */
+            lflow_dead(lq, "removed");
+            lflow_after_done(lq, key, len);
+        }
+    } else if (r == WQ_ENOENT && wq_host_flow_remove_blocked(lq->host, lq->name, key, len)) {
+        log_action(lq, key, len, "removed (a flow's node that was blocked)");
+        r = 0;
     }
     return r;
 }
@@ -206,6 +216,7 @@ int lqops_retry_dead(lua_State *L, lqueue *lq, const char *key, size_t len)
         return 0;
     }
     lqueue_note_add(lq);
+    wq_host_flow_retried(lq->host, lq->name, key, len); /* a flow's node runs again */
     lua_pushlstring(L, key, len);
     lua_pushnil(L);
     lua_rawset(L, dead);
@@ -701,6 +712,31 @@ static int d_later(const wq_key_view *v)
  * What lq knows of key, in *v: 1, or 0 nothing. Pushes what keeps v's strings alive (the caller
  * drops it). Pending wins; else the later of a dead letter and a done memory.
  */
+/* A finished flow node of key (its results are kept with the flow, whatever keep_done says;
+ * a node dead of a dependency has no dead letter): 1 with v filled, else 0. */
+static int flow_finished(lqueue *lq, const char *key, size_t len, wq_key_view *v)
+{
+    wq_fnode *n = wq_host_flow_last(lq->host, lq->name, key, len);
+    if (n && n->state == WQ_NODE_DONE) {
+        v->state = "done";
+        v->finished_at = n->finished_at;
+        v->result = n->result;
+        v->rlen = n->rlen;
+        return 1;
+    }
+    if (n && n->state == WQ_NODE_DEAD) {
+        v->state = "dead";
+        v->dead.key = key;
+        v->dead.keylen = len;
+        v->dead.payload = n->payload;
+        v->dead.paylen = n->paylen;
+        v->dead.error = n->error;
+        v->dead.failed_at = n->finished_at;
+        return 1;
+    }
+    return 0;
+}
+
 static int lookup(lua_State *L, lqueue *lq, const char *key, size_t len, wq_key_view *v)
 {
     memset(v, 0, sizeof *v);
@@ -708,6 +744,18 @@ static int lookup(lua_State *L, lqueue *lq, const char *key, size_t len, wq_key_
     if (wq_queue_lookup(lq->q, key, len, &info)) {
         fill_view(lq, &info, &v->item);
         v->state = v->item.state;
+        return 1;
+    }
+    wq_fnode *n = wq_host_flow_blocked(lq->host, lq->name, key, len);
+    if (n) {
+        v->state = "blocked";
+        v->key = key;
+        v->keylen = len;
+        v->flow = n->flow->id;
+        v->waits = n->waits;
+        v->payload = n->payload;
+        v->paylen = n->paylen;
+        v->priority = n->priority;
         return 1;
     }
     int dead = 0, done = lqueue_done_lookup(lq, key, len, &v->finished_at, &v->result, &v->rlen);
@@ -721,7 +769,7 @@ static int lookup(lua_State *L, lqueue *lq, const char *key, size_t len, wq_key_
         v->state = "dead";
     else if (done)
         v->state = "done";
-    else
+    else if (!flow_finished(lq, key, len, v))
         return 0;
     v->key = key;
     v->keylen = len;
@@ -740,6 +788,19 @@ static void push_key_view(lua_State *L, const wq_key_view *v)
     lua_setfield(L, -2, "key");
     lua_pushstring(L, v->state);
     lua_setfield(L, -2, "state");
+    if (strcmp(v->state, "blocked") == 0) {
+        lua_pushstring(L, v->flow);
+        lua_setfield(L, -2, "flow");
+        lua_pushinteger(L, v->waits);
+        lua_setfield(L, -2, "waits");
+        lua_pushinteger(L, v->priority);
+        lua_setfield(L, -2, "priority");
+        if (v->payload) {
+            wq_push_payload(L, v->payload, v->paylen);
+            lua_setfield(L, -2, "payload");
+        }
+        return;
+    }
     if (strcmp(v->state, "done") == 0) {
         lua_pushnumber(L, v->finished_at);
         lua_setfield(L, -2, "finished_at");

@@ -6,6 +6,9 @@
  */
 #include "lua/lqueue.h"
 
+#include "host/flows.h"
+#include "lua/lflow.h"
+
 #include "host/timer.h"
 #include "lua/lcron.h"
 #include "lua/lfailures.h"
@@ -142,9 +145,13 @@ static int bq_claimed(void *ud, const wq_claimed *c)
                      .priority = c->priority,
                      .group = c->grp,
                      .grouplen = c->grplen};
+    if (c->flow && lflow_claimed(lq, c) < 0)
+        return WQ_ENOMEM;
     int r = wq_queue_add(lq->q, c->key, c->keylen, &o);
-    if (r < 0)
+    if (r < 0) {
+        lflow_released(lq, c->key, c->keylen);
         return r;
+    }
     uint32_t id = wq_queue_last_id(lq->q);
     if (grow_slots(lq, id) == 0)
         lq->slots[id].enqueued = c->enqueued_at;
@@ -162,6 +169,7 @@ static int bq_claimed(void *ud, const wq_claimed *c)
 static void bq_released(void *ud, const char *key, size_t len)
 {
     lqueue *lq = ud;
+    lflow_released(lq, key, len);
     if (!lq->failures)
         return;
     lfail_clear(lq, key, len);
@@ -1013,6 +1021,22 @@ static void read_add_args(lua_State *L, int idx, const char *fn, wq_add_opts *o,
 
 enum { ADD_NOW, ADD_AFTER, ADD_LIMITED };
 
+/*
+ * An add of a key whose flow node waits for its dependencies (the runner's own flow set): the
+ * node stays blocked, taking the payload and a higher priority. 1 when it was such a key.
+ */
+static int flow_blocked(lqueue *lq, const char *key, size_t len, const wq_add_opts *o)
+{
+    if (!lq->host->flows)
+        return 0;
+    wq_fnode *n = wq_host_flow_blocked(lq->host, lq->name, key, len);
+    if (!n)
+        return 0;
+    wq_flows_update(lq->host->flows, n, o->set_payload ? o->payload : NULL,
+                    o->set_payload ? o->paylen : 0, o->set_priority, o->priority);
+    return 1;
+}
+
 /* put's answer when the backend decides the add itself (not supported yet). */
 #define ADD_NOT_LOCAL (-1000)
 
@@ -1065,6 +1089,11 @@ static int add_common(lua_State *L, int how, const char *fn)
         read_add_args(L, rest, fn, &o, &force, &unique);
     if (!o.group && lq->group_of_ref != LUA_NOREF)
         lgroup_resolve(L, lq, 2, top >= rest ? rest : 0, fn, &o);
+    if (flow_blocked(lq, key, len, &o)) { /* a node that waits: it stays so */
+        lua_pushboolean(L, 0);
+        lua_pushliteral(L, "blocked");
+        return 2;
+    }
     /* finished within keep_done, or unique and pending or running: left alone, saying why */
     int skip = done_gate(lq, key, len, force) ? WQ_ADD_DONE : unique_skip(lq, unique, key, len);
     if (skip) {
@@ -1237,8 +1266,10 @@ static int queue_done(lua_State *L)
     int r = wq_queue_done(lq->q, key, len);
     if (r < 0 && r != WQ_ENOENT)
         return lqueue_raise(L, "done", r);
-    if (r == 0)
+    if (r == 0) {
         lq->ndone++;
+        lflow_after_done(lq, key, len); /* a node's item the script's own loop ran */
+    }
     lua_pushboolean(L, r == 0);
     return 1;
 }
@@ -1610,9 +1641,23 @@ static void op_stop(void *q)
     lqueue_stop(q);
 }
 
+static int op_has(void *q, const char *key, size_t len)
+{
+    lqueue *lq = q;
+    wq_item_info info;
+    return lq->q && wq_queue_lookup(lq->q, key, len, &info) == 1;
+}
+
 static int op_add(void *q, const wq_ext_item *it)
 {
     lqueue *lq = q;
+    wq_add_opts bo = {.payload = it->payload,
+                      .paylen = it->paylen,
+                      .set_payload = it->payload != NULL,
+                      .set_priority = it->has_priority,
+                      .priority = it->priority};
+    if (flow_blocked(lq, it->key, it->keylen, &bo))
+        return 0; /* a node that waits: already pending */
     if (done_gate(lq, it->key, it->keylen, it->force))
         return WQ_ADD_DONE;
     int skip = unique_skip(lq, it->unique, it->key, it->keylen);
@@ -1656,6 +1701,7 @@ static int64_t op_held_groups(void *q, size_t max, void (*fn)(void *ud, const wq
 }
 
 static const wq_queue_ops lqueue_ops = {
+    .has = op_has,
     .stats = op_stats,
     .work_ages = op_work_ages,
     .next_ready = op_next_ready,
@@ -1694,6 +1740,7 @@ void lqueue_close(lqueue *lq)
     if (lq->bq)
         wq_bq_detach(lq->bq);
     lq->bq = NULL;
+    lflow_close(lq);
     wq_queue_free(lq->q);
     lq->q = NULL;
     lfail_close(lq);

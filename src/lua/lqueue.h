@@ -51,6 +51,12 @@ typedef struct lqueue {
     struct lcron *crons;        /* its schedules (lcron.c) */
     int group_of_ref;           /* registry: the group_of option, LUA_NOREF without one */
     struct add_wait *add_waits; /* adds a backend has not answered yet (lqueue.c) */
+    wq_keymap *flow_claims;     /* claimed items of flows' nodes -> their flow, deps (lflow.c) */
+    struct {
+        int kind; /* LFLOW_DONE, LFLOW_DEAD, 0: nothing stashed */
+        char *text;
+        size_t len;
+    } flow_stash; /* the outcome of the node's item being finished (lflow.c) */
 } lqueue;
 
 /* What the binding keeps per engine record id. */

@@ -14,6 +14,7 @@
 #include "host/commands.h"
 #include "host/timer.h"
 #include "lua/lfailures.h"
+#include "lua/lflow.h"
 #include "lua/ljson.h"
 #include "lua/lwq.h"
 #include "store/backend.h"
@@ -124,6 +125,8 @@ static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len
     }
     lworker_forget(lq, key, len);
     double at = wq_host_unix(lq->host, wq_host_now(lq->host));
+    if (lq->host->flows && lflow_is_node(lq, key, len))
+        lflow_dead(lq, err);
     add_dead(L, lq, key, len, json, jlen, err, tb, count + 1, at);
     if (lq->bq)
         wq_bq_dead(lq->bq, key, len, json, jlen, err, count + 1, at);
@@ -352,7 +355,10 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
         char shown[WQ_SHOWN_KEY];
         wq_show_key(shown, key, klen);
         wq_host_log(lq->host, "wqrun: %s: '%s' cancelled", lq->name, shown);
+        if (lq->host->flows && lflow_is_node(lq, key, klen))
+            lflow_dead(lq, "cancelled");
         done_key(L, lq, key, klen);
+        lflow_after_done(lq, key, klen);
         /* With the done, in the same commit: the cancel's outcome (commands, HTTP). */
         wq_host_cancelled(lq->host, lq, key, klen);
         return;
@@ -393,8 +399,11 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
         clear_dead(L, lq, key, klen);
         if (lq->keep_done > 0)
             remember(L, lq, key, klen, nres);
+        if (lflow_is_node(lq, key, klen))
+            lflow_result(L, lq, key, klen, W_RES, nres);
     }
     done_key(L, lq, key, klen);
+    lflow_after_done(lq, key, klen);
 }
 
 /*
@@ -452,6 +461,7 @@ static int worker_k(lua_State *L, int status, lua_KContext ctx)
                 lua_pushlstring(L, info.group, info.grouplen);
                 lua_setfield(L, -2, "group");
             }
+            lflow_push_job(L, lq, t->job_key, t->job_keylen);
             nargs = 3;
         }
         if (lq->timeout_ns > 0) {

@@ -7,6 +7,8 @@
  */
 #include "lua/lwq.h"
 
+#include "lua/lflow.h"
+
 #include "host/timer.h"
 #include "lua/embedded.h"
 #include "lua/lcrypto.h"
@@ -529,6 +531,7 @@ void wq_lua_open(lua_State *L)
     lua_pushliteral(L, WQ_VERSION);
     lua_setfield(L, -2, "version");
     wq_lua_open_queue(L, internals);
+    wq_lua_open_flow(L, wq);
     wq_lua_open_limiter(L);
     wq_lua_open_exec(L);
     wq_lua_open_http(L);

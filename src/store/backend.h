@@ -506,8 +506,9 @@ struct wq_backend_ops {
     /* The runtime's flow set, written behind (SQLite: read at flush time, like the engine
      * queues); NULL for a shared backend. */
     void (*flows_attach)(wq_backend *b, wq_flows *fs);
-    /* A flow or node of the attached set changed (or went): written with the next commit. */
-    void (*flow_touch)(wq_backend *b, const char *flow_id, int64_t node_id);
+    /* A flow (node_id 0) or node of the attached set changed, was created (with its edges) or
+     * went: written with the next commit. */
+    void (*flow_touch)(wq_backend *b, const char *flow_id, int64_t node_id, int created);
     /* Restores the flows of the state file into fs: the number of nodes or a WQ_E* code. */
     int (*restore_flows)(wq_backend *b, wq_flows *fs);
 };
@@ -713,8 +714,8 @@ static inline int wq_backend_flow_op(wq_backend *b, const wq_fop *op, wq_bop_fn 
 {
     return b->ops->flow_op ? b->ops->flow_op(b, op, fn, ud) : WQ_BACKEND_LOCAL;
 }
-static inline void wq_bq_node_result(wq_bqueue *bq, const char *key, size_t len,
-                                     const char *result, size_t rlen)
+static inline void wq_bq_node_result(wq_bqueue *bq, const char *key, size_t len, const char *result,
+                                     size_t rlen)
 {
     if (bq->b->ops->node_result)
         bq->b->ops->node_result(bq, key, len, result, rlen);
@@ -724,10 +725,11 @@ static inline void wq_backend_flows_attach(wq_backend *b, wq_flows *fs)
     if (b->ops->flows_attach)
         b->ops->flows_attach(b, fs);
 }
-static inline void wq_backend_flow_touch(wq_backend *b, const char *flow_id, int64_t node_id)
+static inline void wq_backend_flow_touch(wq_backend *b, const char *flow_id, int64_t node_id,
+                                         int created)
 {
     if (b->ops->flow_touch)
-        b->ops->flow_touch(b, flow_id, node_id);
+        b->ops->flow_touch(b, flow_id, node_id, created);
 }
 static inline int wq_backend_restore_flows(wq_backend *b, wq_flows *fs)
 {

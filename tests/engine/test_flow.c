@@ -36,11 +36,12 @@ static void h_release(void *ud, wq_fnode *n)
     snprintf(released + at, sizeof released - at, "%s/%s ", n->queue, n->key);
 }
 
-static void h_touch(void *ud, const char *flow, int64_t node)
+static void h_touch(void *ud, const char *flow, int64_t node, int created)
 {
     (void)ud;
     (void)flow;
     (void)node;
+    (void)created;
     touches++;
 }
 

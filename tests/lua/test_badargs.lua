@@ -133,6 +133,13 @@ local OBJECTS = {
             return wq.limiter.exponential(0.001, 1)
         end,
     },
+    flow = {
+        self = "flow",
+        new = function()
+            return wq.flow(uniq("flow"))
+        end,
+        methods = {"add", "commit"}, -- its __index is a function: listed here
+    },
     backoff = {
         self = "b",
         new = function()
@@ -172,6 +179,20 @@ local SIGNATURES = {
     ["wq.fail"] = {fn = "fail", p("message", "m", set(ALL))}, -- any value, as tostring gives it
     -- a delay that counts as a failure: negative is refused (unlike requeue's "now")
     ["wq.retry_in"] = {fn = "retry_in", p("seconds", 1, set("0")), p("message", "m", set(ALL))},
+    -- a table is the whole-table form (its fields are checked by test_flows.lua)
+    ["wq.flow"] = {fn = "flow", p("id", "fid", set("nil", FINITE), {skip = set("{}", "cyclic table",
+        "deep table", RAW_TABLES)}), p("opts", nil, OPTS, {fields = {p("keep", 1, set("nil", "0"))}})},
+    ["flow:add"] = {fn = "add", p("queue", "parts", set(STRINGS)), p("key", "k", KEY),
+        p("payload", nil, PAYLOAD), p("opts", nil, OPTS, {
+            fields = {
+                p("priority", 1, set("nil", "-1", "0")),
+                p("group", "g", set("nil", "NUL string")),
+                -- an array of handles: an empty one (or a table with no array part) waits for nothing
+                p("after", nil, set("nil", "{}", "cyclic table", "deep table")),
+                p("ignore_dead", nil, set("nil", "true", "false")),
+            },
+        })},
+    ["flow:commit"] = {fn = "commit"},
     ["wq.queue"] = {
         fn = "queue",
         p("name", queue_name, set(), {gen = true}),

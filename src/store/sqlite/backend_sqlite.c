@@ -216,6 +216,21 @@ static int q_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
     return WQ_BACKEND_LOCAL; /* the engine applies it; the store writes the change behind it */
 }
 
+static void b_flows_attach(wq_backend *b, wq_flows *fs)
+{
+    wq_store_flows_attach(S(b), fs);
+}
+
+static void b_flow_touch(wq_backend *b, const char *flow, int64_t node, int created)
+{
+    wq_store_flow_touch(S(b), flow, node, created);
+}
+
+static int b_restore_flows(wq_backend *b, wq_flows *fs)
+{
+    return wq_store_restore_flows(S(b), fs);
+}
+
 const wq_backend_ops wq_sqlite_ops = {
     .version = WQ_BACKEND_VERSION,
     .name = "sqlite",
@@ -259,4 +274,7 @@ const wq_backend_ops wq_sqlite_ops = {
     .want = q_want,
     .define = q_define,
     .op = q_op,
+    .flows_attach = b_flows_attach,
+    .flow_touch = b_flow_touch,
+    .restore_flows = b_restore_flows,
 };

@@ -153,8 +153,45 @@ static const char v2_to_v3[] =
 static const char v3_to_v4[] =
     "ALTER TABLE inbox ADD COLUMN unique_add INTEGER; -- 1: leave a pending or running key alone\n";
 
+/* Version 4 -> 5: flows (SPEC 9, docs/flows.md). */
+static const char v4_to_v5[] =
+    "CREATE TABLE flows(               -- one row per flow\n"
+    "  id TEXT PRIMARY KEY,\n"
+    "  keep REAL NOT NULL,            -- seconds its results stay after finished_at\n"
+    "  created_at REAL,\n"
+    "  finished_at REAL,              -- Unix time its last node finished; NULL while running\n"
+    "  unfinished INTEGER NOT NULL DEFAULT 0, -- nodes neither done nor dead\n"
+    "  cancelled INTEGER NOT NULL DEFAULT 0\n"
+    ") WITHOUT ROWID;\n"
+    "CREATE TABLE flow_nodes(          -- one row per node: an item of a queue in a flow\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  flow TEXT NOT NULL,\n"
+    "  queue TEXT NOT NULL,\n"
+    "  key TEXT NOT NULL,\n"
+    "  state TEXT NOT NULL,           -- 'blocked', 'pending', 'done' or 'dead'\n"
+    "  waits INTEGER NOT NULL DEFAULT 0, -- dependencies not finished\n"
+    "  ignore_dead INTEGER NOT NULL DEFAULT 0,\n"
+    "  payload TEXT,                  -- what its item gets when released (JSON text)\n"
+    "  priority INTEGER NOT NULL DEFAULT 0,\n"
+    "  grp TEXT,\n"
+    "  result TEXT,                   -- a done node's result (JSON text)\n"
+    "  error TEXT,                    -- a dead node's error\n"
+    "  cause INTEGER,                 -- the node whose death killed it\n"
+    "  finished_at REAL,\n"
+    "  UNIQUE (flow, queue, key)\n"
+    ");\n"
+    "CREATE INDEX flow_nodes_key ON flow_nodes(queue, key);\n"
+    "CREATE TABLE flow_deps(           -- node waits for dep; ord: its place in node's after\n"
+    "  node INTEGER NOT NULL,\n"
+    "  ord INTEGER NOT NULL,\n"
+    "  dep INTEGER NOT NULL,\n"
+    "  PRIMARY KEY (node, ord)\n"
+    ") WITHOUT ROWID;\n"
+    "CREATE INDEX flow_deps_dep ON flow_deps(dep);\n";
+
 /* migrations[v] brings a file from version v to v + 1. */
-static const char *const migrations[WQ_STORE_VERSION] = {schema_v1, v1_to_v2, v2_to_v3, v3_to_v4};
+static const char *const migrations[WQ_STORE_VERSION] = {schema_v1, v1_to_v2, v2_to_v3, v3_to_v4,
+                                                         v4_to_v5};
 
 /* Reads application_id, user_version and the number of schema objects. SQLite result code. */
 static int read_header(sqlite3 *db, int *app, int *ver, int *nobj)

@@ -19,7 +19,7 @@
 /* PRAGMA application_id of a wqrun state file: "wqru". */
 #define WQ_STORE_APP_ID 0x77717275
 /* PRAGMA user_version this build writes and understands. */
-#define WQ_STORE_VERSION 4
+#define WQ_STORE_VERSION 5
 
 /* Ends the message refusing a damaged file: what the user can do about it. */
 #define WQ_STORE_DAMAGED_HINT                                                                      \
@@ -239,7 +239,8 @@ struct wq_store {
     char errmsg[512];
     int broken; /* a WQ_E* code once the file cannot be trusted: nothing more is written to it */
     char broken_msg[512];
-    int gone; /* broken because the path names another file, or none */
+    int gone;                     /* broken because the path names another file, or none */
+    struct wq_store_flows *flows; /* the flow set written behind (flows.c), NULL until used */
 };
 
 /* ---- schema.c ---- */
@@ -384,5 +385,22 @@ int wq_store_write_jobs(wq_store *s, double now, uint64_t *rows);
  * through). At close (committed 0): forgets schedule changes and prunes.
  */
 void wq_store_clear_jobs(wq_store *s, int committed);
+
+/* ---- flows.c ---- */
+
+/* The runner's flow set, read at each flush (backend flows_attach). */
+void wq_store_flows_attach(wq_store *s, wq_flows *fs);
+/* A flow (node 0) or node changed, or was created: written with the next commit. */
+void wq_store_flow_touch(wq_store *s, const char *flow, int64_t node, int created);
+/* Whether flow changes wait to be written. */
+int wq_store_flows_dirty(const wq_store *s);
+/* Writes the window's flow changes (inside the flush's transaction): SQLite result code. */
+int wq_store_write_flows(wq_store *s, uint64_t *rows);
+/* After a successful flush (committed 1): forgets the window's changes. */
+void wq_store_clear_flows(wq_store *s, int committed);
+/* Frees what flows.c keeps (at close, before the connection closes). */
+void wq_store_flows_free(wq_store *s);
+/* Reads the flow tables into fs: the number of nodes, or a WQ_E* code. */
+int wq_store_restore_flows(wq_store *s, wq_flows *fs);
 
 #endif
