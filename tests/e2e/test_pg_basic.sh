@@ -246,7 +246,7 @@ run --quiet --pg-schema other --db "$DB3" "$LUA/pg_basic.lua" "$LOG"
 expect_rc 0 "a runner with --pg-schema other drains and exits"
 expect_eq "$(grep -c '^end q o1 ' "$LOG")" 1 "o1 ran from schema other"
 expect_eq "$(pg_psql "$DB3" "select count(*) from pg_namespace where nspname = 'wqrun'")" 0 "no schema wqrun was made"
-expect_eq "$(pg_psql "$DB3" "select count(*) from other.jobs")|$(pg_psql "$DB3" "select value from other.meta")" "0|8" \
+expect_eq "$(pg_psql "$DB3" "select count(*) from other.jobs")|$(pg_psql "$DB3" "select value from other.meta")" "0|9" \
     "schema other holds the tables"
 
 # Concurrent starts on a database without the schema: migrate three times
