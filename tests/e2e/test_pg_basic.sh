@@ -274,7 +274,7 @@ wait "${bgs[@]}"
 LAST_CMD="4 x wqrun add at once on a database without the schema" OUT=$(cat "$TMP"/cadd.*) ERR=$(cat "$TMP"/cadd-err.*)
 expect_eq "$(cat "$TMP"/cadd.* | sort | uniq -c | awk '{ printf "%s %s,", $1, $2 }')" "4 queued,4 rc=0," "four adds at once: all queued, exit 0"
 expect_eq "$(pg_psql "$DB5" "select string_agg(key, ',' order by key) from wqrun.jobs")|$(pg_psql "$DB5" "select value from wqrun.meta")" \
-    "c1,c2,c3,c4|8" "one schema, four rows"
+    "c1,c2,c3,c4|9" "one schema, four rows"
 
 [ "$FAILED" -gt 0 ] && { echo "--- runs:"; cat "$LOG"; echo "--- runner stderr:"; cat "$TMP/r1.err"; } >&2
 finish
