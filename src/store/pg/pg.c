@@ -198,11 +198,13 @@ static void pg_close(wq_backend *base)
                 free(q->claims[i].key);
                 free(q->claims[i].err);
                 free(q->claims[i].result);
+                free(q->claims[i].nres);
             }
         for (size_t i = 0; i < q->nsent; i++) {
             free(q->sent[i].err);
             free(q->sent[i].payload);
             free(q->sent[i].done);
+            free(q->sent[i].nres);
         }
         PQclear(q->claim_res);
         PQclear(q->finish_res);
@@ -551,6 +553,23 @@ static void pg_done_put(wq_bqueue *bq, const char *key, size_t len, double finis
                     : strdup("null");
 }
 
+/* A flow node's handler succeeded (SPEC 9): its result goes with its outcome, whatever the
+ * queue's keep_done (finish's p_results). */
+static void pg_node_result(wq_bqueue *bq, const char *key, size_t len, const char *result,
+                           size_t rlen)
+{
+    pgq *q = (pgq *)bq;
+    uint32_t slot;
+    claim *c = wq_pgb_slot_of(q, key, len, &slot);
+    if (!c || c->sent)
+        return;
+    c->node_ok = 1;
+    free(c->nres);
+    c->nres = result && wq_pgb_text_ok(result, rlen) && !json_nul(result, rlen)
+                  ? wq_pgb_dupn(result, rlen)
+                  : NULL;
+}
+
 static void pg_done_del(wq_bqueue *bq, const char *key, size_t len)
 {
     (void)bq;
@@ -711,6 +730,8 @@ static const wq_backend_ops pg_ops = {
     .db_view = wq_pgb_db_view,
     .define = pg_define,
     .op = wq_pgb_op,
+    .flow_op = wq_pgb_flow_op,
+    .node_result = pg_node_result,
 };
 
 /* Inserts the runners row and takes its session lock, in one transaction (blocking). */

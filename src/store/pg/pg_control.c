@@ -225,8 +225,10 @@ static void signals_result(void *ud, PGresult *res)
         uint32_t slot;
         claim *c = q && q->q ? wq_pgb_slot_of(q, key, len, &slot) : NULL;
         /* A cancel of an earlier claim of the key (it ended meanwhile) is stale. */
-        if (c && c->token == atoll(PQgetvalue(res, i, 2)) && q->hooks.cancel)
+        if (c && c->token == atoll(PQgetvalue(res, i, 2)) && q->hooks.cancel) {
+            c->cancelled = 1; /* a flow node's outcome without a result is a cancel */
             q->hooks.cancel(q->hooks.ud, key, len);
+        }
     }
 }
 
@@ -407,6 +409,12 @@ void wq_pgb_on_tick(evutil_socket_t fd, short what, void *arg)
                            b) == 0 &&
             wq_pgconn_sync(b->c, prune_synced, b) == 0)
             b->prune_flight = 1;
+    }
+    /* Flows finished longer than their keep ago (SPEC 9): rarely, one statement. */
+    if (now - b->last_prune_flows > (int64_t)PRUNE_FLOWS_MS * 1000000) {
+        b->last_prune_flows = now;
+        wq_pgconn_send(b->c, wq_pg_stmts[PGS_PRUNE_FLOWS].name, NULL, 0, NULL, NULL, NULL);
+        wq_pgconn_sync(b->c, NULL, NULL);
     }
     wq_pgb_kick(b); /* the poll fallback */
 }

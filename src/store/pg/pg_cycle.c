@@ -154,6 +154,7 @@ static void drop_claim(pgq *q, uint32_t slot, int tell)
     free(c->key);
     free(c->err);
     free(c->result);
+    free(c->nres);
     memset(c, 0, sizeof *c);
     q->free[q->nfree++] = slot;
 }
@@ -194,6 +195,7 @@ void wq_pgb_lose_claims(pgq *q, const char *why)
         free(q->sent[i].err);
         free(q->sent[i].payload);
         free(q->sent[i].done);
+        free(q->sent[i].nres);
     }
     q->nsent = q->nflight = 0;
 }
@@ -251,7 +253,7 @@ static void build_outcomes(pgq *q)
         int have = wq_queue_lookup(q->q, c->key, c->keylen, &info) == 1;
         if (have && (info.state & (WQ_ST_PROCESSING | WQ_ST_QUEUED)))
             continue; /* running, or claimed and not started yet */
-        outcome o = {slot, WQ_PGF_DONE, 0, c->requeues, NULL, NULL, NULL};
+        outcome o = {slot, WQ_PGF_DONE, 0, c->requeues, NULL, NULL, NULL, NULL};
         if (c->dead) {
             o.kind = WQ_PGF_DEAD;
             o.requeues = c->attempts;
@@ -276,9 +278,18 @@ static void build_outcomes(pgq *q)
             o.done = c->result; /* the outcome owns it now */
             c->result = NULL;
         }
+        if (c->node && (o.kind == WQ_PGF_SUCCESS || o.kind == WQ_PGF_DONE)) {
+            /* A flow node's item leaves: done with its result, or cancelled (a cancel was
+             * signalled for it and its handler gave no result: it did not succeed). */
+            if (!c->node_ok && c->cancelled)
+                o.kind = WQ_PGF_CANCELLED;
+            o.nres = c->nres;
+            c->nres = NULL;
+        }
         if (sent_room(q) < 0) {
             free(o.err);
             free(o.payload);
+            c->nres = o.nres;
             c->result = o.done;
             wq_pgb_touch_slot(q, slot); /* try again at the next cycle */
             continue;
@@ -303,7 +314,7 @@ static void release_unstarted(pgq *q)
         if (sent_room(q) < 0)
             return;
         c->sent = 1;
-        q->sent[q->nsent++] = (outcome){i, WQ_PGF_RELEASE, 0, c->requeues, NULL, NULL, NULL};
+        q->sent[q->nsent++] = (outcome){i, WQ_PGF_RELEASE, 0, c->requeues, NULL, NULL, NULL, NULL};
     }
 }
 
@@ -312,8 +323,8 @@ static int send_finish(pgb *b, pgq *q, wq_pgconn *conn, size_t take)
     if (!q->nsent)
         return 0;
     sbuf keys = {0}, toks = {0}, kinds = {0}, delays = {0}, reqs = {0}, errs = {0}, pays = {0},
-         done = {0};
-    int any_done = 0;
+         done = {0}, nres = {0};
+    int any_done = 0, any_nres = 0;
     sb_str(&keys, "{");
     sb_str(&toks, "{");
     sb_str(&kinds, "{");
@@ -322,6 +333,7 @@ static int send_finish(pgb *b, pgq *q, wq_pgconn *conn, size_t take)
     sb_str(&errs, "{");
     sb_str(&pays, "{");
     sb_str(&done, "{");
+    sb_str(&nres, "{");
     for (size_t i = 0; i < q->nsent; i++) {
         outcome *o = &q->sent[i];
         claim *c = &q->claims[o->slot];
@@ -339,6 +351,8 @@ static int send_finish(pgb *b, pgq *q, wq_pgconn *conn, size_t take)
         sb_elem(&pays, o->payload, o->payload ? strlen(o->payload) : 0);
         sb_elem(&done, o->done, o->done ? strlen(o->done) : 0);
         any_done |= o->done != NULL;
+        sb_elem(&nres, o->nres, o->nres ? strlen(o->nres) : 0);
+        any_nres |= o->nres != NULL;
     }
     sb_str(&keys, "}");
     sb_str(&toks, "}");
@@ -348,15 +362,19 @@ static int send_finish(pgb *b, pgq *q, wq_pgconn *conn, size_t take)
     sb_str(&errs, "}");
     sb_str(&pays, "}");
     sb_str(&done, "}");
+    sb_str(&nres, "}");
     int r = -1;
     if (!keys.oom && !toks.oom && !kinds.oom && !delays.oom && !reqs.oom && !errs.oom &&
-        !pays.oom && !done.oom) {
+        !pays.oom && !done.oom && !nres.oom) {
         char tk[24];
         snprintf(tk, sizeof tk, "%zu", take);
-        const char *v[11] = {q->name,  b->runner_id_s, keys.p, toks.p, kinds.p,
-                             delays.p, reqs.p,         errs.p, pays.p, any_done ? done.p : NULL,
-                             tk};
-        r = wq_pgconn_send(conn, wq_pg_stmts[PGS_FINISH].name, NULL, 11, v, finish_result, q);
+        const char *v[12] = {q->name, b->runner_id_s,
+                             keys.p,  toks.p,
+                             kinds.p, delays.p,
+                             reqs.p,  errs.p,
+                             pays.p,  any_done ? done.p : NULL,
+                             tk,      any_nres ? nres.p : NULL};
+        r = wq_pgconn_send(conn, wq_pg_stmts[PGS_FINISH].name, NULL, 12, v, finish_result, q);
         if (r == 0) {
             q->take_out = take;
             q->handed = 0;
@@ -371,6 +389,7 @@ static int send_finish(pgb *b, pgq *q, wq_pgconn *conn, size_t take)
     free(errs.p);
     free(pays.p);
     free(done.p);
+    free(nres.p);
     return r;
 }
 
@@ -812,6 +831,12 @@ static int accept_claims(pgq *q, PGresult *res, int c0, int *last)
             c.grp = PQgetvalue(res, i, c0 + 6);
             c.grplen = (size_t)PQgetlength(res, i, c0 + 6);
         }
+        if (!PQgetisnull(res, i, c0 + 9)) { /* a flow's node (SPEC 9) */
+            c.flow = PQgetvalue(res, i, c0 + 9);
+            c.flowlen = (size_t)PQgetlength(res, i, c0 + 9);
+            c.deps = PQgetisnull(res, i, c0 + 10) ? "[]" : PQgetvalue(res, i, c0 + 10);
+            c.depslen = strlen(c.deps);
+        }
         uint32_t slot;
         int ok = new_slot(q, &slot) == 0;
         uint64_t *v = ok ? wq_keymap_put(q->keys, c.key, c.keylen, NULL) : NULL;
@@ -832,6 +857,7 @@ static int accept_claims(pgq *q, PGresult *res, int c0, int *last)
                                   .requeues = c.requeues,
                                   .new_requeues = -1,
                                   .payhash = c.payload ? hash_bytes(c.payload, c.paylen) : 0,
+                                  .node = c.flow != NULL,
                                   .used = 1};
         if (q->hooks.claimed(q->hooks.ud, &c) < 0)
             drop_claim(q, slot, 1);
@@ -1054,7 +1080,7 @@ static void hand_back_unknown(pgq *q, PGresult *res, int c0)
                                   .new_requeues = -1,
                                   .sent = 1,
                                   .used = 1};
-        q->sent[q->nsent++] = (outcome){slot, WQ_PGF_RELEASE, 0, requeues, NULL, NULL, NULL};
+        q->sent[q->nsent++] = (outcome){slot, WQ_PGF_RELEASE, 0, requeues, NULL, NULL, NULL, NULL};
     }
 }
 
@@ -1101,6 +1127,7 @@ static void outcomes_synced(void *ud, int ok)
                 free(o->err);
                 free(o->payload);
                 free(o->done);
+                free(o->nres);
                 drop_claim(q, o->slot, 1);
             }
             b->st.rows_written += q->nflight;

@@ -24,6 +24,7 @@
 #define FULL_MS 2000         /* a claim from the head of the queue at least this often */
 #define REAP_MS 500          /* look for dead runners this often */
 #define PRUNE_MS 5000        /* prune expired keep_done memories this often */
+#define PRUNE_FLOWS_MS 60000 /* delete flows past their keep this often */
 #define FLOOR_MS 250         /* a busy queue's floor moves on at most this often */
 #define FLOOR_SLACK 0.05     /* s: a floor stays this far below the clocks it is built from */
 #define FLOOR_MARKS 16
@@ -48,6 +49,11 @@ typedef struct claim {
     int64_t attempts;
     uint64_t payhash; /* of the payload as claimed */
     char *result;     /* keep_done: what its success leaves in done (JSON; "null" for none) */
+    /* A flow node (SPEC 9; the claim said its flow): node_result() gives its result (JSON,
+     * NULL for none) when its handler succeeded; a cancel signal for it makes an outcome
+     * without one a cancel (WQ_PGF_CANCELLED). */
+    int node, node_ok, cancelled;
+    char *nres;
     int touched;
     int sent; /* its outcome is in flight */
     int used; /* slot in use */
@@ -62,6 +68,7 @@ typedef struct outcome {
     char *err;
     char *payload; /* a new payload (wq.requeue with one), else NULL */
     char *done;    /* keep_done: what the success leaves in done (taken from the claim) */
+    char *nres;    /* a flow node's result (taken from the claim) */
 } outcome;
 
 typedef struct pgq {
@@ -221,7 +228,7 @@ struct pgb {
     int64_t view_sent;
     int64_t view_asked; /* real ns of the last db_view call */
     int prune_flight, prune_more;
-    int64_t last_prune, last_sweep;
+    int64_t last_prune, last_sweep, last_prune_flows;
     int control_again; /* notified meanwhile: read them once more */
     /* The database's clock, read first in every claim transaction (pgq's floor): the last
      * reading, and when it was asked for and came back (real ns). */
@@ -235,7 +242,9 @@ typedef struct pop {
     wq_bop_kind kind;
     wq_bop_fn fn;
     void *ud;
-    int answered; /* 1: result and text hold the answer; -1: text holds the error */
+    int fop;      /* a flow request (wq_fop kind + 1), or 0 */
+    int answered; /* 1: result and text hold the answer; -1: text holds the error; -2: the
+                   * database refused a flow (text: why) */
     int result;
     char *text;
     /* Until it is sent: the statement, its parameters, the outcome transaction it waits for */
@@ -305,5 +314,7 @@ void wq_pgb_pop_free(pop *o);
 /* The operator actions whose outcome transaction has committed go now, in order. */
 void wq_pgb_send_waiting_ops(pgb *b);
 int wq_pgb_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud);
+/* ops->flow_op: flow requests (SPEC 9), answered as operator actions are. */
+int wq_pgb_flow_op(wq_backend *base, const wq_fop *op, wq_bop_fn fn, void *ud);
 
 #endif

@@ -24,9 +24,47 @@ void wq_pgb_pop_free(pop *o)
     free(o);
 }
 
+/* The answer of a flow request (see wq_pgb_flow_op's statements). */
+static void fop_result(pop *o, PGresult *res)
+{
+    if (res && PQresultStatus(res) == PGRES_FATAL_ERROR && o->fop == WQ_FOP_ADD + 1) {
+        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+        if (state && msg && strcmp(state, "22023") == 0) { /* refused: the node named */
+            free(o->text);
+            o->text = strdup(msg);
+            o->answered = o->text ? -2 : -1;
+            return;
+        }
+    }
+    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+        char msg[400];
+        wq_pg_msg(msg, sizeof msg,
+                  res ? PQresultErrorMessage(res) : "the connection to the database was lost");
+        free(o->text);
+        o->text = strdup(msg);
+        o->answered = -1;
+        return;
+    }
+    o->answered = 1;
+    o->result = atoi(PQgetvalue(res, 0, 0));
+    if (o->fop == WQ_FOP_CANCEL + 1 && o->result < 0)
+        o->result = WQ_ENOENT;
+    free(o->text);
+    o->text = PQnfields(res) > 1 ? strdup(PQgetvalue(res, 0, 1)) : NULL;
+    if (PQnfields(res) > 1 && !o->text) {
+        o->text = strdup("out of memory");
+        o->answered = -1;
+    }
+}
+
 static void op_result(void *ud, PGresult *res)
 {
     pop *o = ud;
+    if (o->fop) {
+        fop_result(o, res);
+        return;
+    }
     if (!res || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
         char msg[400];
         wq_pg_msg(msg, sizeof msg,
@@ -77,7 +115,9 @@ static void op_result(void *ud, PGresult *res)
 static void op_synced(void *ud, int ok)
 {
     pop *o = ud;
-    if (ok && o->answered == 1)
+    if (o->answered == -2) /* a flow refused: nothing was added */
+        o->fn(o->ud, WQ_EINVAL, o->text);
+    else if (ok && o->answered == 1)
         o->fn(o->ud, o->result, o->text);
     else
         o->fn(o->ud, WQ_EIO, o->answered == -1 && o->text ? o->text : "database unavailable");
@@ -107,6 +147,8 @@ void wq_pgb_send_waiting_ops(pgb *b)
         }
     }
 }
+
+static int queue_op(pgb *b, pop *o);
 
 /* An optional field of the JSON objects the listings build: absent when NULL. */
 #define PG_OPT(name, expr)                                                                         \
@@ -286,6 +328,13 @@ int wq_pgb_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
         wq_pgb_pop_free(o);
         return WQ_ENOMEM;
     }
+    return queue_op(b, o);
+}
+
+/* Sends o once the outcomes this runner had have committed (o is the queue's from here):
+ * 0, or WQ_EIO (unreachable: o freed). */
+static int queue_op(pgb *b, pop *o)
+{
     /* Read your own writes: the outcomes this runner has not written yet (a handler that
      * just finished) are written first. They go with the next outcome transaction, or are
      * in the one under way. */
@@ -307,4 +356,64 @@ int wq_pgb_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
     *tail = o;
     wq_pgb_kick(b);
     return 0;
+}
+
+int wq_pgb_flow_op(wq_backend *base, const wq_fop *op, wq_bop_fn fn, void *ud)
+{
+    pgb *b = (pgb *)base;
+    static const char *const sql[] = {
+        [WQ_FOP_ADD] = "SELECT 0, @S.add_flow($1::jsonb)",
+        [WQ_FOP_LIST] = "SELECT jsonb_array_length(x.l), x.l::text"
+                        " FROM (SELECT @S.flow_list($1, $2::integer) AS l) x",
+        [WQ_FOP_SHOW] = "SELECT (x.f IS NOT NULL)::int, coalesce(x.f::text, 'null')"
+                        " FROM (SELECT @S.flow_show($1) AS f) x",
+        [WQ_FOP_CANCEL] = "SELECT coalesce(@S.cancel_flow($1), -1)",
+    };
+    if (!fn)
+        return 0;
+    if ((unsigned)op->kind > WQ_FOP_CANCEL)
+        return WQ_EINVAL;
+    if (!b->registered || !wq_pgconn_up(b->c)) {
+        wq_pgb_set_err(b, "database unavailable");
+        return WQ_EIO;
+    }
+    const char *v[2] = {NULL, NULL};
+    size_t len[2] = {0, 0};
+    int n = 1;
+    char lim[24];
+    if (op->kind == WQ_FOP_ADD) {
+        if (!op->doc || !wq_pgb_text_ok(op->doc, op->doclen)) {
+            wq_pgb_set_err(b, "bad flow document (not UTF-8 text)");
+            return WQ_EINVAL;
+        }
+        v[0] = op->doc, len[0] = op->doclen;
+    } else if (op->kind == WQ_FOP_LIST) {
+        snprintf(lim, sizeof lim, "%zu", op->limit ? op->limit : (size_t)1000);
+        v[0] = op->state, len[0] = op->state ? strlen(op->state) : 0;
+        v[1] = lim, len[1] = strlen(lim);
+        n = 2;
+    } else {
+        if (!op->id)
+            return WQ_EINVAL;
+        v[0] = op->id, len[0] = strlen(op->id);
+        if (!wq_pgb_text_ok(op->id, len[0]))
+            return op->kind == WQ_FOP_CANCEL ? WQ_ENOENT : WQ_EINVAL;
+    }
+    pop *o = calloc(1, sizeof *o);
+    if (!o)
+        return WQ_ENOMEM;
+    o->fop = (int)op->kind + 1;
+    o->fn = fn;
+    o->ud = ud;
+    o->sql = wq_pg_sql(wq_pgconn_pg(b->c), b->schema, sql[op->kind]);
+    o->nparams = n;
+    int oom = !o->sql;
+    for (int i = 0; i < n && !oom; i++)
+        if (v[i] && !(o->params[i] = wq_pgb_dupn(v[i], len[i])))
+            oom = 1;
+    if (oom) {
+        wq_pgb_pop_free(o);
+        return WQ_ENOMEM;
+    }
+    return queue_op(b, o);
 }

@@ -62,7 +62,9 @@
     "    ORDER BY u.priority DESC, u.run_at, u.seq LIMIT $2))\n"                                   \
     "  AND EXISTS (SELECT 1 FROM @S.runners WHERE id = $3)\n"                                      \
     "RETURNING j.key, j.payload, j.priority, j.token, j.requeues,\n"                               \
-    "  extract(epoch FROM j.enqueued_at), j.grp, extract(epoch FROM j.run_at), j.seq"
+    "  extract(epoch FROM j.enqueued_at), j.grp, extract(epoch FROM j.run_at), j.seq,\n"           \
+    "  CASE WHEN j.node IS NOT NULL THEN @S.node_flow(j.node) END,\n"                              \
+    "  CASE WHEN j.node IS NOT NULL THEN @S.node_deps(j.node) END"
 #define CLAIM_ORDER "priority DESC, run_at, seq"
 /* From the floor ($4 ready time, valid while queues.resets is $5): c, every priority; h, items
  * left held by limits that are gone (the small index of held items). */
@@ -96,7 +98,7 @@ const wq_pg_stmt wq_pg_stmts[PGS_COUNT] = {
     [PGS_CLAIM_FROM] = {"wq_claim_from", claim_from_sql},
     [PGS_FINISH] =
         {"wq_finish",
-         "SELECT * FROM @S.finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::integer)"},
+         "SELECT * FROM @S.finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::integer, $12)"},
     [PGS_ADD_MANY] = {"wq_add_many", "SELECT @S.add_many($1::jsonb)"},
     [PGS_HEARTBEAT] = {"wq_heartbeat", "UPDATE @S.runners SET heartbeat_at = now(), done = $2\n"
                                        "  WHERE id = $1 RETURNING id"},
@@ -202,6 +204,7 @@ const wq_pg_stmt wq_pg_stmts[PGS_COUNT] = {
                     "      WHERE g.queue = name AND g.own)), coalesce(q_rate, 0)\n"
                     "  FROM @S.queues"},
     /* Completed-job memories past their queue's keep_done, a thousand at a time. */
+    [PGS_PRUNE_FLOWS] = {"wq_prune_flows", "SELECT @S.prune_flows(1000)"},
     [PGS_PRUNE_DONE] =
         {"wq_prune_done",
          "DELETE FROM @S.done WHERE ctid = ANY (ARRAY(\n"

@@ -10,7 +10,7 @@
 #include <libpq-fe.h>
 #include <stddef.h>
 
-#define WQ_PG_SCHEMA_VERSION 8
+#define WQ_PG_SCHEMA_VERSION 9
 /* The first key of the runners' session advisory locks: pg_advisory_lock(WQ_PG_LOCK_CLASS, id). */
 #define WQ_PG_LOCK_CLASS 0x77717275 /* "wqru" */
 
@@ -38,10 +38,13 @@ typedef struct wq_pg_stmt {
 } wq_pg_stmt;
 enum {
     PGS_CLAIM,      /* $1 queue, $2 limit, $3 runner, $4 floor (epoch, -Infinity: none), $5 the
-                     * queue's resets it holds for: key, payload, priority, token, requeues, ... */
+                     * queue's resets it holds for: key, payload, priority, token, requeues,
+                     * enqueued_at, grp, run_at, seq, flow, deps (the last two NULL but for a
+                     * flow's node) */
     PGS_FINISH,     /* $1 queue, $2 runner, arrays: keys, tokens, kinds, delays, requeues, errors,
-                     * payloads, done results; $11 items wanted: o_stale, then PGS_CLAIM's columns
-                     * (the items handed over; o_stale NULL) and one row with o_stale */
+                     * payloads, done results; $11 items wanted; $12 flow nodes' results: o_stale,
+                     * then PGS_CLAIM's columns (the items handed over; o_stale NULL) and one row
+                     * with o_stale */
     PGS_ADD_MANY,   /* $1 jsonb array of items: jsonb array of outcomes */
     PGS_HEARTBEAT,  /* $1 runner, $2 outcomes written: the row, or none when declared dead */
     PGS_REAP,       /* $1 lock class: items taken over */
@@ -64,17 +67,19 @@ enum {
     PGS_FLOOR_CLOCK,   /* the database's clock (epoch) */
     PGS_FLOOR_XID,     /* $1 queue: this transaction's id, the oldest running, the resets */
     PGS_FLOOR_MIN,     /* $1 queue, $2 floor: earliest pending ready time, earliest held one */
+    PGS_PRUNE_FLOWS,   /* flows finished longer than their keep ago (at most 1000) */
     PGS_COUNT
 };
 extern const wq_pg_stmt wq_pg_stmts[PGS_COUNT];
 
 /* Finish kinds (PGS_FINISH). */
 enum {
-    WQ_PGF_DONE = 0,    /* done: failure count and dead letter unchanged */
-    WQ_PGF_SUCCESS = 1, /* success: failure count cleared, dead letter removed */
-    WQ_PGF_RETRY = 2,   /* again after a delay (retry or wq.requeue), failure count as given */
-    WQ_PGF_DEAD = 3,    /* dead-lettered with the error; attempts in requeues */
-    WQ_PGF_RELEASE = 4  /* handed back unstarted: nothing else changes */
+    WQ_PGF_DONE = 0,     /* done: failure count and dead letter unchanged */
+    WQ_PGF_SUCCESS = 1,  /* success: failure count cleared, dead letter removed */
+    WQ_PGF_RETRY = 2,    /* again after a delay (retry or wq.requeue), failure count as given */
+    WQ_PGF_DEAD = 3,     /* dead-lettered with the error; attempts in requeues */
+    WQ_PGF_RELEASE = 4,  /* handed back unstarted: nothing else changes */
+    WQ_PGF_CANCELLED = 5 /* a flow node cancelled: as a success, its node dead ('cancelled') */
 };
 
 #endif

@@ -5,6 +5,11 @@
 --      done and dead rows right after its item's row;
 --   3. the groups' rows, by queue, then name;
 --   4. the queues' rows, by name.
+-- Flows (70-flows.sql) come between 2 and 3: the items' rows, then flow_nodes rows by id (a
+-- finished node, then its dependents wave by wave, each wave in id order: a dependency has a
+-- smaller id than its dependents), then flows rows by id, then groups and queues. Releasing
+-- a node inserts a new item row (no one can wait for it before the commit); an add of a
+-- blocked node's key locks the node's row (add_many: those keys after every item's row).
 -- add() and add_many() lock items in key order and the rows of the groups whose held
 -- items need a wake_at after all of them; finish() locks its items in key order when the
 -- batch has more than successes (a batch of successes alone: in tuple id order, see

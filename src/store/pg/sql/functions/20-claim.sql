@@ -5,7 +5,7 @@
 CREATE OR REPLACE FUNCTION @S.claim(p_queue text, p_limit integer, p_runner bigint)
 RETURNS TABLE (o_key text, o_payload jsonb, o_priority integer, o_token bigint,
     o_requeues integer, o_enqueued double precision, o_grp text, o_run_at double precision,
-    o_seq bigint) LANGUAGE plpgsql AS $fn$
+    o_seq bigint, o_flow text, o_deps jsonb) LANGUAGE plpgsql AS $fn$
 DECLARE q @S.queues%ROWTYPE; v_now timestamptz := statement_timestamp();
   v_max integer := p_limit;
   v_tokens double precision; v_woken text[]; v_ids tid[]; v_grps text[]; v_room jsonb;
@@ -69,7 +69,9 @@ BEGIN
         delay_at = CASE WHEN j.delay_at <= v_now THEN NULL ELSE j.delay_at END
       WHERE j.ctid = ANY (v_adm) RETURNING j.key, j.payload, j.priority, j.token,
         j.requeues, extract(epoch FROM j.enqueued_at)::float8, j.grp,
-        extract(epoch FROM j.run_at)::float8, j.seq;
+        extract(epoch FROM j.run_at)::float8, j.seq,
+        CASE WHEN j.node IS NOT NULL THEN @S.node_flow(j.node) END,
+        CASE WHEN j.node IS NOT NULL THEN @S.node_deps(j.node) END;
   END IF;
 -- saturated groups (no room left now): their due items wait outside the claim index
   SELECT array_agg(t.key ORDER BY t.key) INTO v_full FROM jsonb_each_text(v_room) t

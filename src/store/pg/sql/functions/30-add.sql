@@ -6,7 +6,8 @@
 -- last, in name order: see 10-groups.sql). Notifies nobody.
 CREATE OR REPLACE FUNCTION @S.add_one(queue text, key text, payload jsonb,
     after_seconds double precision, priority integer, grp text, force boolean,
-    unique_add boolean, p_now timestamptz, p_seq bigint, OUT o_out text, OUT o_wake boolean)
+    unique_add boolean, p_now timestamptz, p_seq bigint, p_node bigint DEFAULT NULL,
+    OUT o_out text, OUT o_wake boolean)
   LANGUAGE plpgsql AS $fn$
 DECLARE
   v_now timestamptz := p_now;
@@ -29,6 +30,14 @@ BEGIN
       USING ERRCODE = '22023';
   END IF;
   IF after_seconds > 0 THEN v_ready := v_now + make_interval(secs => after_seconds); END IF;
+-- a blocked flow node (no item row yet): stays blocked; its payload is replaced when one is
+-- given, its priority only rises (p_node: the node being released, see flow_release)
+  IF p_node IS NULL THEN
+    UPDATE @S.flow_nodes n SET payload = coalesce(add_one.payload, n.payload),
+        priority = greatest(n.priority, coalesce(add_one.priority, n.priority))
+      WHERE n.queue = add_one.queue AND n.key = add_one.key AND n.state = 'blocked';
+    IF FOUND THEN o_out := 'blocked'; o_wake := false; RETURN; END IF;
+  END IF;
 -- keep_done (SPEC 7.2): finished within it and nothing pending: skipped; force forgets
   SELECT q.keep_done INTO v_keep FROM @S.queues q WHERE q.name = add_one.queue;
   IF v_keep > 0 AND coalesce(add_one.force, false) THEN
@@ -62,9 +71,10 @@ BEGIN
   END IF;
   INSERT INTO @S.levels VALUES (add_one.queue, coalesce(add_one.priority, 0)) ON CONFLICT DO NOTHING;
   LOOP
-    INSERT INTO @S.jobs AS j (queue, key, payload, priority, grp, run_at, seq, enqueued_at, held)
+    INSERT INTO @S.jobs AS j (queue, key, payload, priority, grp, run_at, seq, enqueued_at, held,
+        node)
       VALUES (add_one.queue, add_one.key, add_one.payload, coalesce(add_one.priority, 0), add_one.grp,
-              coalesce(v_ready, v_now), coalesce(p_seq, nextval('@S.seq')), v_now, v_held)
+              coalesce(v_ready, v_now), coalesce(p_seq, nextval('@S.seq')), v_now, v_held, p_node)
       ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING;
     IF FOUND THEN
       v_out := CASE WHEN v_ready IS NULL THEN 'queued' ELSE 'delayed' END;
@@ -104,7 +114,7 @@ BEGIN
     END IF;
     UPDATE @S.jobs j SET payload = coalesce(add_one.payload, r.payload), priority = r.priority,
         grp = coalesce(add_one.grp, r.grp), run_at = r.run_at, seq = r.seq, delay_at = r.delay_at,
-        dirty = r.dirty
+        dirty = r.dirty, node = coalesce(r.node, p_node)
       WHERE j.queue = add_one.queue AND j.key = add_one.key;
     EXIT;
   END LOOP;
@@ -172,6 +182,9 @@ BEGIN
 -- a key with a done row (keep_done) is add()'s to decide
           AND NOT EXISTS (SELECT 1 FROM @S.done d WHERE d.queue = x.it->>'queue'
                             AND d.key = x.it->>'key')
+-- and so is a blocked flow node's key (it stays blocked)
+          AND NOT EXISTS (SELECT 1 FROM @S.flow_nodes n WHERE n.queue = x.it->>'queue'
+                            AND n.key = x.it->>'key' AND n.state = 'blocked')
         ORDER BY x.i
       ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING RETURNING j.queue, j.key)
   SELECT array_agg(f.i) INTO v_new FROM (SELECT min(x.i) AS i FROM x
@@ -184,8 +197,13 @@ BEGIN
     SELECT array_agg(s.n ORDER BY s.i) INTO v_seqs
       FROM (SELECT u.i, CASE WHEN u.o IS NULL THEN nextval('@S.seq') END AS n
               FROM unnest(v_out) WITH ORDINALITY AS u(o, i) ORDER BY u.i) s;
+    -- keys of blocked flow nodes last: their nodes' rows after every item's row (the lock
+    -- order: 10-groups.sql)
     FOR e IN SELECT it, i FROM jsonb_array_elements(items) WITH ORDINALITY AS x(it, i)
-             ORDER BY x.it->>'queue', x.it->>'key', x.i LOOP
+             ORDER BY CASE WHEN v_out[x.i] IS NULL THEN EXISTS (SELECT 1 FROM @S.flow_nodes n
+                                WHERE n.queue = x.it->>'queue' AND n.key = x.it->>'key'
+                                  AND n.state = 'blocked') END,
+                      x.it->>'queue', x.it->>'key', x.i LOOP
       CONTINUE WHEN v_out[e.i] IS NOT NULL;
       r := @S.add_one(e.it->>'queue', e.it->>'key',
         CASE WHEN e.it->'payload' <> 'null'::jsonb THEN e.it->'payload' END,

@@ -3,19 +3,26 @@
 -- how many outcomes were stale. One primary-key statement per item: its plan cannot
 -- depend on statistics. p_done (keep_done) holds, per item, what a success leaves in
 -- `done`: its result, JSON null for none, or SQL NULL for nothing (the whole array NULL
--- when the queue keeps nothing); p_take: how many items the runner can start now.
+-- when the queue keeps nothing); p_take: how many items the runner can start now. Flow nodes
+-- (SPEC 9): p_results holds, per item, a node's result (JSON; SQL NULL: none, and the whole
+-- array NULL when the batch has none), kept with its node whatever keep_done; kind 5 is a
+-- cancelled node (its item goes as a success's does, its node is dead: 'cancelled'). An item
+-- of a node that leaves its queue finishes its node (flow_finish_all), done or dead; one that
+-- stays (re-added while it ran) does not.
 CREATE OR REPLACE FUNCTION @S.finish(p_queue text, p_runner bigint, p_keys text[], p_tokens bigint[],
     p_kinds smallint[], p_delays double precision[], p_requeues integer[], p_errors text[],
-    p_payloads jsonb[], p_done jsonb[] DEFAULT NULL, p_take integer DEFAULT 0)
+    p_payloads jsonb[], p_done jsonb[] DEFAULT NULL, p_take integer DEFAULT 0,
+    p_results jsonb[] DEFAULT NULL)
 RETURNS TABLE (o_stale integer, o_key text, o_payload jsonb, o_priority integer, o_token bigint,
     o_requeues integer, o_enqueued double precision, o_grp text, o_run_at double precision,
-    o_seq bigint) LANGUAGE plpgsql AS $fn$
+    o_seq bigint, o_flow text, o_deps jsonb) LANGUAGE plpgsql AS $fn$
 DECLARE
   v_now timestamptz;
   v_dead boolean := EXISTS (SELECT 1 FROM @S.dead d WHERE d.queue = p_queue);
   n integer := 0; k smallint; v_payload jsonb; v_retry timestamptz; o record;
   v_gone text[]; v_grps text[]; v_grp text; q @S.queues%ROWTYPE;
-  v_hand tid[]; v_hg text[]; v_nc bigint := 0;
+  v_hand tid[]; v_hg text[]; v_nc bigint := 0; v_node bigint; v_fk text[];
+  v_fn bigint[]; v_fd boolean[]; v_fr jsonb[]; v_fe text[];
 BEGIN
   PERFORM pg_current_xact_id(); -- ready times: see add()
   v_now := clock_timestamp();
@@ -43,10 +50,18 @@ BEGIN
                    LIMIT 1) x
        WHERE u.kind IN (0, 1)))
       AND j.token = ANY (p_tokens) AND j.running AND NOT j.dirty AND j.delay_at IS NULL
-      RETURNING j.key, j.grp)
-  SELECT coalesce(array_agg(g.key), '{}'), array_agg(g.grp) FILTER (WHERE g.grp IS NOT NULL)
-    INTO v_gone, v_grps FROM g;
+      RETURNING j.key, j.grp, j.node)
+  SELECT coalesce(array_agg(g.key), '{}'), array_agg(g.grp) FILTER (WHERE g.grp IS NOT NULL),
+         array_agg(g.node) FILTER (WHERE g.node IS NOT NULL),
+         array_agg(g.key) FILTER (WHERE g.node IS NOT NULL)
+    INTO v_gone, v_grps, v_fn, v_fk FROM g;
   n := cardinality(v_gone);
+  IF v_fn IS NOT NULL THEN -- flow nodes done, with their results
+    SELECT array_agg(false), array_agg(NULL::text),
+           array_agg((SELECT r.res FROM unnest(p_keys, p_results) AS r(key, res)
+                       WHERE r.key = f.key LIMIT 1) ORDER BY f.o)
+      INTO v_fd, v_fe, v_fr FROM unnest(v_fk) WITH ORDINALITY AS f(key, o);
+  END IF;
   IF v_dead AND n > 0 THEN
     DELETE FROM @S.dead d WHERE d.queue = p_queue AND d.key = ANY (v_gone);
   END IF;
@@ -61,16 +76,22 @@ BEGIN
   -- the rest one by one (one pass over the arrays: subscripting one copies it)
   IF n < coalesce(cardinality(p_keys), 0) THEN
   FOR o IN SELECT * FROM unnest(p_keys, p_tokens, p_kinds, p_delays, p_requeues, p_errors,
-                                p_payloads, p_done) AS u(key, token, kind, delay, requeues, err,
-                                payload, res) ORDER BY u.key LOOP
+                                p_payloads, p_done, p_results) AS u(key, token, kind, delay,
+                                requeues, err, payload, res, nres) ORDER BY u.key LOOP
     k := o.kind;
     IF k IN (0, 1) AND o.key = ANY (v_gone) THEN CONTINUE; END IF;
-    IF k IN (0, 1, 3) THEN -- nothing else pending: the row goes
+    v_node := NULL;
+    IF k IN (0, 1, 3, 5) THEN -- nothing else pending: the row goes
       DELETE FROM @S.jobs j WHERE j.queue = p_queue AND j.key = o.key
         AND j.token = o.token AND j.running AND NOT j.dirty AND j.delay_at IS NULL
-        RETURNING j.payload, j.grp INTO v_payload, v_grp;
+        RETURNING j.payload, j.grp, j.node INTO v_payload, v_grp, v_node;
+      IF v_node IS NOT NULL THEN -- its node finished
+        v_fn := v_fn || v_node; v_fd := v_fd || (k IN (3, 5));
+        v_fr := v_fr || CASE WHEN k IN (0, 1) THEN o.nres END;
+        v_fe := v_fe || CASE WHEN k = 3 THEN o.err WHEN k = 5 THEN 'cancelled' END;
+      END IF;
     END IF;
-    IF k NOT IN (0, 1, 3) OR NOT FOUND THEN
+    IF k NOT IN (0, 1, 3, 5) OR NOT FOUND THEN
       v_retry := CASE WHEN k = 2 THEN v_now + make_interval(secs => greatest(o.delay, 0)) END;
       UPDATE @S.jobs j SET running = false, runner = NULL, token = NULL, claimed_at = NULL,
           crashes = CASE WHEN k = 4 THEN j.crashes ELSE 0 END,
@@ -99,7 +120,7 @@ BEGIN
         ON CONFLICT (queue, key) DO UPDATE SET payload = EXCLUDED.payload,
           error = EXCLUDED.error, attempts = EXCLUDED.attempts, failed_at = EXCLUDED.failed_at;
       v_dead := true;
-    ELSIF k = 1 AND v_dead THEN
+    ELSIF k IN (1, 5) AND v_dead THEN
       DELETE FROM @S.dead d WHERE d.queue = p_queue AND d.key = o.key;
     END IF;
     IF k = 1 AND o.res IS NOT NULL THEN
@@ -110,6 +131,8 @@ BEGIN
     END IF;
   END LOOP;
   END IF;
+  -- the nodes finished (their rows after the items', see 70-flows.sql)
+  IF v_fn IS NOT NULL THEN PERFORM @S.flow_finish_all(v_fn, v_fd, v_fr, v_fe); END IF;
   -- The runner can start p_take items now: the first p_take in priority then FIFO order
   -- among the next held items of the groups these outcomes freed slots in (the heads) and
   -- the items claimable now. A head among them is handed over: claimed for this runner at
@@ -149,7 +172,9 @@ BEGIN
             delay_at = CASE WHEN j.delay_at <= v_now THEN NULL ELSE j.delay_at END
           WHERE j.ctid = ANY (v_hand) RETURNING NULL::integer, j.key, j.payload, j.priority,
             j.token, j.requeues, extract(epoch FROM j.enqueued_at)::float8, j.grp,
-            extract(epoch FROM j.run_at)::float8, j.seq;
+            extract(epoch FROM j.run_at)::float8, j.seq,
+            CASE WHEN j.node IS NOT NULL THEN @S.node_flow(j.node) END,
+            CASE WHEN j.node IS NOT NULL THEN @S.node_deps(j.node) END;
         -- the freed slots no head took: counted down as usual
         SELECT array_agg(f.g) INTO v_grps
           FROM (SELECT g, count(*) AS n FROM unnest(v_grps) g GROUP BY g) f
@@ -174,6 +199,7 @@ END $fn$;
 CREATE OR REPLACE FUNCTION @S.reap(p_class integer) RETURNS integer LANGUAGE plpgsql AS $fn$
 DECLARE
   v_dead bigint[]; n integer := 0; m integer := 0; g record;
+  v_uq text[]; v_ug text[]; v_fn bigint[]; v_fe text[];
 BEGIN
   SELECT array_agg(r.id) INTO v_dead FROM (
     SELECT r.id FROM @S.runners r
@@ -188,16 +214,22 @@ BEGIN
   -- their items' rows first, in key order (the lock order: 10-groups.sql), then groups
   PERFORM 1 FROM @S.jobs j WHERE j.running AND j.runner = ANY (v_dead)
     ORDER BY j.queue, j.key FOR UPDATE;
-  FOR g IN WITH x AS (DELETE FROM @S.jobs j WHERE j.running AND j.runner = ANY (v_dead)
-               AND j.crashes + 1 > 5 RETURNING j.*),
+  WITH x AS (DELETE FROM @S.jobs j WHERE j.running AND j.runner = ANY (v_dead)
+               AND j.crashes + 1 > 5 RETURNING j.*,
+               format('its runner died while running it %s times in a row', j.crashes + 1) AS err),
     d AS (INSERT INTO @S.dead AS d (queue, key, payload, error, attempts, failed_at)
-      SELECT x.queue, x.key, x.payload,
-             format('its runner died while running it %s times in a row', x.crashes + 1),
-             x.requeues + 1, now() FROM x
+      SELECT x.queue, x.key, x.payload, x.err, x.requeues + 1, now() FROM x
       ON CONFLICT (queue, key) DO UPDATE SET payload = EXCLUDED.payload,
         error = EXCLUDED.error, attempts = EXCLUDED.attempts, failed_at = EXCLUDED.failed_at)
-    SELECT x.queue, array_agg(x.grp) AS grps, count(*) AS c FROM x GROUP BY x.queue
-    ORDER BY x.queue LOOP
+  SELECT array_agg(x.queue), array_agg(x.grp), array_agg(x.node) FILTER (WHERE x.node IS NOT NULL),
+         array_agg(x.err) FILTER (WHERE x.node IS NOT NULL)
+    INTO v_uq, v_ug, v_fn, v_fe FROM x;
+  -- their flow nodes are dead (before the groups' rows: the lock order, 10-groups.sql)
+  IF v_fn IS NOT NULL THEN
+    PERFORM @S.flow_finish_all(v_fn, array_fill(true, ARRAY[cardinality(v_fn)]), NULL, v_fe);
+  END IF;
+  FOR g IN SELECT u.q AS queue, array_agg(u.g) AS grps, count(*) AS c
+             FROM unnest(v_uq, v_ug) AS u(q, g) GROUP BY u.q ORDER BY u.q LOOP
     PERFORM @S.ungroup(g.queue, g.grps);
     m := m + g.c;
   END LOOP;

@@ -26,13 +26,25 @@ BEGIN
   PERFORM pg_notify(@L, '!control');
   RETURN true;
 END $fn$;
--- remove: a pending item that no handler runs.
+-- remove: a pending item that no handler runs; a flow node's item or a blocked node: the
+-- node is dead ('removed'), and so are the nodes that wait for it (70-flows.sql).
 CREATE OR REPLACE FUNCTION @S.remove(p_queue text, p_key text) RETURNS text LANGUAGE plpgsql AS $fn$
+DECLARE v_node bigint;
 BEGIN
-  DELETE FROM @S.jobs j WHERE j.queue = p_queue AND j.key = p_key AND NOT j.running;
-  IF FOUND THEN RETURN 'removed'; END IF;
+  DELETE FROM @S.jobs j WHERE j.queue = p_queue AND j.key = p_key AND NOT j.running
+    RETURNING j.node INTO v_node;
+  IF FOUND THEN
+    IF v_node IS NOT NULL THEN PERFORM @S.flow_finished(v_node, true, NULL, 'removed'); END IF;
+    RETURN 'removed';
+  END IF;
   IF EXISTS (SELECT 1 FROM @S.jobs j WHERE j.queue = p_queue AND j.key = p_key) THEN
     RETURN 'processing';
+  END IF;
+  SELECT n.id INTO v_node FROM @S.flow_nodes n WHERE n.queue = p_queue AND n.key = p_key
+     AND n.state = 'blocked' FOR UPDATE;
+  IF FOUND THEN
+    PERFORM @S.flow_finished(v_node, true, NULL, 'removed');
+    RETURN 'removed';
   END IF;
   RETURN 'absent';
 END $fn$;
@@ -53,7 +65,7 @@ END $fn$;
 -- order: 10-groups.sql).
 CREATE OR REPLACE FUNCTION @S.retry_dead(p_queue text, p_key text DEFAULT NULL) RETURNS integer
 LANGUAGE plpgsql AS $fn$
-DECLARE d record; n integer := 0; v_now timestamptz; v_payload jsonb; r record;
+DECLARE d record; n integer := 0; v_now timestamptz; v_payload jsonb; r record; v_node bigint;
 BEGIN
   PERFORM pg_current_xact_id(); -- ready times: see add()
   v_now := clock_timestamp();
@@ -66,9 +78,18 @@ BEGIN
     DELETE FROM @S.dead x WHERE x.queue = p_queue AND x.key = d.key
       RETURNING x.payload INTO v_payload;
     CONTINUE WHEN NOT FOUND; -- retried (or run) meanwhile
-    r := @S.add_one(p_queue, d.key, v_payload, NULL, NULL, NULL, false, false, v_now, d.seq);
+    -- a dead flow node of the key (the latest that died of its own, no unfinished node has
+    -- the key): its item again, and the nodes it killed come back (flow_revive)
+    SELECT x.id INTO v_node FROM @S.flow_nodes x WHERE x.queue = p_queue AND x.key = d.key
+       AND x.state = 'dead' AND x.cause IS NULL
+       AND NOT EXISTS (SELECT 1 FROM @S.flow_nodes y WHERE y.queue = p_queue AND y.key = d.key
+                         AND y.state IN ('blocked', 'pending'))
+     ORDER BY x.finished_at DESC, x.id DESC LIMIT 1 FOR UPDATE OF x;
+    r := @S.add_one(p_queue, d.key, v_payload, NULL, NULL, NULL, false, false, v_now, d.seq,
+                    v_node);
     UPDATE @S.jobs j SET requeues = 0, last_error = NULL, crashes = 0
      WHERE j.queue = p_queue AND j.key = d.key AND NOT j.running;
+    IF v_node IS NOT NULL THEN PERFORM @S.flow_revive(v_node); END IF;
     n := n + 1;
   END LOOP;
   IF n > 0 AND EXISTS (SELECT 1 FROM @S.waiting w WHERE w.queue = p_queue) THEN
