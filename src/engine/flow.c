@@ -693,6 +693,10 @@ int wq_flows_commit(wq_flows *fs, const char *id, double keep, double now, const
     int r = WQ_ENOMEM;
     if (fresh && !(f = flow_new(id, keep, now)))
         return WQ_ENOMEM;
+    if (!fresh && f->cancelled && n > 0) {
+        snprintf(err, errlen, "flow %s: cancelled (nothing can be added to it)", id);
+        return WQ_EINVAL;
+    }
     if (n > 0 && (!(ds = wq_malloc(n * sizeof *ds)) || !(order = wq_malloc(n * sizeof *order))))
         goto fail;
     if (n > 0)

@@ -1657,7 +1657,7 @@ static int op_add(void *q, const wq_ext_item *it)
                       .set_priority = it->has_priority,
                       .priority = it->priority};
     if (flow_blocked(lq, it->key, it->keylen, &bo))
-        return 0; /* a node that waits: already pending */
+        return WQ_ADD_BLOCKED; /* a node that waits: it stays so */
     if (done_gate(lq, it->key, it->keylen, it->force))
         return WQ_ADD_DONE;
     int skip = unique_skip(lq, it->unique, it->key, it->keylen);

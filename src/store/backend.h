@@ -130,14 +130,17 @@ typedef struct wq_inbox_row {
 /* What a unique add answers when it left the key alone: pending (queued, waiting) or running. */
 #define WQ_ADD_PENDING 4
 #define WQ_ADD_PROCESSING 5
+/* What an add answers when the key is a flow's node waiting for its dependencies (SPEC 9.1). */
+#define WQ_ADD_BLOCKED 6
 
 /* Why an add left the key alone, as q:add and HTTP say it: "done", "pending", "processing",
- * or NULL for another answer. */
+ * "blocked", or NULL for another answer. */
 static inline const char *wq_add_reason(int result)
 {
     return result == WQ_ADD_DONE         ? "done"
            : result == WQ_ADD_PENDING    ? "pending"
            : result == WQ_ADD_PROCESSING ? "processing"
+           : result == WQ_ADD_BLOCKED    ? "blocked"
                                          : NULL;
 }
 

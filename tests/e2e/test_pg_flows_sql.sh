@@ -47,8 +47,8 @@ expect_eq "$(qe "select wqrun.add_flow('{\"id\":\"v2\",\"nodes\":[{\"queue\":\"p
     "flow v2: node reports/j waits for parts/nope, which is no node of the flow" "an after naming no node"
 expect_eq "$(qe "select wqrun.add_flow('{\"id\":\"v3\",\"nodes\":[{\"queue\":\"parts\",\"key\":\"root\"},{\"queue\":\"parts\",\"key\":\"tail\",\"after\":[{\"queue\":\"parts\",\"key\":\"c2\"}]},{\"queue\":\"parts\",\"key\":\"c1\",\"after\":[{\"queue\":\"parts\",\"key\":\"root\"},{\"queue\":\"parts\",\"key\":\"c2\"}]},{\"queue\":\"parts\",\"key\":\"c2\",\"after\":[{\"queue\":\"parts\",\"key\":\"c1\"}]}]}')")" \
     "flow v3: node parts/c2 is in a cycle" "a cycle (the node named is on it, not behind it)"
-expect_eq "$(qe "select wqrun.add_flow('{\"id\":\"v4\",\"nodes\":[{\"queue\":\"parts\",\"key\":\"a\"},{\"queue\":\"nosuch\",\"key\":\"x\"}]}')")" \
-    "flow v4: node nosuch/x: no queue named nosuch" "an unknown queue"
+expect_eq "$(qe "select wqrun.add_flow('{\"id\":\"v4\",\"nodes\":[{\"queue\":\"parts\",\"key\":\"a\"},{\"queue\":\"no such\",\"key\":\"x\"}]}')")" \
+    "flow v4: node no such/x: no queue named no such" "a name no queue can have"
 expect_eq "$(qe "select wqrun.add_flow('{\"id\":\"v5\",\"nodes\":[{\"queue\":\"parts\",\"key\":\"a\"},{\"queue\":\"parts\",\"key\":\"busy\"}]}')")" \
     "flow v5: node parts/busy is already pending outside the flow" "a key pending outside the flow"
 expect_eq "$(counts)" "$BEFORE" "the refused flows added nothing"

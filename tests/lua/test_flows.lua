@@ -179,8 +179,8 @@ do -- refused flows name the node; nothing is added
         }}
     end, "is in a cycle", "a cycle")
     refused(function()
-        wq.flow{id = "bad-4", nodes = {{queue = "nowhere", key = "n1"}}}
-    end, "flow bad-4: node nowhere/n1: no queue named nowhere", "an unknown queue")
+        wq.flow{id = "bad-4", nodes = {{queue = "no where", key = "n1"}}}
+    end, "flow bad-4: node no where/n1: no queue named no where", "a queue that cannot exist")
     parts:pause()
     parts:add("busy")
     refused(function()

@@ -709,6 +709,8 @@ static int outcome_code(const char *what)
         return WQ_ADD_PENDING;
     if (strcmp(what, "skipped: processing") == 0)
         return WQ_ADD_PROCESSING;
+    if (strcmp(what, "blocked") == 0)
+        return WQ_ADD_BLOCKED;
     if (strncmp(what, "skipped", 7) == 0)
         return WQ_ADD_DONE;
     return 1;

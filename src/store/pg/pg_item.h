@@ -3,7 +3,8 @@
  * `wqrun show`): the SQL both the runner (pg.c) and the command line
  * (pg_cli.c) read it with, so that they cannot disagree. A pending item
  * wins; else the later of a done memory (within the queue's keep_done) and
- * a dead letter.
+ * a dead letter; else the last finished flow node of the key (its result is kept with its
+ * flow whatever keep_done says; a node dead of a dependency has no dead letter).
  */
 #ifndef WQ_PG_ITEM_H
 #define WQ_PG_ITEM_H
@@ -27,7 +28,13 @@
     " AND d.finished_at > now() - make_interval(secs => coalesce(q.keep_done, 0))"                 \
     " UNION ALL SELECT 1, 'dead', key, payload, NULL, NULL, NULL, NULL, NULL, NULL, NULL,"         \
     " error, attempts, extract(epoch FROM failed_at)::float8, NULL, NULL"                          \
-    " FROM @S.dead WHERE queue = $1 AND key = $2) u"                                               \
+    " FROM @S.dead WHERE queue = $1 AND key = $2"                                                  \
+    " UNION ALL SELECT 2, n.state, n.key, CASE WHEN n.state = 'dead' THEN n.payload END, NULL,"     \
+    " NULL, NULL, NULL, NULL, CASE WHEN n.state = 'done' THEN"                                    \
+    " extract(epoch FROM n.finished_at)::float8 END, n.result, n.error, NULL,"                    \
+    " CASE WHEN n.state = 'dead' THEN extract(epoch FROM n.finished_at)::float8 END, NULL,"        \
+    " n.flow FROM (SELECT * FROM @S.flow_nodes x WHERE x.queue = $1 AND x.key = $2"               \
+    " AND x.state IN ('done', 'dead') ORDER BY x.finished_at DESC LIMIT 1) n) u"                  \
     " ORDER BY rank, coalesce(failed_at, finished_at) DESC LIMIT 1) k"
 
 /* One row: 1 and the JSON object of the key (fields absent when null), or 0 and 'null'. */

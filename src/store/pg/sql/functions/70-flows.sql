@@ -246,10 +246,11 @@ BEGIN
   -- nodes already in the flow: skipped
   SELECT array_agg(n.id ORDER BY u.i) INTO nold FROM unnest(nq, nk) WITH ORDINALITY AS u(q, k, i)
     LEFT JOIN @S.flow_nodes n ON n.flow = v_id AND n.queue = u.q AND n.key = u.k;
-  -- the new ones: known queues, keys not pending outside the flow
+  -- the new ones: queue names a queue can have (its runners may start later: the database
+  -- keeps items of any queue), keys not pending outside the flow
   FOR vi IN 1 .. nn LOOP
     CONTINUE WHEN nold[vi] IS NOT NULL;
-    IF NOT EXISTS (SELECT 1 FROM @S.queues x WHERE x.name = nq[vi]) THEN
+    IF nq[vi] !~ '^[A-Za-z0-9_.-]{1,64}$' THEN
       RAISE EXCEPTION 'flow %: node %/%: no queue named %', v_id, nq[vi], nk[vi], nq[vi]
         USING ERRCODE = '22023';
     END IF;
