@@ -7,6 +7,7 @@
 #include "host/http.h"
 #include "lua/runtime.h"
 #include "store/backend.h"
+#include "store/cli_flows.h"
 #include "store/pg/pg_cli.h"
 #include "store/sqlite/cli.h"
 
@@ -121,6 +122,8 @@ static int subcommand(const char *cmd, int argc, char **argv)
 {
     const char *db = db_of(argc, argv);
     if (db && wq_backend_is_pg(db)) {
+        if (wq_cli_is_flow_cmd(cmd))
+            return wq_pg_cli_flows(cmd, argc, argv, stdout, stderr);
         if (strcmp(cmd, "add") == 0)
             return wq_pg_cli_add(argc, argv, stdout, stderr);
         if (strcmp(cmd, "status") == 0)
@@ -139,6 +142,8 @@ static int subcommand(const char *cmd, int argc, char **argv)
         args = with_db;
         argc += 2;
     }
+    if (wq_cli_is_flow_cmd(cmd))
+        return wq_store_cli_flows_io(cmd, argc, args, stdout, stderr);
     if (strcmp(cmd, "add") == 0)
         return wq_store_cli_add(argc, args);
     if (strcmp(cmd, "status") == 0)
@@ -167,13 +172,23 @@ static const struct command {
     const char *name;
     int (*run)(const char *cmd, int argc, char **argv); /* argv after the name */
 } commands[] = {
-    {"add", subcommand},      {"status", subcommand},
-    {"pause", subcommand},    {"resume", subcommand},
-    {"remove", subcommand},   {"cancel", subcommand},
-    {"retry", subcommand},    {"purge-dead", subcommand},
-    {"items", subcommand},    {"show", subcommand},
-    {"dead", subcommand},     {"migrate", migrate_cmd},
-    {"runners", runners_cmd}, {NULL, NULL},
+    {"add", subcommand},
+    {"status", subcommand},
+    {"pause", subcommand},
+    {"resume", subcommand},
+    {"remove", subcommand},
+    {"cancel", subcommand},
+    {"retry", subcommand},
+    {"purge-dead", subcommand},
+    {"items", subcommand},
+    {"show", subcommand},
+    {"dead", subcommand},
+    {"migrate", migrate_cmd},
+    {"runners", runners_cmd},
+    {"add-flow", subcommand},
+    {"flows", subcommand},
+    {"flow", subcommand},
+    {NULL, NULL},
 };
 
 static const struct command *find_command(const char *name)

@@ -11,6 +11,8 @@
  */
 #include "host/commands.h"
 
+#include "host/flows.h"
+
 #include "engine/common.h"
 #include "store/backend.h"
 
@@ -98,7 +100,49 @@ static void cancel_ended(void *ud, int ok)
     free(p);
 }
 
-static const char ops_list[] = "pause, resume, remove, cancel, retry, retry_all, purge_dead";
+static const char ops_list[] =
+    "pause, resume, remove, cancel, retry, retry_all, purge_dead, add_flow, cancel_flow";
+
+/* add_flow's answer from the runner's own flow set (given before wq_host_flow_add returns). */
+struct flow_answer {
+    int result;
+    char text[512];
+};
+
+static void flow_answered(void *ud, int result, const char *text)
+{
+    struct flow_answer *a = ud;
+    a->result = result;
+    snprintf(a->text, sizeof a->text, "%s", text ? text : "");
+}
+
+/* The flow commands (`wqrun add-flow`, `wqrun flow cancel`): key holds the document or the id. */
+static int apply_flow(wq_host *h, const wq_command *c, char *msg, size_t len)
+{
+    if (!c->key) {
+        snprintf(msg, len, "%s needs a key (the flow document or id)", c->op);
+        return 0;
+    }
+    if (strcmp(c->op, "add_flow") == 0) {
+        struct flow_answer a = {WQ_EIO, "not answered"};
+        int r = wq_host_flow_add(h, c->key, c->keylen, flow_answered, &a);
+        if (r < 0)
+            snprintf(msg, len, "%s", wq_strerror(r));
+        else if (a.result < 0)
+            snprintf(msg, len, "%s", a.text);
+        else
+            snprintf(msg, len, "added flow %.200s", a.text);
+        return r == 0 && a.result == 0;
+    }
+    char id[201];
+    snprintf(id, sizeof id, "%.*s", (int)(c->keylen < 200 ? c->keylen : 200), c->key);
+    int n = wq_host_flow_cancel(h, id);
+    if (n < 0)
+        snprintf(msg, len, "no flow '%s' in this runner", id);
+    else
+        snprintf(msg, len, "cancelled flow '%s': %d unfinished node%s", id, n, n == 1 ? "" : "s");
+    return n >= 0;
+}
 
 /*
  * For the crash tests: WQ_TEST_KILL_AT_COMMAND=received kills the process
@@ -124,7 +168,9 @@ static void apply(void *ud, const wq_command *c)
         strcmp(op, "remove") == 0 || strcmp(op, "cancel") == 0 || strcmp(op, "retry") == 0;
     if (c->key)
         wq_show_key(key, c->key, c->keylen);
-    if (!c->queue || !c->op) {
+    if (c->op && (strcmp(op, "add_flow") == 0 || strcmp(op, "cancel_flow") == 0)) {
+        ok = apply_flow(h, c, msg, sizeof msg);
+    } else if (!c->queue || !c->op) {
         snprintf(msg, sizeof msg, "a command needs a queue and an op (%s)", ops_list);
     } else if (!(hq = wq_host_find_queue(h, c->queue))) {
         snprintf(msg, sizeof msg, "no such queue '%.64s' in this runner", c->queue);

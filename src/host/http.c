@@ -14,6 +14,7 @@
 #include "engine/queue.h"
 #include "host/dashboard.h"
 #include "host/http_int.h"
+#include "host/http_flows.h"
 #include "host/http_ops.h"
 #include "host/json.h"
 #include "host/prom.h"
@@ -789,6 +790,8 @@ static void handle(struct evhttp_request *req, void *arg)
             post_batch(h, req, hq);
     } else if (wq_http_ops(h, req, path, evhttp_uri_get_query(u), cmd)) {
         /* answered */
+    } else if (wq_http_flows(h, req, path, evhttp_uri_get_query(u), cmd)) {
+        /* answered */
     } else {
         reply_error(req, 404, "Not Found", "no such path");
     }
@@ -946,6 +949,7 @@ void wq_http_stop(wq_host *h)
     for (async_reply *ar = async_waiting; ar; ar = ar->next)
         ar->orphaned = 1; /* their requests go with the server */
     wq_http_ops_stop();
+    wq_http_flows_stop();
     evhttp_free(s->http); /* first: it closes the connections the guard holds */
     wq_conns_free(s->conns);
     conns = NULL;

@@ -54,7 +54,7 @@ static PGconn *open_db(const char *cmd, const char *url, FILE *err)
 }
 
 /* Connects and makes sure the schema is there; NULL after printing why. */
-static PGconn *connect_db(const char *cmd, const char *url, const char *schema, FILE *err)
+PGconn *wq_pg_cli_connect(const char *cmd, const char *url, const char *schema, FILE *err)
 {
     PGconn *pg = open_db(cmd, url, err);
     if (!pg)
@@ -159,7 +159,7 @@ int wq_pg_cli_add(int argc, char **argv, FILE *out, FILE *err)
     int32_t p;
     if (prio && wq_cli_priority(prio, &p, err, add_usage) < 0)
         return 2;
-    PGconn *pg = connect_db("add", db, schema, err);
+    PGconn *pg = wq_pg_cli_connect("add", db, schema, err);
     if (!pg)
         return 1;
     /* Asked before the add, which makes the queue known by its row. */
@@ -269,7 +269,7 @@ int wq_pg_cli_runners(int argc, char **argv, FILE *out, FILE *err)
     if (strncmp(db, "postgres://", 11) != 0 && strncmp(db, "postgresql://", 13) != 0)
         return usage(err, runners_usage,
                      "runners: --db needs a postgres:// URL (a SQLite file has one runner)");
-    PGconn *pg = connect_db("runners", db, schema, err);
+    PGconn *pg = wq_pg_cli_connect("runners", db, schema, err);
     if (!pg)
         return 1;
     rc = print_rows(pg, schema,
@@ -291,7 +291,7 @@ int wq_pg_cli_status(int argc, char **argv, FILE *out, FILE *err)
     int rc = simple_cmd("status", status_usage, argc, argv, out, err, &db, &schema);
     if (rc >= 0)
         return rc;
-    PGconn *pg = connect_db("status", db, schema, err);
+    PGconn *pg = wq_pg_cli_connect("status", db, schema, err);
     if (!pg)
         return 1;
     fprintf(out, "database %s, schema %s\n\n", wq_pg_describe(pg, NULL), schema);
@@ -569,7 +569,7 @@ int wq_pg_cli_op(const char *cmd, int argc, char **argv, FILE *out, FILE *err)
     int r = wq_cli_parse(cmd, argc, argv, &a, out, err, &done);
     if (r || done)
         return r;
-    PGconn *pg = connect_db(cmd, a.db, a.pg_schema, err);
+    PGconn *pg = wq_pg_cli_connect(cmd, a.db, a.pg_schema, err);
     if (!pg)
         return 1;
     r = apply_op(pg, &a, out, err);

@@ -5,6 +5,7 @@
 #ifndef WQ_PG_CLI_H
 #define WQ_PG_CLI_H
 
+#include <libpq-fe.h>
 #include <stdio.h>
 
 /* `wqrun migrate --db URL [--pg-schema NAME]`: creates or upgrades the schema. */
@@ -19,5 +20,10 @@ int wq_pg_cli_runners(int argc, char **argv, FILE *out, FILE *err);
 /* `wqrun pause|resume|remove|cancel|retry|purge-dead|items|show|dead --db URL QUEUE ...`:
  * applied in the database; a cancel waits up to 5 s for its runner to end the run. */
 int wq_pg_cli_op(const char *cmd, int argc, char **argv, FILE *out, FILE *err);
+/* Connects to url for command cmd and makes sure the schema is there (creating or upgrading
+ * it); NULL after printing why. */
+PGconn *wq_pg_cli_connect(const char *cmd, const char *url, const char *schema, FILE *err);
+/* `wqrun add-flow|flows|flow show|flow cancel --db URL ...` (SPEC 9): pg_cli_flows.c. */
+int wq_pg_cli_flows(const char *cmd, int argc, char **argv, FILE *out, FILE *err);
 
 #endif

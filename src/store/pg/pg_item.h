@@ -29,12 +29,12 @@
     " UNION ALL SELECT 1, 'dead', key, payload, NULL, NULL, NULL, NULL, NULL, NULL, NULL,"         \
     " error, attempts, extract(epoch FROM failed_at)::float8, NULL, NULL"                          \
     " FROM @S.dead WHERE queue = $1 AND key = $2"                                                  \
-    " UNION ALL SELECT 2, n.state, n.key, CASE WHEN n.state = 'dead' THEN n.payload END, NULL,"     \
-    " NULL, NULL, NULL, NULL, CASE WHEN n.state = 'done' THEN"                                    \
-    " extract(epoch FROM n.finished_at)::float8 END, n.result, n.error, NULL,"                    \
+    " UNION ALL SELECT 2, n.state, n.key, CASE WHEN n.state = 'dead' THEN n.payload END, NULL,"    \
+    " NULL, NULL, NULL, NULL, CASE WHEN n.state = 'done' THEN"                                     \
+    " extract(epoch FROM n.finished_at)::float8 END, n.result, n.error, NULL,"                     \
     " CASE WHEN n.state = 'dead' THEN extract(epoch FROM n.finished_at)::float8 END, NULL,"        \
-    " n.flow FROM (SELECT * FROM @S.flow_nodes x WHERE x.queue = $1 AND x.key = $2"               \
-    " AND x.state IN ('done', 'dead') ORDER BY x.finished_at DESC LIMIT 1) n) u"                  \
+    " n.flow FROM (SELECT * FROM @S.flow_nodes x WHERE x.queue = $1 AND x.key = $2"                \
+    " AND x.state IN ('done', 'dead') ORDER BY x.finished_at DESC LIMIT 1) n) u"                   \
     " ORDER BY rank, coalesce(failed_at, finished_at) DESC LIMIT 1) k"
 
 /* One row: 1 and the JSON object of the key (fields absent when null), or 0 and 'null'. */

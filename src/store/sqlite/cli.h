@@ -19,6 +19,9 @@ int wq_store_cli_status_io(int argc, char **argv, FILE *out, FILE *err);
 
 /* `wqrun CMD --db PATH QUEUE ...`: argv after CMD. Returns the exit code (0, 1, 2 bad usage). */
 int wq_store_cli_op(const char *cmd, int argc, char **argv);
+/* `wqrun add-flow|flows|flow show|flow cancel` on a state file (SPEC 9): the exit status. */
+int wq_store_cli_flows_io(const char *cmd, int argc, char **argv, FILE *out, FILE *err);
+
 int wq_store_cli_op_io(const char *cmd, int argc, char **argv, FILE *out, FILE *err);
 
 #endif

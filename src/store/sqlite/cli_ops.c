@@ -179,7 +179,7 @@ static int apply_direct(sqlite3 *db, const char *path, const wq_cli_args *a, cha
 
 /* Takes the lock on fd, applies the command (and marks row id, when > 0) in one transaction,
  * lets the lock go. 1 done, 0 refused, -1 failed (message in msg). */
-static int own_and_apply(sqlite3 *db, int fd, const char *path, const wq_cli_args *a, int64_t id,
+static int own_and_apply(sqlite3 *db, int fd, const char *path, const wq_cli_change *c, int64_t id,
                          char *msg, size_t len)
 {
     int r = -1;
@@ -213,8 +213,8 @@ static int own_and_apply(sqlite3 *db, int fd, const char *path, const wq_cli_arg
         }
     }
     if (fresh > 0) {
-        r = apply_direct(db, path, a, msg, len);
-        if (r >= 0 && id > 0) {
+        r = c->apply(db, path, id, c->ud, msg, len);
+        if (r >= 0 && r != 2 && id > 0) {
             sqlite3_stmt *st;
             if (sqlite3_prepare_v2(
                     db,
@@ -255,16 +255,16 @@ static double mono_s(void)
 }
 
 /* Writes the command row for the runner; its id, or -1. */
-static int64_t insert_command(sqlite3 *db, const wq_cli_args *a)
+static int64_t insert_command(sqlite3 *db, const wq_cli_change *c)
 {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db, "INSERT INTO commands(queue, op, key) VALUES (?1, ?2, ?3)", -1, &st,
                            NULL) != SQLITE_OK)
         return -1;
-    sqlite3_bind_text(st, 1, a->queue, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, wq_cli_op_name(a->op), -1, SQLITE_STATIC);
-    if (a->key)
-        sqlite3_bind_text(st, 3, a->key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 1, c->queue, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, c->op, -1, SQLITE_STATIC);
+    if (c->key)
+        sqlite3_bind_text64(st, 3, c->key, c->keylen, SQLITE_STATIC, SQLITE_UTF8);
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? sqlite3_last_insert_rowid(db) : -1;
@@ -308,18 +308,17 @@ static void forget_command(sqlite3 *db, int64_t id)
     sqlite3_finalize(st);
 }
 
-/* A change: applied here when nobody owns the file, else through the runner. */
-static int run_change(sqlite3 *db, int fd, const char *path, const wq_cli_args *a, FILE *out,
-                      FILE *err)
+int wq_store_cli_change(sqlite3 *db, int fd, const char *path, const wq_cli_change *c, FILE *out,
+                        FILE *err)
 {
     char msg[1024] = "";
     int r;
     if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-        r = own_and_apply(db, fd, path, a, 0, msg, sizeof msg);
+        r = own_and_apply(db, fd, path, c, 0, msg, sizeof msg);
     } else {
-        int64_t id = insert_command(db, a);
+        int64_t id = insert_command(db, c);
         if (id < 0) {
-            fprintf(err, "wqrun: %s: cannot write the command into %s: %s\n", a->cmd, path,
+            fprintf(err, "wqrun: %s: cannot write the command into %s: %s\n", c->cmd, path,
                     sqlite3_errmsg(db));
             return 1;
         }
@@ -331,12 +330,12 @@ static int run_change(sqlite3 *db, int fd, const char *path, const wq_cli_args *
                 break;
             }
             if (r == -2) {
-                fprintf(err, "wqrun: %s: cannot read %s: %s\n", a->cmd, path, sqlite3_errmsg(db));
+                fprintf(err, "wqrun: %s: cannot read %s: %s\n", c->cmd, path, sqlite3_errmsg(db));
                 return 1;
             }
             /* The runner went away before answering: apply it here, unless it did. */
             if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-                r = own_and_apply(db, fd, path, a, id, msg, sizeof msg);
+                r = own_and_apply(db, fd, path, c, id, msg, sizeof msg);
                 if (r >= 0)
                     forget_command(db, id);
                 break;
@@ -346,22 +345,38 @@ static int run_change(sqlite3 *db, int fd, const char *path, const wq_cli_args *
                         "wqrun: %s: the runner did not answer within %d s; the command (id %lld "
                         "in the commands table of %s) stays there and is applied when the "
                         "runner gets to it\n",
-                        a->cmd, WAIT_MS / 1000, (long long)id, path);
+                        c->cmd, WAIT_MS / 1000, (long long)id, path);
                 return 1;
             }
             sleep_ms(POLL_MS);
         }
     }
     if (r < 0) {
-        fprintf(err, "wqrun: %s: %s\n", a->cmd, msg);
+        fprintf(err, "wqrun: %s: %s\n", c->cmd, msg);
         return 1;
     }
     if (r == 0) {
-        fprintf(err, "wqrun: %s: %s\n", a->cmd, msg);
+        fprintf(err, "wqrun: %s: %s\n", c->cmd, msg);
         return 1;
     }
     fprintf(out, "%s\n", msg);
     return 0;
+}
+
+/* A change of an operator command (pause, remove, ...): apply_direct when nobody owns the file. */
+static int apply_op(sqlite3 *db, const char *path, int64_t id, void *ud, char *msg, size_t len)
+{
+    (void)id;
+    return apply_direct(db, path, ud, msg, len);
+}
+
+static int run_change(sqlite3 *db, int fd, const char *path, const wq_cli_args *a, FILE *out,
+                      FILE *err)
+{
+    wq_cli_change c = {
+        a->cmd,   a->queue, wq_cli_op_name(a->op), a->key, a->key ? strlen(a->key) : 0,
+        apply_op, (void *)a};
+    return wq_store_cli_change(db, fd, path, &c, out, err);
 }
 
 /* ---- items ---- */
@@ -514,6 +529,47 @@ static int show_key(sqlite3 *db, const char *path, const wq_cli_args *a, FILE *o
 
 /* ---- entry ---- */
 
+int wq_store_cli_open(const char *cmd, const char *path, sqlite3 **out, int *fd, int *ours,
+                      FILE *err)
+{
+    struct stat sb;
+    if (stat(path, &sb) < 0) {
+        fprintf(err, "wqrun: %s: no state file at %s: %s\n", cmd, path, strerror(errno));
+        return 1;
+    }
+    char msg[1024];
+    if (wq_schema_check(path, msg, sizeof msg) < 0) {
+        fprintf(err, "wqrun: %s: %s\n", cmd, msg);
+        return 1;
+    }
+    if (wq_store_open_here(path)) { /* a process that runs it: only from tests */
+        fprintf(err, "wqrun: %s: this process runs %s\n", cmd, path);
+        return 1;
+    }
+    /* The lock's descriptor first, closed last: closing a descriptor of the file drops every
+     * POSIX lock this process has on it, SQLite's included. */
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0) {
+        fprintf(err, "wqrun: %s: cannot open %s: %s\n", cmd, path, strerror(errno));
+        return 1;
+    }
+    sqlite3 *db;
+    if (wq_schema_open_ro(path, &db, msg, sizeof msg) < 0) {
+        fprintf(err, "wqrun: %s: %s\n", cmd, msg);
+        close(*fd);
+        return 1;
+    }
+    sqlite3_stmt *st;
+    *ours = 0;
+    if (sqlite3_prepare_v2(db, "PRAGMA application_id", -1, &st, NULL) == SQLITE_OK) {
+        *ours = sqlite3_step(st) == SQLITE_ROW &&
+                (uint32_t)sqlite3_column_int(st, 0) == WQ_STORE_APP_ID;
+        sqlite3_finalize(st);
+    }
+    *out = db;
+    return 0;
+}
+
 int wq_store_cli_op_io(const char *cmd, int argc, char **argv, FILE *out, FILE *err)
 {
     wq_cli_args a;
@@ -521,41 +577,11 @@ int wq_store_cli_op_io(const char *cmd, int argc, char **argv, FILE *out, FILE *
     int r = wq_cli_parse(cmd, argc, argv, &a, out, err, &done);
     if (r || done)
         return r;
-    struct stat sb;
-    if (stat(a.db, &sb) < 0) {
-        fprintf(err, "wqrun: %s: no state file at %s: %s\n", cmd, a.db, strerror(errno));
-        return 1;
-    }
-    char msg[1024];
-    if (wq_schema_check(a.db, msg, sizeof msg) < 0) {
-        fprintf(err, "wqrun: %s: %s\n", cmd, msg);
-        return 1;
-    }
-    if (wq_store_open_here(a.db)) { /* a process that runs it: only from tests */
-        fprintf(err, "wqrun: %s: this process runs %s\n", cmd, a.db);
-        return 1;
-    }
-    /* The lock's descriptor first, closed last: closing a descriptor of the file drops every
-     * POSIX lock this process has on it, SQLite's included. */
-    int fd = open(a.db, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        fprintf(err, "wqrun: %s: cannot open %s: %s\n", cmd, a.db, strerror(errno));
-        return 1;
-    }
     sqlite3 *db;
-    if (wq_schema_open_ro(a.db, &db, msg, sizeof msg) < 0) {
-        fprintf(err, "wqrun: %s: %s\n", cmd, msg);
-        close(fd);
+    int fd, ours = 0;
+    if (wq_store_cli_open(cmd, a.db, &db, &fd, &ours, err) != 0)
         return 1;
-    }
     int version = wq_schema_version(db);
-    sqlite3_stmt *st;
-    int ours = 0;
-    if (sqlite3_prepare_v2(db, "PRAGMA application_id", -1, &st, NULL) == SQLITE_OK) {
-        ours = sqlite3_step(st) == SQLITE_ROW &&
-               (uint32_t)sqlite3_column_int(st, 0) == WQ_STORE_APP_ID;
-        sqlite3_finalize(st);
-    }
     if (!ours) {
         fprintf(err, "wqrun: %s: no queue '%s' in %s (no wqrun state yet)\n", cmd, a.queue, a.db);
         r = 1;

@@ -386,6 +386,34 @@ int wq_store_write_jobs(wq_store *s, double now, uint64_t *rows);
  */
 void wq_store_clear_jobs(wq_store *s, int committed);
 
+/* ---- cli_ops.c ---- */
+
+/* Opens the state file at path for command cmd: 0 with *db and *fd (a descriptor for the owner's
+ * lock: close it last) and *ours (it is a wqrun state file, else an empty file or database), or
+ * 1 after saying why. */
+int wq_store_cli_open(const char *cmd, const char *path, sqlite3 **db, int *fd, int *ours,
+                      FILE *err);
+/* A change the command line makes to a state file (cli_ops.c). */
+typedef struct wq_cli_change {
+    const char *cmd;        /* as typed, for messages */
+    const char *queue, *op; /* the commands row a runner applies */
+    const char *key;
+    size_t keylen;
+    /* Applies it when no runner owns the file (inside a write transaction; id: the command row
+     * written for a runner that went away, 0 for none): 1 done, 0 refused, -1 failed, 2 left
+     * for the next runner (the row stays new); msg says what happened. */
+    int (*apply)(sqlite3 *db, const char *path, int64_t id, void *ud, char *msg, size_t len);
+    void *ud;
+} wq_cli_change;
+
+/*
+ * Makes change c to the state file at path (db open on it, fd a descriptor of it for the
+ * owner's lock): applied here when nobody owns the file, else written into the commands table
+ * and its outcome waited for (5 s) from the runner. Prints the outcome; the exit status.
+ */
+int wq_store_cli_change(sqlite3 *db, int fd, const char *path, const wq_cli_change *c, FILE *out,
+                        FILE *err);
+
 /* ---- flows.c ---- */
 
 /* The runner's flow set, read at each flush (backend flows_attach). */
