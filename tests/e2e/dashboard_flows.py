@@ -1,0 +1,211 @@
+#!/usr/bin/python3
+"""Flows on the dashboard (GET /), in a real headless Chromium driven by Selenium.
+
+Run by tests/e2e/test_dashboard_flows.sh against a runner of
+tests/e2e/lua/dash_flows.lua (on a state file, then on PostgreSQL). Posts
+flows through the API, then checks the page against it: the overview's
+flows table (states and counts), a flow's page with its nodes by state
+(blocked with what they wait for, pending, done with results, dead with
+errors), the cancel button (its effect shown within 500 ms of the
+answer), an unknown flow, and that no JavaScript error happened.
+Prints one line per check; exits 1 on the first failure.
+
+usage: dashboard_flows.py BASE
+"""
+import atexit
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from selenium import webdriver
+from selenium.common.exceptions import (NoSuchElementException, StaleElementReferenceException,
+                                        WebDriverException)
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+BASE = sys.argv[1]
+checks = 0
+sys.stdout.reconfigure(line_buffering=True)
+driver = None
+
+
+def fail(msg):
+    print("FAIL: " + msg, file=sys.stderr)
+    if driver is not None:
+        try:
+            print("     page: " + driver.current_url, file=sys.stderr)
+            print("     text: " + driver.find_element(By.TAG_NAME, "body").text[:1500]
+                  .replace("\n", "\n           "), file=sys.stderr)
+        except WebDriverException:
+            pass
+    sys.exit(1)
+
+
+def ok(msg):
+    global checks
+    checks += 1
+    print("ok - " + msg)
+
+
+def api(method, path, body=None):
+    req = urllib.request.Request(BASE + path, method=method,
+                                 data=None if body is None else json.dumps(body).encode())
+    if body is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            status, text = r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        status, text = e.code, e.read().decode()
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
+
+
+def wait(what, cond, timeout=6.0):
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        try:
+            v = cond()
+            if v:
+                return v
+        except (StaleElementReferenceException, NoSuchElementException, AttributeError) as e:
+            last = e
+        time.sleep(0.05)
+    fail("timed out waiting for: %s%s" % (what, " (%s)" % type(last).__name__ if last else ""))
+
+
+def flow(fid):
+    status, f = api("GET", "/flows/" + fid)
+    if status != 200:
+        fail("GET /flows/%s: %s %s" % (fid, status, f))
+    return f
+
+
+# ------------------------------------------------------------------ two flows
+# "done": three parts into a join, all run at once; "held": two slow parts (their handlers
+# wait an hour) into a join that stays blocked, and a tail behind the join.
+parts = [{"queue": "parts", "key": "dp%d" % i, "payload": {"n": i}} for i in range(1, 4)]
+after = [{"queue": "parts", "key": "dp%d" % i} for i in range(1, 4)]
+st, r = api("POST", "/flows", {"id": "done-flow", "nodes": parts + [
+    {"queue": "joins", "key": "dj", "after": after}]})
+if st != 202 or r.get("id") != "done-flow":
+    fail("POST /flows done-flow: %s %s" % (st, r))
+st, r = api("POST", "/flows", {"id": "held flow <&>", "nodes": [
+    {"queue": "slow", "key": "s1"}, {"queue": "slow", "key": "s2"},
+    {"queue": "joins", "key": "hj", "after": [{"queue": "slow", "key": "s1"}, {"queue": "slow", "key": "s2"}]},
+    {"queue": "joins", "key": "tail", "after": [{"queue": "joins", "key": "hj"}]}]})
+if st != 202:
+    fail("POST /flows held: %s %s" % (st, r))
+HELD = "held flow <&>"
+HELD_PATH = urllib.request.quote(HELD, safe="")
+wait("done-flow finished", lambda: flow("done-flow").get("finished_at"))
+wait("the slow parts run", lambda: (lambda f: [n["state"] for n in f["nodes"]].count("pending") == 2)(
+    flow(HELD_PATH)))
+ok("two flows: one finished, one held by running parts")
+
+# ------------------------------------------------------------------ the browser
+opts = webdriver.ChromeOptions()
+opts.binary_location = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+          "--disable-extensions", "--no-first-run", "--window-size=1280,900"):
+    opts.add_argument(a)
+opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+try:
+    driver = webdriver.Chrome(service=Service(os.environ.get("CHROMEDRIVER", "/usr/bin/chromedriver")),
+                              options=opts)
+except WebDriverException as e:
+    driver = None
+    fail("cannot start headless chromium: %s" % e.msg)
+atexit.register(driver.quit)
+driver.set_page_load_timeout(10)
+
+
+def flow_row(fid):
+    for tr in driver.find_elements(By.CSS_SELECTOR, "#flows tbody tr"):
+        if tr.get_attribute("data-flow") == fid:
+            return tr
+    return None
+
+
+def field(el, name):
+    return el.find_element(By.CSS_SELECTOR, '[data-field="%s"]' % name).text.strip()
+
+
+driver.get(BASE + "/")
+wait("the overview lists both flows", lambda: flow_row("done-flow") and flow_row(HELD))
+for fid in ("done-flow", HELD):
+    f = flow(urllib.request.quote(fid, safe=""))
+    row = flow_row(fid)
+    shown = [field(row, k) for k in ("blocked", "pending", "done", "dead")]
+    want = [str(sum(1 for n in f["nodes"] if n["state"] == k)) for k in ("blocked", "pending", "done", "dead")]
+    if shown != want:
+        fail("overview row of %s shows %s, the API says %s" % (fid, shown, want))
+    state = field(row, "flow-state")
+    if state != ("finished" if fid == "done-flow" else "running"):
+        fail("overview row of %s says %r" % (fid, state))
+ok("the overview's flows table shows each flow's state and counts per state as the API does")
+
+# ------------------------------------------------------------------ a finished flow's page
+row = flow_row("done-flow")
+row.find_element(By.CSS_SELECTOR, "a").click()
+wait("the flow page of done-flow", lambda: driver.find_element(By.ID, "flow-id").text == "done-flow")
+wait("its done nodes", lambda: len(driver.find_elements(By.CSS_SELECTOR, "#nodes-done tbody tr")) == 4)
+if driver.find_elements(By.ID, "cancel-flow"):
+    fail("a finished flow offers a cancel button")
+join = driver.find_element(By.CSS_SELECTOR, '#nodes-done tr[data-node="joins/dj"]')
+if '"sum":6' not in join.text.replace(" ", ""):
+    fail("the join's result is not shown: %r" % join.text)
+if "parts/dp1, parts/dp2, parts/dp3" not in join.text:
+    fail("the join's dependencies are not shown in order: %r" % join.text)
+ok("a finished flow's page: every node done, the join's result and its dependencies in order")
+
+# ------------------------------------------------------------------ a held flow, cancelled
+driver.get(BASE + "/#/flow/" + HELD_PATH)
+wait("the flow page of the held flow", lambda: driver.find_element(By.ID, "flow-id").text == HELD)
+blocked = wait("its blocked nodes", lambda: driver.find_elements(By.CSS_SELECTOR, "#nodes-blocked tbody tr"))
+texts = sorted(tr.get_attribute("data-node") for tr in blocked)
+if texts != ["joins/hj", "joins/tail"]:
+    fail("blocked nodes shown: %s" % texts)
+hj = driver.find_element(By.CSS_SELECTOR, '#nodes-blocked tr[data-node="joins/hj"]')
+if "2 left" not in hj.text or "slow/s1, slow/s2" not in hj.text:
+    fail("the blocked join does not say what it waits for: %r" % hj.text)
+pending = sorted(tr.get_attribute("data-node")
+                 for tr in driver.find_elements(By.CSS_SELECTOR, "#nodes-pending tbody tr"))
+if pending != ["slow/s1", "slow/s2"]:
+    fail("pending nodes shown: %s" % pending)
+if field(driver, "nodes-blocked") != "2" or field(driver, "nodes-pending") != "2":
+    fail("the tiles do not count 2 blocked and 2 pending")
+ok("a held flow's page: blocked nodes with what they wait for, the running parts pending")
+
+driver.find_element(By.ID, "cancel-flow").click()
+t0 = time.time()
+wait("every node of the cancelled flow dead", lambda: field(driver, "nodes-dead") == "4", timeout=5)
+shown_after = time.time() - t0
+f = flow(HELD_PATH)
+if not f["cancelled"] or any(n["state"] != "dead" for n in f["nodes"]):
+    fail("the API does not show the flow cancelled: %s" % f)
+for tr in driver.find_elements(By.CSS_SELECTOR, "#nodes-dead tbody tr"):
+    if "cancelled" not in tr.text:
+        fail("a dead node does not say why: %r" % tr.text)
+if field(driver, "flow-state") != "cancelled" or driver.find_elements(By.ID, "cancel-flow"):
+    fail("the page still offers to cancel a cancelled flow")
+if shown_after > 2.0:
+    fail("the cancel showed after %.2f s" % shown_after)
+ok("the cancel button cancels the flow; its dead nodes say why, shown %.0f ms after the click"
+   % (shown_after * 1000))
+
+# ------------------------------------------------------------------ unknown flow, errors
+driver.get(BASE + "/#/flow/nope")
+wait("an unknown flow is said so", lambda: "No flow named" in driver.find_element(By.ID, "view").text)
+ok("an unknown flow's page says there is none")
+errors = [e for e in driver.get_log("browser") if e.get("source") == "javascript"]
+if errors:
+    fail("JavaScript errors: %s" % errors)
+ok("no JavaScript error")
+print("%d checks passed" % checks)
