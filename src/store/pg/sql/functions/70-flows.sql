@@ -239,6 +239,10 @@ BEGIN
   IF FOUND THEN
     RAISE EXCEPTION 'flow %: node %/% is added twice', v_id, r.q, r.k USING ERRCODE = '22023';
   END IF;
+  -- Two commits to one flow at once (two runners starting the same script, a handler
+  -- retried on another runner): one after the other, the second seeing what the first
+  -- added (its statements read what committed before them). Before any row lock.
+  PERFORM pg_advisory_xact_lock(hashtextextended('wqrun.flow:' || v_id, 0));
   SELECT * INTO f FROM @S.flows x WHERE x.id = v_id;
   IF FOUND AND f.cancelled THEN
     RAISE EXCEPTION 'flow %: cancelled (nothing can be added to it)', v_id USING ERRCODE = '22023';
