@@ -688,8 +688,8 @@ int wq_flows_commit(wq_flows *fs, const char *id, double keep, double now, const
     wq_flow *f = wq_flows_get(fs, id);
     int fresh = f == NULL;
     defstate *ds = NULL;
-    wq_keymap *seen = NULL;
-    uint32_t *order = NULL;
+    wq_keymap *seen = NULL, *oldseen = NULL;
+    uint32_t *order = NULL, *mark = NULL;
     int r = WQ_ENOMEM;
     if (fresh && !(f = flow_new(id, keep, now)))
         return WQ_ENOMEM;
@@ -745,10 +745,16 @@ int wq_flows_commit(wq_flows *fs, const char *id, double keep, double now, const
         }
     }
     /* 2. what each new node waits for */
+    if (n > 0 && (!(mark = wq_malloc(n * sizeof *mark)) || !(oldseen = wq_keymap_new())))
+        goto fail;
+    if (n > 0)
+        memset(mark, 0, n * sizeof *mark);
     for (size_t i = 0; i < n; i++) {
         const wq_fnode_def *d = &defs[i];
         if (ds[i].skip || d->nafter == 0)
             continue;
+        if (wq_keymap_count(oldseen) > 0)
+            wq_keymap_clear(oldseen);
         if (!(ds[i].deps = wq_malloc(d->nafter * sizeof *ds[i].deps)) ||
             !(ds[i].depdef = wq_malloc(d->nafter * sizeof *ds[i].depdef)))
             goto fail;
@@ -782,11 +788,18 @@ int wq_flows_commit(wq_flows *fs, const char *id, double keep, double now, const
                 r = commit_fail(err, errlen, id, d, "is in a cycle");
                 goto fail;
             }
-            int dup = 0; /* the same dependency twice counts once */
-            for (uint32_t m = 0; m < ds[i].ndeps && !dup; m++)
-                dup = di >= 0 ? ds[i].depdef[m] == di : ds[i].deps[m] == dep;
-            if (dup)
-                continue;
+            /* the same dependency twice counts once: a mark per def, a set of the old ones */
+            if (di >= 0) {
+                if (mark[di] == i + 1)
+                    continue;
+                mark[di] = (uint32_t)i + 1;
+            } else {
+                int created = 0;
+                if (!wq_keymap_put(oldseen, (const char *)&dep, sizeof dep, &created))
+                    goto fail;
+                if (!created)
+                    continue;
+            }
             ds[i].deps[ds[i].ndeps] = dep;
             ds[i].depdef[ds[i].ndeps++] = di;
             if (di >= 0)
@@ -997,7 +1010,9 @@ out:
     }
     wq_free(ds);
     wq_free(order);
+    wq_free(mark);
     wq_keymap_free(seen);
+    wq_keymap_free(oldseen);
     return r;
 }
 

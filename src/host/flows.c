@@ -390,6 +390,26 @@ int wq_host_flow_add(wq_host *h, const char *text, size_t len, wq_bop_fn fn, voi
     return 0;
 }
 
+int wq_host_flow_commit(wq_host *h, const char *id, double keep, const wq_fnode_def *defs,
+                        size_t n, char *idout, size_t idsize, char *err, size_t errlen)
+{
+    if (!h->flows)
+        return WQ_BACKEND_LOCAL;
+    char idbuf[32];
+    if (!id) {
+        make_id(idbuf);
+        id = idbuf;
+    }
+    int r = wq_flows_commit(h->flows, id, keep < 0 ? KEEP_DEFAULT : keep, now_unix(h), defs, n,
+                            NULL, err, errlen);
+    if (r == WQ_ENOMEM)
+        snprintf(err, errlen, "out of memory");
+    if (r == 0)
+        snprintf(idout, idsize, "%s", id);
+    wq_host_settle(h);
+    return r;
+}
+
 /* ---- items that left their queues ---- */
 
 void wq_host_flow_gone(wq_host *h, const char *queue, const char *key, size_t len, int dead,
@@ -460,36 +480,6 @@ static json_object *result_value(const char *text, size_t len)
     if (wq_json_parse(text, len, &v) == NULL)
         return v;
     return json_object_new_string_len(text, (int)len);
-}
-
-int wq_host_flow_job(wq_host *h, const char *queue, const char *key, size_t len, const char **flow,
-                     char **deps)
-{
-    if (!h->flows || wq_flows_count(h->flows) == 0)
-        return 0;
-    wq_fnode *n = wq_flows_live(h->flows, queue, key, len);
-    if (!n || n->state != WQ_NODE_PENDING)
-        return 0;
-    json_object *a = json_object_new_array_ext((int)n->ndeps);
-    for (uint32_t i = 0; a && i < n->ndeps; i++) {
-        const wq_fnode *d = n->deps[i];
-        json_object *o = json_object_new_object();
-        put_str(o, "queue", d->queue, strlen(d->queue));
-        put_str(o, "key", d->key, d->keylen);
-        json_object_object_add(o, "state", json_object_new_string(wq_node_state_name(d->state)));
-        if (d->result)
-            json_object_object_add(o, "result", result_value(d->result, d->rlen));
-        if (d->error)
-            json_object_object_add(o, "error", json_object_new_string(d->error));
-        json_object_array_add(a, o);
-    }
-    const char *s = a ? json_object_to_json_string_ext(a, TO_STRING_FLAGS) : NULL;
-    *deps = s ? strdup(s) : NULL;
-    json_object_put(a);
-    if (!*deps)
-        return WQ_ENOMEM;
-    *flow = n->flow->id;
-    return 1;
 }
 
 /* ---- listing, showing, cancelling ---- */

@@ -31,6 +31,15 @@ void wq_host_flows_close(wq_host *h);
 int wq_host_flow_add(wq_host *h, const char *doc, size_t len, wq_bop_fn fn, void *ud);
 
 /*
+ * The same for a flow already in pieces (the Lua API on the runner's own set, without a JSON
+ * round trip): id NULL makes a fresh one, keep < 0 the default. 0 with the id in idout, or a
+ * WQ_E* code with err naming the node; WQ_BACKEND_LOCAL when the database keeps the graph
+ * (send it the document instead).
+ */
+int wq_host_flow_commit(wq_host *h, const char *id, double keep, const wq_fnode_def *defs,
+                        size_t n, char *idout, size_t idsize, char *err, size_t errlen);
+
+/*
  * The item of queue/key left its queue (nothing is pending for the key any more): done with
  * result (JSON text or NULL), or dead with error. Releases what its node's dependents were
  * waiting for. Nothing when the key is no flow's pending node.
@@ -58,11 +67,5 @@ int wq_host_flow_remove_blocked(wq_host *h, const char *queue, const char *key, 
 json_object *wq_host_flow_list(wq_host *h, const char *state, size_t limit);
 json_object *wq_host_flow_show(wq_host *h, const char *id);
 int wq_host_flow_cancel(wq_host *h, const char *id);
-
-/* The flow's id and the job.deps JSON array of the pending node of queue/key, for its
- * handler; 0 when the key is no pending node (then nothing is set). The strings are valid
- * until the node changes; *deps is malloc'd (the caller frees it). */
-int wq_host_flow_job(wq_host *h, const char *queue, const char *key, size_t len, const char **flow,
-                     char **deps);
 
 #endif

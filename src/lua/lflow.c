@@ -66,6 +66,12 @@ static void push_ref(lua_State *L, int idx, const char *fn)
     if (!lua_istable(L, idx))
         wq_argerror(L, fn, "after",
                     lua_pushfstring(L, "node handles expected, got %s", luaL_typename(L, idx)));
+    int qt = lua_getfield(L, idx, "queue"), kt = lua_getfield(L, idx, "key");
+    lua_pop(L, 2);
+    if (qt == LUA_TSTRING && kt == LUA_TSTRING) { /* a handle as f:add returns it: as it is */
+        lua_pushvalue(L, idx);
+        return;
+    }
     lua_createtable(L, 0, 2);
     lua_getfield(L, idx, "queue");
     lua_pushstring(L, queue_name(L, -1, fn, "after"));
@@ -233,6 +239,91 @@ static int commit_k(lua_State *L, int status, lua_KContext ctx)
     return 1;
 }
 
+/* A string field of t (NULL when absent), its length in *len. */
+static const char *str_field(lua_State *L, int t, const char *name, size_t *len)
+{
+    const char *s = NULL;
+    if (lua_getfield(L, t, name) == LUA_TSTRING)
+        s = lua_tolstring(L, -1, len);
+    lua_pop(L, 1); /* the string stays alive: t holds it */
+    return s;
+}
+
+/*
+ * Commits the document at doc to the runner's own flow set directly (no JSON round trip):
+ * pushes the id and returns 1, or raises; 0 when the database keeps the graph.
+ */
+static int commit_local(lua_State *L, wq_host *h, int doc)
+{
+    lua_getfield(L, doc, "nodes");
+    int nodes = lua_gettop(L);
+    size_t n = lua_rawlen(L, nodes), nrefs = 0;
+    for (size_t i = 1; i <= n; i++) {
+        lua_rawgeti(L, nodes, (lua_Integer)i);
+        if (lua_getfield(L, -1, "after") == LUA_TTABLE)
+            nrefs += lua_rawlen(L, -1);
+        lua_pop(L, 2);
+    }
+    /* userdata: freed by the collector whatever raises below */
+    wq_fnode_def *defs = lua_newuserdatauv(L, n * sizeof *defs + 1, 0);
+    wq_fref *refs = lua_newuserdatauv(L, nrefs * sizeof *refs + 1, 0);
+    lua_createtable(L, (int)n, 0); /* anchors the payloads' JSON text */
+    int anchor = lua_gettop(L);
+    memset(defs, 0, n * sizeof *defs);
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        lua_rawgeti(L, nodes, (lua_Integer)i + 1);
+        int t = lua_gettop(L);
+        wq_fnode_def *d = &defs[i];
+        d->queue = str_field(L, t, "queue", NULL);
+        d->key = str_field(L, t, "key", &d->keylen);
+        d->grp = str_field(L, t, "group", &d->grplen);
+        if (lua_getfield(L, t, "priority") == LUA_TNUMBER)
+            d->priority = (int32_t)lua_tointeger(L, -1);
+        lua_pop(L, 1);
+        d->ignore_dead = lua_getfield(L, t, "ignore_dead") == LUA_TBOOLEAN && lua_toboolean(L, -1);
+        lua_pop(L, 1);
+        if (lua_getfield(L, t, "payload") != LUA_TNIL) {
+            int st = wq_ljson_encode(L, -1);
+            if (st == LUA_ERRMEM)
+                return lua_error(L);
+            if (st != LUA_OK)
+                return luaL_error(L, "flow:commit: %s", lua_tostring(L, -1));
+            d->payload = lua_tolstring(L, -1, &d->paylen);
+            lua_rawseti(L, anchor, (lua_Integer)i + 1);
+        }
+        lua_pop(L, 1);
+        if (lua_getfield(L, t, "after") == LUA_TTABLE) {
+            int a = lua_gettop(L);
+            size_t m = lua_rawlen(L, a);
+            d->after = refs + at;
+            d->nafter = m;
+            for (size_t j = 1; j <= m; j++, at++) {
+                lua_rawgeti(L, a, (lua_Integer)j);
+                refs[at].queue = str_field(L, -1, "queue", NULL);
+                refs[at].key = str_field(L, -1, "key", &refs[at].keylen);
+                lua_pop(L, 1); /* the ref table stays alive: after holds it */
+            }
+        }
+        lua_settop(L, t - 1);
+    }
+    const char *id = NULL;
+    if (lua_getfield(L, doc, "id") == LUA_TSTRING)
+        id = lua_tostring(L, -1);
+    double keep = lua_getfield(L, doc, "keep") == LUA_TNUMBER ? lua_tonumber(L, -1) : -1;
+    char idout[256], err[512];
+    int r = wq_host_flow_commit(h, id, keep, defs, n, idout, sizeof idout, err, sizeof err);
+    if (r == WQ_BACKEND_LOCAL) {
+        lua_settop(L, nodes - 1);
+        return 0;
+    }
+    if (r < 0)
+        return luaL_error(L, "flow:commit: %s", err);
+    lua_settop(L, nodes - 1);
+    lua_pushstring(L, idout);
+    return 1;
+}
+
 static int flow_commit(lua_State *L)
 {
     wq_checkself(L, FLOW_MT, "flow", "flow", "commit");
@@ -247,6 +338,12 @@ static int flow_commit(lua_State *L)
         if (lua_getfield(L, doc, "id") == LUA_TSTRING)
             return 1;
         return luaL_error(L, "flow:commit: the flow has no nodes");
+    }
+    if (h->flows) { /* the runner's own set: committed now */
+        commit_local(L, h, doc);
+        lua_pushinteger(L, 0);
+        lua_pushvalue(L, -2);
+        return commit_k(L, LUA_OK, 0);
     }
     int st = wq_ljson_encode(L, doc);
     if (st == LUA_ERRMEM)
@@ -427,6 +524,8 @@ void lflow_released(lqueue *lq, const char *key, size_t len)
 
 void lflow_close(lqueue *lq)
 {
+    free(lq->flow_stash.text);
+    lq->flow_stash.text = NULL;
     if (!lq->flow_claims)
         return;
     size_t pos = 0;
@@ -441,8 +540,6 @@ void lflow_close(lqueue *lq)
     }
     wq_keymap_free(lq->flow_claims);
     lq->flow_claims = NULL;
-    free(lq->flow_stash.text);
-    lq->flow_stash.text = NULL;
 }
 
 int lflow_is_node(lqueue *lq, const char *key, size_t len)
@@ -475,14 +572,32 @@ void lflow_push_job(lua_State *L, lqueue *lq, const char *key, size_t len)
         lua_setfield(L, job, "deps");
         return;
     }
-    const char *flow;
-    char *deps = NULL;
-    if (wq_host_flow_job(lq->host, lq->name, key, len, &flow, &deps) != 1)
+    if (!wq_host_flow_pending(lq->host, lq->name, key, len))
         return;
-    flow_new(L, flow, strlen(flow), 0, 0);
+    wq_fnode *n = wq_flows_live(lq->host->flows, lq->name, key, len);
+    flow_new(L, n->flow->id, strlen(n->flow->id), 0, 0);
     lua_setfield(L, job, "flow");
-    push_deps(L, deps);
-    free(deps);
+    /* job.deps straight from the graph: a table per dependency, its result decoded */
+    lua_createtable(L, (int)n->ndeps, 0);
+    for (uint32_t i = 0; i < n->ndeps; i++) {
+        const wq_fnode *d = n->deps[i];
+        lua_createtable(L, 0, 5);
+        lua_pushstring(L, d->queue);
+        lua_setfield(L, -2, "queue");
+        lua_pushlstring(L, d->key, d->keylen);
+        lua_setfield(L, -2, "key");
+        lua_pushstring(L, wq_node_state_name(d->state));
+        lua_setfield(L, -2, "state");
+        if (d->result) {
+            wq_push_payload(L, d->result, d->rlen);
+            lua_setfield(L, -2, "result");
+        }
+        if (d->error) {
+            lua_pushstring(L, d->error);
+            lua_setfield(L, -2, "error");
+        }
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
     lua_setfield(L, job, "deps");
 }
 

@@ -12,7 +12,7 @@
 
 #include <string.h>
 
-enum { F_UPSERT_FLOW, F_UPSERT_NODE, F_INSERT_DEP, F_COUNT };
+enum { F_UPSERT_FLOW, F_UPSERT_NODE, F_UPDATE_NODE, F_INSERT_DEP, F_COUNT };
 
 static const char *const fsql[F_COUNT] = {
     [F_UPSERT_FLOW] = "INSERT INTO flows(id, keep, created_at, finished_at, unfinished, cancelled)"
@@ -26,6 +26,9 @@ static const char *const fsql[F_COUNT] = {
         " ON CONFLICT(id) DO UPDATE SET state = excluded.state, waits = excluded.waits,"
         " payload = excluded.payload, priority = excluded.priority, result = excluded.result,"
         " error = excluded.error, cause = excluded.cause, finished_at = excluded.finished_at",
+    /* a node written before: the columns that change (its row and indexes stay put) */
+    [F_UPDATE_NODE] = "UPDATE flow_nodes SET state = ?5, waits = ?6, payload = ?8, priority = ?9,"
+                      " result = ?11, error = ?12, cause = ?13, finished_at = ?14 WHERE id = ?1",
     [F_INSERT_DEP] = "INSERT OR REPLACE INTO flow_deps(node, ord, dep) VALUES (?1, ?2, ?3)",
 };
 
@@ -157,19 +160,21 @@ static int write_flow(wq_store *s, const wq_flow *fl, uint64_t *rows)
 static int write_node(wq_store *s, const wq_fnode *n, int created, uint64_t *rows)
 {
     sqlite3_stmt *st;
-    int rc = prepare(s, F_UPSERT_NODE, &st);
+    int rc = prepare(s, created ? F_UPSERT_NODE : F_UPDATE_NODE, &st);
     if (rc != SQLITE_OK)
         return rc;
     sqlite3_bind_int64(st, 1, n->id);
-    sqlite3_bind_text(st, 2, n->flow->id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, n->queue, -1, SQLITE_STATIC);
-    sqlite3_bind_text64(st, 4, n->key, n->keylen, SQLITE_STATIC, SQLITE_UTF8);
+    if (created) {
+        sqlite3_bind_text(st, 2, n->flow->id, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, n->queue, -1, SQLITE_STATIC);
+        sqlite3_bind_text64(st, 4, n->key, n->keylen, SQLITE_STATIC, SQLITE_UTF8);
+        sqlite3_bind_int(st, 7, n->ignore_dead);
+        bind_text(st, 10, n->grp, n->grplen);
+    }
     sqlite3_bind_text(st, 5, wq_node_state_name(n->state), -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 6, n->waits);
-    sqlite3_bind_int(st, 7, n->ignore_dead);
     bind_text(st, 8, n->payload, n->paylen);
     sqlite3_bind_int(st, 9, n->priority);
-    bind_text(st, 10, n->grp, n->grplen);
     bind_text(st, 11, n->result, n->rlen);
     bind_text(st, 12, n->error, n->error ? strlen(n->error) : 0);
     if (n->cause)
@@ -225,12 +230,27 @@ int wq_store_write_flows(wq_store *s, uint64_t *rows)
     return rc;
 }
 
+/* Empties a set of the window: a big one goes (clearing it, and walking it at each flush,
+ * would cost its whole capacity every time), a small one is cleared. */
+static void empty_set(wq_keymap **m)
+{
+    if (wq_keymap_count(*m) > 256) {
+        wq_keymap *fresh = wq_keymap_new();
+        if (fresh) {
+            wq_keymap_free(*m);
+            *m = fresh;
+            return;
+        }
+    }
+    wq_keymap_clear(*m);
+}
+
 void wq_store_clear_flows(wq_store *s, int committed)
 {
     if (!s->flows || !committed)
         return; /* not committed: written again by the next flush */
-    wq_keymap_clear(s->flows->flows);
-    wq_keymap_clear(s->flows->nodes);
+    empty_set(&s->flows->flows);
+    empty_set(&s->flows->nodes);
 }
 
 void wq_store_flows_free(wq_store *s)

@@ -67,7 +67,7 @@ DECLARE
   w_id bigint[] := '{}'; w_dead boolean[] := '{}'; w_msg text[] := '{}';
   x_id bigint[]; x_dead boolean[]; x_msg text[];
   v_fl text[] := '{}'; v_fd integer[] := '{}'; v_wq text[]; v_wg text[]; v_rq text[];
-  v_cancelled boolean; v_err text;
+  v_cancelled boolean; v_err text; v_anydead boolean;
 BEGIN
   PERFORM pg_current_xact_id(); -- ready times of released items: see add()
   v_now := clock_timestamp();
@@ -87,6 +87,7 @@ BEGIN
   END LOOP;
   WHILE cardinality(w_id) > 0 LOOP
     x_id := '{}'; x_dead := '{}'; x_msg := '{}';
+    v_anydead := true = ANY (w_dead);
     -- this wave's dependents, in id order
     PERFORM 1 FROM @S.flow_nodes x WHERE x.id IN (SELECT e.node FROM @S.flow_deps e
       WHERE e.dep = ANY (w_id)) ORDER BY x.id FOR UPDATE;
@@ -94,12 +95,14 @@ BEGIN
                          WHERE e.dep = ANY (w_id) GROUP BY e.node),
              u AS (UPDATE @S.flow_nodes x SET waits = x.waits - c.m FROM c WHERE x.id = c.node
                    RETURNING x.id, x.flow, x.queue, x.key, x.state, x.waits, x.ignore_dead)
-             SELECT u.*, (SELECT w.msg FROM @S.flow_deps e
+             -- which dead node of the wave kills it: looked for only when one is dead (a
+             -- join of 100,000 parts is not read again at each finish of a part)
+             SELECT u.*, CASE WHEN v_anydead THEN (SELECT w.msg FROM @S.flow_deps e
                             JOIN unnest(w_id, w_dead, w_msg) AS w(id, dead, msg) ON w.id = e.dep
-                           WHERE e.node = u.id AND w.dead ORDER BY e.ord LIMIT 1) AS msg,
-                         (SELECT w.id FROM @S.flow_deps e
+                           WHERE e.node = u.id AND w.dead ORDER BY e.ord LIMIT 1) END AS msg,
+                         CASE WHEN v_anydead THEN (SELECT w.id FROM @S.flow_deps e
                             JOIN unnest(w_id, w_dead) AS w(id, dead) ON w.id = e.dep
-                           WHERE e.node = u.id AND w.dead ORDER BY e.ord LIMIT 1) AS killer
+                           WHERE e.node = u.id AND w.dead ORDER BY e.ord LIMIT 1) END AS killer
                FROM u WHERE u.state = 'blocked' ORDER BY u.id LOOP
       SELECT f.cancelled OR f.id = p_cancel INTO v_cancelled FROM @S.flows f WHERE f.id = d.flow;
       v_err := NULL;
@@ -196,7 +199,7 @@ DECLARE
   -- already in the flow), ord
   ef integer[]; et integer[]; eo bigint[]; eord integer[]; ne integer;
   indeg integer[]; adj_start integer[]; adj integer[]; topo integer[] := '{}'; head integer := 1;
-  vi integer; vj integer; ve integer; seen integer[]; o record;
+  vi integer; vj integer; ve integer; seen integer[]; o record; estart integer[];
   nid bigint[]; nstate text[]; nwaits integer[]; ncause bigint[]; nerr text[];
   v_dead_id bigint; v_dead_msg text; v_waits integer; v_unf integer := 0;
   v_wq text[]; v_wg text[]; v_rq text[];
@@ -351,17 +354,23 @@ BEGIN
   FOR head IN 1 .. cardinality(topo) LOOP
     nid[topo[head]] := nextval(pg_get_serial_sequence('@S.flow_nodes', 'id'));
   END LOOP;
+  -- the edges of node i are ef[estart[i] .. estart[i + 1] - 1] (ef is sorted by node, then
+  -- ord): one pass over each node's own edges, never a scan of all of them per node
+  estart := array_fill(0, ARRAY[nn + 1]);
+  FOR ve IN 1 .. ne LOOP estart[ef[ve] + 1] := estart[ef[ve] + 1] + 1; END LOOP;
+  estart[1] := 1;
+  FOR vi IN 2 .. nn + 1 LOOP estart[vi] := estart[vi] + estart[vi - 1]; END LOOP;
   FOR head IN 1 .. cardinality(topo) LOOP
     vi := topo[head];
     v_waits := 0; v_dead_id := NULL; v_dead_msg := NULL;
-    FOR r IN SELECT s.o, s.j, s.old FROM unnest(ef, et, eo, eord) AS s(i, j, old, o)
-              WHERE s.i = vi ORDER BY s.o LOOP
-      IF r.j IS NOT NULL THEN -- a new node: its state is known already
-        SELECT nid[r.j] AS id, nstate[r.j] AS state, nq[r.j] AS queue, nk[r.j] AS key,
-               nerr[r.j] AS error INTO o;
+    FOR ve IN estart[vi] .. estart[vi + 1] - 1 LOOP
+      vj := et[ve];
+      IF vj IS NOT NULL THEN -- a new node: its state is known already
+        SELECT nid[vj] AS id, nstate[vj] AS state, nq[vj] AS queue, nk[vj] AS key,
+               nerr[vj] AS error INTO o;
       ELSE
         SELECT x.id, x.state, x.queue, x.key, x.error INTO o FROM @S.flow_nodes x
-         WHERE x.id = r.old;
+         WHERE x.id = eo[ve];
       END IF;
       IF o.state = 'dead' THEN
         IF v_dead_id IS NULL THEN
