@@ -71,20 +71,22 @@ DECLARE
 BEGIN
   PERFORM pg_current_xact_id(); -- ready times of released items: see add()
   v_now := clock_timestamp();
-  FOR r IN SELECT u.id, coalesce(u.dead, false) AS dead, u.res, u.err
-             FROM unnest(p_nodes, p_dead, p_results, p_errors) AS u(id, dead, res, err)
-            WHERE u.id IS NOT NULL ORDER BY u.id LOOP
-    UPDATE @S.flow_nodes x SET state = CASE WHEN r.dead THEN 'dead' ELSE 'done' END,
-        result = CASE WHEN NOT r.dead THEN nullif(r.res, 'null'::jsonb) END,
-        error = CASE WHEN r.dead THEN r.err END, cause = NULL, finished_at = v_now
-      WHERE x.id = r.id AND x.state IN ('blocked', 'pending')
-      RETURNING x.flow, x.queue, x.key INTO d;
-    CONTINUE WHEN NOT FOUND;
-    n := n + 1;
-    v_fl := v_fl || d.flow; v_fd := v_fd || -1;
-    w_id := w_id || r.id; w_dead := w_dead || r.dead;
-    w_msg := w_msg || format('dependency %s/%s is dead: %s', d.queue, d.key, r.err);
-  END LOOP;
+  -- the finished nodes in two statements: their rows locked in id order, then updated
+  PERFORM 1 FROM @S.flow_nodes x WHERE x.id = ANY (p_nodes) ORDER BY x.id FOR UPDATE;
+  WITH u AS (UPDATE @S.flow_nodes x SET state = CASE WHEN f.dead THEN 'dead' ELSE 'done' END,
+          result = CASE WHEN NOT f.dead THEN nullif(f.res, 'null'::jsonb) END,
+          error = CASE WHEN f.dead THEN f.err END, cause = NULL, finished_at = v_now
+        FROM (SELECT DISTINCT ON (a.id) a.id, coalesce(a.dead, false) AS dead, a.res, a.err
+                FROM unnest(p_nodes, p_dead, p_results, p_errors) AS a(id, dead, res, err)
+               WHERE a.id IS NOT NULL ORDER BY a.id) f
+       WHERE x.id = f.id AND x.state IN ('blocked', 'pending')
+       RETURNING x.id, x.flow, x.queue, x.key, f.dead, f.err)
+  SELECT coalesce(array_agg(u.id ORDER BY u.id), '{}'), coalesce(array_agg(u.dead ORDER BY u.id), '{}'),
+         coalesce(array_agg(format('dependency %s/%s is dead: %s', u.queue, u.key, u.err)
+                            ORDER BY u.id), '{}'),
+         coalesce(array_agg(u.flow ORDER BY u.id), '{}'), count(*)
+    INTO w_id, w_dead, w_msg, v_fl, n FROM u;
+  v_fd := array_fill(-1, ARRAY[n]);
   WHILE cardinality(w_id) > 0 LOOP
     x_id := '{}'; x_dead := '{}'; x_msg := '{}';
     v_anydead := true = ANY (w_dead);
