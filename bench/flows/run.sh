@@ -19,9 +19,9 @@ NODES=${4:-100}
 WQRUN=${WQRUN:-build/wqrun}
 [[ -x $WQRUN ]] || { echo "run.sh: no $WQRUN (bash scripts/build.sh)" >&2; exit 1; }
 OUT=$(mktemp -d /tmp/wqrun-bench-flows.XXXXXX)
-PGDIR=$OUT/pg
-env=$(bash scripts/pg.sh start "$PGDIR")
+env=$(bash scripts/pg.sh start) # a cluster of its own, in a directory of its own
 eval "$env"
+PGDIR=$WQ_PG_DIR
 trap 'bash scripts/pg.sh stop "$PGDIR" >/dev/null 2>&1 || true' EXIT
 
 echo "# bench/flows/run.sh: $ROUNDS rounds, N=$N, ${FLOWS}x$NODES, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs"
