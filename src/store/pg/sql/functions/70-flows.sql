@@ -516,7 +516,7 @@ END $fn$;
 CREATE OR REPLACE FUNCTION @S.flow_show(p_id text) RETURNS jsonb LANGUAGE sql STABLE AS $fn$
   SELECT @S.flow_summary(f) || jsonb_build_object('nodes', coalesce((
       SELECT jsonb_agg(jsonb_build_object('queue', n.queue, 'key', n.key, 'state', n.state,
-          'waits', n.waits, 'ignore_dead', n.ignore_dead,
+          'waits', CASE WHEN n.state = 'blocked' THEN n.waits END, 'ignore_dead', n.ignore_dead,
           'after', coalesce((SELECT jsonb_agg(jsonb_build_object('queue', d.queue, 'key', d.key)
                                 ORDER BY e.ord)
                                FROM @S.flow_deps e JOIN @S.flow_nodes d ON d.id = e.dep
