@@ -281,12 +281,28 @@ int wq_cli_show(const wq_cli_args *a, FILE *out, FILE *err, const wq_cli_key *k)
         return 0;
     }
     wq_show_key(key, k->key, strlen(k->key));
-    static const char *const names[] = {
-        "key",      "state",       "payload", "priority", "group",     "attempt", "last error",
-        "ready at", "finished at", "result",  "attempts", "failed at", "error"};
-    const char *values[] = {key,         k->state,      k->payload,  k->priority,    k->group,
-                            k->attempt,  k->last_error, k->ready_at, k->finished_at, k->result,
-                            k->attempts, k->failed_at,  k->error};
+    static const char *const names[] = {"key",         "state",     "payload",    "priority",
+                                        "group",       "attempt",   "last error", "ready at",
+                                        "finished at", "result",    "attempts",   "failed at",
+                                        "error",       "waits for", "flow"};
+    char waits[64];
+    if (k->waits)
+        snprintf(waits, sizeof waits, "%s dependencies", k->waits);
+    const char *values[] = {key,
+                            k->state,
+                            k->payload,
+                            k->priority,
+                            k->group,
+                            k->attempt,
+                            k->last_error,
+                            k->ready_at,
+                            k->finished_at,
+                            k->result,
+                            k->attempts,
+                            k->failed_at,
+                            k->error,
+                            k->waits ? waits : NULL,
+                            k->flow};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         field(out, names[i], values[i]);
     return 0;

@@ -77,6 +77,7 @@ void wq_cli_items_tail(const wq_cli_args *a, FILE *out, long printed);
 typedef struct wq_cli_key {
     const char *state, *key, *payload, *priority, *group, *attempt, *last_error, *ready_at,
         *finished_at, *result, *error, *attempts, *failed_at, *json;
+    const char *waits, *flow; /* a flow's node: blocked (dependencies left), its flow */
 } wq_cli_key;
 
 /* Prints `wqrun show`'s answer: k as a block of "name  value" lines (or its JSON with --json);

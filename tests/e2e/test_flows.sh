@@ -96,6 +96,10 @@ expect_eq "$(grep -c '^join' "$LOG")" 0 "killed before the join"
 expect_eq "$(sql "$DB" "SELECT state FROM flow_nodes WHERE key = 'j'; SELECT count(*) FROM flows WHERE id = 'fan' AND finished_at IS NULL")" \
     "blocked
 1" "after the kill: the join blocked, the flow unfinished"
+run show --db "$DB" joins j
+expect_re "$OUT" "^state +blocked$" "wqrun show: the join is blocked"
+expect_re "$OUT" "^waits for +[0-9]+ dependencies$" "wqrun show: how many dependencies it waits for"
+expect_re "$OUT" "^flow +fan$" "wqrun show: its flow"
 DONE1=$(sql "$DB" "SELECT key FROM flow_nodes WHERE flow = 'fan' AND queue = 'parts' AND state = 'done' ORDER BY key")
 NDONE1=$(printf '%s' "$DONE1" | grep -c .)
 STARTED1=$(grep '^part ' "$LOG" | awk '{ print $2 }' | sort -u)

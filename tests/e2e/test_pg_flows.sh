@@ -323,6 +323,9 @@ expect_eq "$CODE" 202 "POST /flows hc"
 call GET /flows/hc
 expect_eq "$(jq_py 'f["pending"], f["blocked"], [(x["key"], x["state"]) for x in f["nodes"]], [x["waits"] for x in f["nodes"] if x["state"] == "blocked"]')" \
     "2 2 [('hc1', 'pending'), ('hc2', 'pending'), ('hcj', 'blocked'), ('hcz', 'blocked')] [2, 1]" "hc unstarted"
+run show --db "$DB" joins hcj --json
+expect_eq "$(printf '%s' "$OUT" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["state"], d["waits"], d["flow"])')" \
+    "blocked 2 hc" "wqrun show --json: a blocked node, its dependencies left and its flow"
 call POST /flows/hc/cancel
 expect_eq "$CODE|$BODY" '200|{"cancelled":4}' "POST /flows/hc/cancel"
 expect_eq "$(pg_psql "$DB" "select string_agg(key || ':' || state || ':' || error, ',' order by id) || '|' || (select cancelled || ':' || (finished_at is not null) from wqrun.flows where id = 'hc') from wqrun.flow_nodes where flow = 'hc'")" \

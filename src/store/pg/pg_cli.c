@@ -423,11 +423,17 @@ static int show_key(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
     const char *v[2] = {a->queue, a->key};
     PGresult *r = query(
         pg, a->pg_schema, a->cmd,
-        "SELECT state, key, payload::text, priority::text, \"group\", attempt::text, last_error,"
+        "SELECT state, key, payload::text, priority::text, \"group\","
+        " CASE WHEN state <> 'blocked' THEN attempt::text END, last_error,"
         " " UTC("ready_at") ", " UTC(
             "finished_at") ", result::text, error, attempts::text,"
-                           " " UTC("failed_at") ", (CASE WHEN rank = 0 THEN "
-                                                "jsonb_build_object('key', key, 'state',"
+                           " " UTC("failed_at") ", (CASE WHEN state = 'blocked' THEN "
+                                                "jsonb_build_object('key', key,"
+                                                " 'state', state, 'payload', payload, 'priority', "
+                                                "priority, 'group', \"group\","
+                                                " 'waits', waits, 'flow', flow)"
+                                                " WHEN rank = 0 THEN jsonb_build_object('key', "
+                                                "key, 'state',"
                                                 " state, 'payload', payload, 'priority', priority, "
                                                 "'group', \"group\", 'ready_at',"
                                                 " ready_at, 'attempt', attempt, 'last_error', "
@@ -438,14 +444,15 @@ static int show_key(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
                                                 " ELSE jsonb_build_object('key', key, 'state', "
                                                 "state, 'payload', payload, 'error', error,"
                                                 " 'attempts', attempts, 'failed_at', failed_at) "
-                                                "END)::text FROM " WQ_PG_KEY_ROW,
+                                                "END)::text, waits::text, flow"
+                                                " FROM " WQ_PG_KEY_ROW,
         2, v, err);
     if (!r)
         return 1;
     int found = PQntuples(r) > 0;
 #define COL(c) (!found || PQgetisnull(r, 0, c) ? NULL : PQgetvalue(r, 0, c))
-    wq_cli_key k = {COL(0), COL(1), COL(2), COL(3),  COL(4),  COL(5),  COL(6),
-                    COL(7), COL(8), COL(9), COL(10), COL(11), COL(12), COL(13)};
+    wq_cli_key k = {COL(0), COL(1), COL(2),  COL(3),  COL(4),  COL(5),  COL(6),  COL(7),
+                    COL(8), COL(9), COL(10), COL(11), COL(12), COL(13), COL(14), COL(15)};
 #undef COL
     int rc = wq_cli_show(a, out, err, found ? &k : NULL);
     PQclear(r);

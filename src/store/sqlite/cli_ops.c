@@ -461,56 +461,116 @@ static int list_items(sqlite3 *db, const char *path, const wq_cli_args *a, FILE 
  * letter (as the runner answers q:item). A file of version 1 has no done memory nor groups. */
 static int show_key(sqlite3 *db, const char *path, const wq_cli_args *a, FILE *out, FILE *err)
 {
-    int v2 = wq_schema_version(db) >= 2;
+    int version = wq_schema_version(db);
     char sql[4096];
+    /* pending (rank 0), else the later of a dead letter and a done memory (rank 1), else a
+     * flow's node: blocked (rank 0) or its last finished one (rank 2, version 5) */
     snprintf(
         sql, sizeof sql,
         "SELECT state, key, payload, priority, grp, attempt, last_error, " UTC("ready_at") ", " UTC("finished_at") ", result, error, attempts, " UTC(
             "failed_at") ","
-                         " CASE WHEN rank = 0 THEN json_object('key', key, 'state', state,"
+                         " CASE WHEN state = 'blocked' THEN json_object('key', key, 'state', state,"
                          "  'payload', " JSON_VALUE(
                              "payload") ", 'priority', priority, 'group', grp,"
-                                        "  'ready_at', ready_at, 'attempt', attempt, 'last_error', "
-                                        "last_error)"
-                                        " WHEN state = 'done' THEN json_object('key', key, "
-                                        "'state', state,"
-                                        "  'finished_at', finished_at, 'result', " JSON_VALUE(
-                                            "result") ")"
-                                                      " ELSE json_object('key', key, 'state', "
-                                                      "state, 'payload', " JSON_VALUE(
-                                                          "payload") ","
-                                                                     "  'error', error, "
-                                                                     "'attempts', attempts, "
-                                                                     "'failed_at', failed_at) END"
-                                                                     " FROM (SELECT 0 AS rank, "
-                                                                     "i.state, i.key, i.payload, "
-                                                                     "i.priority, %s AS grp,"
-                                                                     "  coalesce(f.requeues, 0) + "
-                                                                     "1 AS attempt, f.last_error, "
-                                                                     "i.ready_at,"
-                                                                     "  NULL AS finished_at, NULL "
-                                                                     "AS result, NULL AS error, "
-                                                                     "NULL AS attempts,"
-                                                                     "  NULL AS failed_at"
-                                                                     "  FROM items AS i LEFT JOIN "
-                                                                     "failures AS f ON f.queue = "
-                                                                     "i.queue AND f.key = i.key"
-                                                                     "  WHERE i.queue = ?1 AND "
-                                                                     "i.key = ?2"
-                                                                     " %s"
-                                                                     " UNION ALL SELECT 1, 'dead', "
-                                                                     "key, payload, NULL, NULL, "
-                                                                     "NULL, NULL, NULL, NULL, NULL,"
-                                                                     "  error, attempts, failed_at "
-                                                                     "FROM dead WHERE queue = ?1 "
-                                                                     "AND key = ?2)"
-                                                                     " ORDER BY rank, "
-                                                                     "coalesce(failed_at, "
-                                                                     "finished_at) DESC LIMIT 1",
-        v2 ? "i.grp" : "NULL",
-        v2 ? "UNION ALL SELECT 1, 'done', key, NULL, NULL, NULL, NULL, NULL, NULL,"
-             " finished_at, result, NULL, NULL, NULL FROM done WHERE queue = ?1 AND key = ?2"
-           : "");
+                                        "  'waits', waits, 'flow', flow)"
+                                        " WHEN rank = 0 THEN json_object('key', key, 'state', "
+                                        "state,"
+                                        "  'payload', " JSON_VALUE(
+                                            "payload") ", 'priority', priority, 'group', grp,"
+                                                       "  'ready_at', ready_at, 'attempt', "
+                                                       "attempt, 'last_error', last_error)"
+                                                       " WHEN state = 'done' THEN "
+                                                       "json_object('key', key, 'state', state,"
+                                                       "  'finished_at', finished_at, "
+                                                       "'result', " JSON_VALUE(
+                                                           "result") ")"
+                                                                     " ELSE json_object('key', "
+                                                                     "key, 'state', state, "
+                                                                     "'payload', " JSON_VALUE(
+                                                                         "payload") ","
+                                                                                    "  'error', "
+                                                                                    "error, "
+                                                                                    "'attempts', "
+                                                                                    "attempts, "
+                                                                                    "'failed_at', "
+                                                                                    "failed_at) "
+                                                                                    "END, waits, "
+                                                                                    "flow"
+                                                                                    " FROM (SELECT "
+                                                                                    "0 AS rank, "
+                                                                                    "i.state, "
+                                                                                    "i.key, "
+                                                                                    "i.payload, "
+                                                                                    "i.priority, "
+                                                                                    "%s AS grp,"
+                                                                                    "  "
+                                                                                    "coalesce(f."
+                                                                                    "requeues, 0) "
+                                                                                    "+ 1 AS "
+                                                                                    "attempt, "
+                                                                                    "f.last_error, "
+                                                                                    "i.ready_at,"
+                                                                                    "  NULL AS "
+                                                                                    "finished_at, "
+                                                                                    "NULL AS "
+                                                                                    "result, NULL "
+                                                                                    "AS error, "
+                                                                                    "NULL AS "
+                                                                                    "attempts,"
+                                                                                    "  NULL AS "
+                                                                                    "failed_at, "
+                                                                                    "NULL AS "
+                                                                                    "waits, NULL "
+                                                                                    "AS flow"
+                                                                                    "  FROM items "
+                                                                                    "AS i LEFT "
+                                                                                    "JOIN failures "
+                                                                                    "AS f ON "
+                                                                                    "f.queue = "
+                                                                                    "i.queue AND "
+                                                                                    "f.key = i.key"
+                                                                                    "  WHERE "
+                                                                                    "i.queue = ?1 "
+                                                                                    "AND i.key = ?2"
+                                                                                    " %s"
+                                                                                    " UNION ALL "
+                                                                                    "SELECT 1, "
+                                                                                    "'dead', key, "
+                                                                                    "payload, "
+                                                                                    "NULL, NULL, "
+                                                                                    "NULL, NULL, "
+                                                                                    "NULL, NULL, "
+                                                                                    "NULL,"
+                                                                                    "  error, "
+                                                                                    "attempts, "
+                                                                                    "failed_at, "
+                                                                                    "NULL, NULL "
+                                                                                    "FROM dead "
+                                                                                    "WHERE queue = "
+                                                                                    "?1 AND key = "
+                                                                                    "?2"
+                                                                                    " %s)"
+                                                                                    " ORDER BY "
+                                                                                    "rank, "
+                                                                                    "coalesce("
+                                                                                    "failed_at, "
+                                                                                    "finished_at) "
+                                                                                    "DESC LIMIT 1",
+        version >= 2 ? "i.grp" : "NULL",
+        version >= 2 ? "UNION ALL SELECT 1, 'done', key, NULL, NULL, NULL, NULL, NULL, NULL,"
+                       " finished_at, result, NULL, NULL, NULL, NULL, NULL FROM done"
+                       " WHERE queue = ?1 AND key = ?2"
+                     : "",
+        version >= 5
+            ? "UNION ALL SELECT CASE WHEN n.state = 'blocked' THEN 0 ELSE 2 END, n.state, n.key,"
+              " n.payload, n.priority, n.grp, NULL, NULL, NULL,"
+              " CASE WHEN n.state = 'done' THEN n.finished_at END, n.result, n.error, NULL,"
+              " CASE WHEN n.state = 'dead' THEN n.finished_at END,"
+              " CASE WHEN n.state = 'blocked' THEN n.waits END, n.flow"
+              " FROM (SELECT * FROM flow_nodes WHERE queue = ?1 AND key = ?2"
+              " AND state IN ('blocked', 'done', 'dead') ORDER BY state = 'blocked' DESC,"
+              " finished_at DESC LIMIT 1) AS n"
+            : "");
     sqlite3_stmt *st = prep(db, sql, a);
     int rc = st ? sqlite3_step(st) : SQLITE_ERROR;
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
@@ -519,8 +579,8 @@ static int show_key(sqlite3 *db, const char *path, const wq_cli_args *a, FILE *o
         return 1;
     }
 #define COL(c) ((const char *)sqlite3_column_text(st, c))
-    wq_cli_key k = {COL(0), COL(1), COL(2), COL(3),  COL(4),  COL(5),  COL(6),
-                    COL(7), COL(8), COL(9), COL(10), COL(11), COL(12), COL(13)};
+    wq_cli_key k = {COL(0), COL(1), COL(2),  COL(3),  COL(4),  COL(5),  COL(6),  COL(7),
+                    COL(8), COL(9), COL(10), COL(11), COL(12), COL(13), COL(14), COL(15)};
 #undef COL
     int r = wq_cli_show(a, out, err, rc == SQLITE_ROW ? &k : NULL);
     sqlite3_finalize(st);
