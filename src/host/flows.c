@@ -390,8 +390,8 @@ int wq_host_flow_add(wq_host *h, const char *text, size_t len, wq_bop_fn fn, voi
     return 0;
 }
 
-int wq_host_flow_commit(wq_host *h, const char *id, double keep, const wq_fnode_def *defs,
-                        size_t n, char *idout, size_t idsize, char *err, size_t errlen)
+int wq_host_flow_commit(wq_host *h, const char *id, double keep, const wq_fnode_def *defs, size_t n,
+                        char *idout, size_t idsize, char *err, size_t errlen)
 {
     if (!h->flows)
         return WQ_BACKEND_LOCAL;

@@ -36,8 +36,8 @@ int wq_host_flow_add(wq_host *h, const char *doc, size_t len, wq_bop_fn fn, void
  * WQ_E* code with err naming the node; WQ_BACKEND_LOCAL when the database keeps the graph
  * (send it the document instead).
  */
-int wq_host_flow_commit(wq_host *h, const char *id, double keep, const wq_fnode_def *defs,
-                        size_t n, char *idout, size_t idsize, char *err, size_t errlen);
+int wq_host_flow_commit(wq_host *h, const char *id, double keep, const wq_fnode_def *defs, size_t n,
+                        char *idout, size_t idsize, char *err, size_t errlen);
 
 /*
  * The item of queue/key left its queue (nothing is pending for the key any more): done with

@@ -25,7 +25,9 @@ static PGresult *run(PGconn *pg, const wq_cli_flow_args *a, const char *sql, int
     char msg[600];
     const char *primary = res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY) : NULL;
     wq_pg_msg(msg, sizeof msg,
-              primary ? primary : res ? PQresultErrorMessage(res) : "out of memory");
+              primary ? primary
+              : res   ? PQresultErrorMessage(res)
+                      : "out of memory");
     fprintf(err, "wqrun: %s: %s\n", a->cmd, msg);
     PQclear(res);
     return NULL;
