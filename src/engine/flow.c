@@ -697,10 +697,12 @@ int wq_flows_commit(wq_flows *fs, const char *id, double keep, double now, const
         snprintf(err, errlen, "flow %s: cancelled (nothing can be added to it)", id);
         return WQ_EINVAL;
     }
-    if (n > 0 && (!(ds = wq_malloc(n * sizeof *ds)) || !(order = wq_malloc(n * sizeof *order))))
+    if (n > 0 && !(ds = wq_malloc(n * sizeof *ds)))
         goto fail;
     if (n > 0)
-        memset(ds, 0, n * sizeof *ds);
+        memset(ds, 0, n * sizeof *ds); /* before anything can fail: the cleanup reads it */
+    if (n > 0 && !(order = wq_malloc(n * sizeof *order)))
+        goto fail;
     if (!(seen = wq_keymap_new()))
         goto fail;
     /* 1. each node: new or already in the flow; its queue and key free */
