@@ -640,7 +640,8 @@ void lflow_after_done(lqueue *lq, const char *key, size_t len)
 {
     int kind = lq->flow_stash.kind;
     lq->flow_stash.kind = 0;
-    if (!lq->host->flows)
+    /* no flow at all (the common case): not even a lookup per finished job */
+    if (!lq->host->flows || wq_flows_count(lq->host->flows) == 0)
         return;
     wq_item_info info;
     if (!lq->q || wq_queue_lookup(lq->q, key, len, &info)) /* runs again: not finished */
