@@ -24,6 +24,7 @@
 #include <string.h>
 
 #define FLOW_MT "wq.Flow"
+#define HANDLE_MT "wq.FlowHandle" /* the tables f:add returns */
 
 /* uservalue 1 of a wq.Flow: {id =, keep =, nodes = {...}} (the document) */
 
@@ -66,11 +67,14 @@ static void push_ref(lua_State *L, int idx, const char *fn)
     if (!lua_istable(L, idx))
         wq_argerror(L, fn, "after",
                     lua_pushfstring(L, "node handles expected, got %s", luaL_typename(L, idx)));
-    int qt = lua_getfield(L, idx, "queue"), kt = lua_getfield(L, idx, "key");
-    lua_pop(L, 2);
-    if (qt == LUA_TSTRING && kt == LUA_TSTRING) { /* a handle as f:add returns it: as it is */
-        lua_pushvalue(L, idx);
-        return;
+    if (lua_getmetatable(L, idx)) { /* a handle f:add returned: as it is */
+        luaL_getmetatable(L, HANDLE_MT);
+        int handle = lua_rawequal(L, -1, -2);
+        lua_pop(L, 2);
+        if (handle) {
+            lua_pushvalue(L, idx);
+            return;
+        }
     }
     lua_createtable(L, 0, 2);
     lua_getfield(L, idx, "queue");
@@ -177,6 +181,7 @@ static int flow_add(lua_State *L)
     lua_setfield(L, -2, "queue");
     lua_getfield(L, node, "key");
     lua_setfield(L, -2, "key");
+    luaL_setmetatable(L, HANDLE_MT);
     return 1;
 }
 
@@ -658,6 +663,8 @@ static const luaL_Reg flow_methods[] = {{"add", flow_add}, {"commit", flow_commi
 void wq_lua_open_flow(lua_State *L, int wq)
 {
     wq = lua_absindex(L, wq);
+    luaL_newmetatable(L, HANDLE_MT);
+    lua_pop(L, 1);
     luaL_newmetatable(L, FLOW_MT);
     luaL_newlib(L, flow_methods);
     lua_setfield(L, -2, "methods");
