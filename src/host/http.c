@@ -340,8 +340,15 @@ static const char *read_item(json_object *body, wq_ext_item *it, json_object **p
                 return "group must be a string";
             it->group = json_object_get_string(v);
             it->grouplen = (size_t)json_object_get_string_len(v);
-        } else {
-            return "unknown field (expected key, payload, after, priority, force, unique, group)";
+        } else { /* named, for a typo: "unknown field 'paylaod' (expected ...)" */
+            static char msg[WQ_SHOWN_KEY + 100];
+            char shown[WQ_SHOWN_KEY];
+            wq_show_key(shown, f, strlen(f));
+            snprintf(msg, sizeof msg,
+                     "unknown field '%s' (expected key, payload, after, priority, force, unique, "
+                     "group)",
+                     shown);
+            return msg;
         }
     }
     if (!has_key)

@@ -409,8 +409,11 @@ expect_post 400 /queues/misc/items ''
 deep=$(printf '[%.0s' {1..3000})
 expect_post 400 /queues/misc/items "{\"key\":\"a\",\"payload\":$deep"
 expect_post 400 /queues/misc/items "{\"key\":\"deep\",\"payload\":${deep}1$(printf ']%.0s' {1..3000})}"
+expect_post 400 /queues/misc/items '{"key":"a","paylaod":{"x":1}}'
+[[ $BODY == *"unknown field 'paylaod' (expected key, payload,"* ]] ||
+  fail "an unknown field is not named: ${BODY:0:300}"
 [[ $(snap) == "$before" ]] || fail "a rejected body changed the queues: $(diff <(echo "$before") <(snap))"
-pass "$((n400 + 3)) malformed bodies (bad JSON, non-object, missing/non-string key, bad after/priority, unknown field, unstorable payload, deep nesting): 400, nothing changed"
+pass "$((n400 + 4)) malformed bodies (bad JSON, non-object, missing/non-string key, bad after/priority, unknown field (named), unstorable payload, deep nesting): 400, nothing changed"
 
 # ---------------------------------------------------------------- body size: 1 MiB
 mib=1048576
