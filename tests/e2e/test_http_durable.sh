@@ -108,7 +108,11 @@ expect_rc_code "keep_done: force must be a boolean" 400
 # runner exits 1 once running handlers are done (here none, so at once;
 # test_store_faults.sh has handlers running). A post racing the exit gets
 # 503 (it reached the runner) or a refused connection (the runner is gone),
-# never a 202 nor a connection closed without an answer.
+# never a 202. One more outcome is possible and is no acknowledgement either:
+# a connection still waiting in the listening socket's backlog at the instant
+# the runner stops listening (it stops at once when it finds its file gone) is
+# closed by the kernel unanswered (curl 52, empty reply; 56, reset); seen once
+# in a few dozen runs under ASan.
 rm -f "$DB" "$DB-wal" "$DB-shm"
 BODY_OUT=$(curl -s -m 10 -o - -w '\n%{http_code}' --data-binary '{"key":"after-rm"}' "$BASE/queues/jobs/items")
 crc=$?
@@ -116,6 +120,8 @@ CODE=${BODY_OUT##*$'\n'}
 BODY_OUT=${BODY_OUT%$'\n'*}
 if [ "$crc" = 7 ]; then
     pass # connection refused: the runner had already exited
+elif [ "$crc" = 52 ] || [ "$crc" = 56 ]; then
+    expect_rc_code "a connection closed unanswered, never a 202 (curl status $crc)" 000
 else
     expect_rc_code "a post after the file was deleted gets 503 (curl status $crc)" 503
     expect_in "$BODY_OUT" '"error":' "the 503 says why"
