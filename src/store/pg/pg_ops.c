@@ -24,6 +24,20 @@ void wq_pgb_pop_free(pop *o)
     free(o);
 }
 
+/* Whether res is not the one row an action answers: then o carries why (answered -1). */
+static int failed(pop *o, PGresult *res)
+{
+    if (res && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+        return 0;
+    char msg[400];
+    wq_pg_msg(msg, sizeof msg,
+              res ? PQresultErrorMessage(res) : "the connection to the database was lost");
+    free(o->text);
+    o->text = strdup(msg);
+    o->answered = -1;
+    return 1;
+}
+
 /* The answer of a flow request (see wq_pgb_flow_op's statements). */
 static void fop_result(pop *o, PGresult *res)
 {
@@ -37,15 +51,8 @@ static void fop_result(pop *o, PGresult *res)
             return;
         }
     }
-    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
-        char msg[400];
-        wq_pg_msg(msg, sizeof msg,
-                  res ? PQresultErrorMessage(res) : "the connection to the database was lost");
-        free(o->text);
-        o->text = strdup(msg);
-        o->answered = -1;
+    if (failed(o, res))
         return;
-    }
     o->answered = 1;
     o->result = atoi(PQgetvalue(res, 0, 0));
     if (o->fop == WQ_FOP_CANCEL + 1 && o->result < 0)
@@ -65,15 +72,8 @@ static void op_result(void *ud, PGresult *res)
         fop_result(o, res);
         return;
     }
-    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
-        char msg[400];
-        wq_pg_msg(msg, sizeof msg,
-                  res ? PQresultErrorMessage(res) : "the connection to the database was lost");
-        free(o->text);
-        o->text = strdup(msg);
-        o->answered = -1;
+    if (failed(o, res))
         return;
-    }
     const char *v = PQgetvalue(res, 0, 0);
     o->answered = 1;
     switch (o->kind) {
