@@ -129,6 +129,19 @@ expect_eq "$(pg_psql "$UP" "select wqrun.add_many('[{\"queue\":\"lv\",\"key\":\"
     '["queued", "queued"]' "version 8: a grouped batch is added"
 expect_eq "$(pg_psql "$UP" "select string_agg(key, ',' order by run_at, seq) from wqrun.jobs where queue = 'lv' and key in ('z', 'a')")" \
     "z,a" "version 8: a batch keeps its items' order (not the keys' order it locks them in)"
+# Version 9: flows, on a schema holding items: the items stay, and a flow can be added.
+NITEMS=$(pg_psql "$UP" "select count(*) from wqrun.jobs")
+check "items are there before the upgrade to 9 ($NITEMS)" test "$NITEMS" -gt 0
+pg_psql "$UP" "$V8 update wqrun.meta set value = '8' where key = 'schema_version'" >/dev/null
+run migrate --db "$UP"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 8 to 9' "a version 8 schema is upgraded"
+expect_eq "$(pg_psql "$UP" "select count(*) from wqrun.jobs where node is null")" "$NITEMS" \
+    "version 9: every item kept, of no flow"
+expect_eq "$(pg_psql "$UP" "select wqrun.add_flow('{\"id\":\"up\",\"nodes\":[{\"queue\":\"lv\",\"key\":\"f1\"},
+    {\"queue\":\"lv\",\"key\":\"f2\",\"after\":[{\"queue\":\"lv\",\"key\":\"f1\"}]}]}');
+    select string_agg(key || ':' || state, ',' order by key) from wqrun.items where flow = 'up'")" \
+    "up
+f1:queued,f2:blocked" "version 9: a flow on the upgraded schema, one node queued, one blocked"
 
 # ---- the commands with only the URL ----------------------------------------------
 run add --db "$DB" w a '{"n":1}'
