@@ -201,8 +201,5 @@ wq.on_shutdown(function()
 end)
 
 -- Wait until nothing is queued, running or waiting for a retry.
-repeat
-    wq.sleep(0.05)
-    local s = q:stats()
-until s.queued + s.processing + s.waiting == 0
+q:wait_idle()
 if report() > 0 then wq.exit(1) end

@@ -81,8 +81,8 @@ local function summary()
 end
 wq.on_shutdown(summary) -- Ctrl-C prints what was done so far
 
-while q:len() > 0 or q:stats().processing > 0 or q:stats().waiting > 0 do
-    wq.sleep(0.2)
-end
+q:wait_idle()
 summary()
-os.exit(0)
+-- Pages that failed for good are part of crawling the web, not a failed run
+-- (without this, a run with dead letters exits 3).
+wq.exit(0)

@@ -11,7 +11,8 @@
 -- queue's limiter and, since the failure is permanent, dead-lettered
 -- after max_retries. A second timer prints a status line every second and,
 -- once every machine is ready or dead, cancels both timers; with nothing
--- left to wait for, wqrun exits on its own.
+-- left to wait for, wqrun exits on its own, with status 3: the machine that
+-- never came up was dead-lettered (cron or systemd would alert).
 --
 --   build/wqrun examples/periodic.lua
 --   build/wqrun --virtual-time examples/periodic.lua   # the same, without waiting

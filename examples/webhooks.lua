@@ -95,9 +95,7 @@ end
 print(("%d events, %d of them posted over HTTP"):format(n, posted))
 
 local started = wq.now()
-while q:len() > 0 or q:stats().processing > 0 or q:stats().waiting > 0 do
-    wq.sleep(0.1)
-end
+q:wait_idle()
 print(("all delivered or dead-lettered in %.1f s"):format(wq.now() - started))
 
 -- Posting an event again: already delivered, so not sent twice.
@@ -124,4 +122,6 @@ for _, d in ipairs(q:dead()) do
     print(("dead letter %s after %d attempt(s): %s"):format(d.key, d.attempts, d.error))
 end
 wq.http{method = "POST", url = RECEIVER .. "/quit"}
-os.exit(0)
+-- The 410 is dead-lettered on purpose: this demo succeeded (without this, a
+-- run with dead letters exits 3).
+wq.exit(0)

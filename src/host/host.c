@@ -429,6 +429,8 @@ void wq_host_settle(wq_host *h)
 {
     if (h->exiting)
         return;
+    if (h->hooks.settled)
+        h->hooks.settled(h->hooks.ud);
     schedule_flush(h);
     if (h->exiting)
         return;
@@ -909,6 +911,9 @@ int wq_host_run(wq_host *h)
     }
     if ((h->store_failed || h->failed) && status == 0)
         status = 1;
+    /* A one-shot batch that dead-lettered work fails, as cron and systemd expect. */
+    if (status == 0 && h->ndead_run > 0 && !h->opts.serve && !h->exit_chosen)
+        status = WQ_EXIT_DEAD;
     /* No commit comes after this one: whoever still waits gets 503. */
     h->loop_over = 1;
     if (!h->store_failed)

@@ -223,8 +223,14 @@ typedef struct wq_host_hooks {
     void (*stopping)(void *ud);
     /* Whether that still runs: the stop waits for it (within --grace). */
     int (*holding)(void *ud);
+    /* The loop settles (after every event): wake the tasks waiting for idle queues. */
+    void (*settled)(void *ud);
     void *ud;
 } wq_host_hooks;
+
+/* A one-shot run's exit status when its handlers dead-lettered anything (1 is a script's
+ * error, 2 a refused option combination). */
+#define WQ_EXIT_DEAD 3
 
 #define WQ_WATCH_MS 50 /* a stall is reported after 1.00-1.05 s */
 
@@ -284,6 +290,8 @@ struct wq_host {
     int stopping;                         /* a signal asked for a graceful stop */
     int exiting;                          /* the loop is breaking */
     int exit_code;
+    int exit_chosen;    /* the script set the status (wq.exit) */
+    uint64_t ndead_run; /* keys this run's handlers dead-lettered */
     uint64_t grace_timer;
 
     wq_backend *backend; /* NULL: no --db (in memory) */

@@ -131,8 +131,11 @@ void wq_service_stopped(wq_host *h, int status)
         return;
     double up = wq_host_unix(h, wq_host_now(h)) - h->start_unix;
     wq_log_field f[] = {WQ_LOG_NUM("status", status)};
+    char dead[64] = "";
+    if (h->ndead_run)
+        snprintf(dead, sizeof dead, " (%llu dead-lettered)", (unsigned long long)h->ndead_run);
     wq_host_logf(h, status ? WQ_LOG_WARN : WQ_LOG_INFO, f, 1,
-                 "wqrun: wqrun stopped after %.1f s, exit status %d", up, status);
+                 "wqrun: wqrun stopped after %.1f s, exit status %d%s", up, status, dead);
 }
 
 void wq_service_free(wq_host *h)

@@ -8,6 +8,7 @@
 
 #include "host/flows.h"
 #include "lua/lflow.h"
+#include "lua/lidle.h"
 
 #include "host/timer.h"
 #include "lua/lcron.h"
@@ -1795,6 +1796,7 @@ void wq_lua_open_queue(lua_State *L, int internals)
     luaL_setfuncs(L, lcron_methods, 0);
     luaL_setfuncs(L, lgroup_methods, 0);
     luaL_setfuncs(L, lqops_methods, 0);
+    luaL_setfuncs(L, lidle_methods, 0);
     lua_pop(L, 1);
     lua_pushcfunction(L, queue_tostring);
     lua_setfield(L, -2, "__tostring");

@@ -124,6 +124,7 @@ static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len
         return;
     }
     lworker_forget(lq, key, len);
+    lq->host->ndead_run++;
     double at = wq_host_unix(lq->host, wq_host_now(lq->host));
     if (lq->host->flows && lflow_is_node(lq, key, len))
         lflow_dead(lq, err);

@@ -14,6 +14,7 @@
 #include "lua/lcrypto.h"
 #include "lua/lexec.h"
 #include "lua/lhttp.h"
+#include "lua/lidle.h"
 #include "lua/ljson.h"
 #include "lua/llimiter.h"
 #include "lua/lqueue.h"
@@ -476,6 +477,8 @@ static int wq_exit(lua_State *L)
             wq_argerror(L, "exit", "code", "must be 0..255");
     }
     wq_host *h = wq_host_of(L);
+    if (!h->exiting)
+        h->exit_chosen = 1;
     wq_host_exit(h, (int)code);
     wq_task *t = wq_task_of(L);
     if (t && lua_isyieldable(L))
@@ -528,6 +531,7 @@ void wq_lua_open(lua_State *L)
     lua_setfield(L, internals, "hooks_done");
     luaL_newlib(L, wq_funcs);
     int wq = lua_gettop(L);
+    luaL_setfuncs(L, lidle_funcs, 0);
     lua_pushliteral(L, WQ_VERSION);
     lua_setfield(L, -2, "version");
     wq_lua_open_queue(L, internals);

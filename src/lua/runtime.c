@@ -14,6 +14,7 @@
 #include "engine/common.h"
 #include "host/host.h"
 #include "host/progress.h"
+#include "lua/lidle.h"
 #include "lua/lqueue.h"
 #include "lua/lwq.h"
 #include "lua/sched.h"
@@ -222,6 +223,13 @@ static int hook_holding(void *ud)
     return ((wq_sched *)ud)->hooks_running;
 }
 
+static void hook_settled(void *ud)
+{
+    wq_sched *s = ud;
+    if (s->idlers.head)
+        lidle_settled(s);
+}
+
 int wq_runtime_main(const wq_host_opts *opts, const char *script, int argc, char **argv)
 {
     const char *fail = getenv("WQ_TEST_FAIL_ALLOC"), *count = getenv("WQ_TEST_COUNT_ALLOC");
@@ -251,6 +259,7 @@ int wq_runtime_main(const wq_host_opts *opts, const char *script, int argc, char
         .watch = wq_sched_watch,
         .stopping = hook_stopping,
         .holding = hook_holding,
+        .settled = hook_settled,
         .ud = s,
     };
     wq_host_set_hooks(h, &hooks);

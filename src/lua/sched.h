@@ -58,8 +58,9 @@ struct wq_sched {
     int in_pass;          /* resuming tasks now */
     int ntasks;
     int next_task_id;
-    int gcstress;      /* collect garbage before every resume (tests) */
-    int hooks_running; /* wq.on_shutdown hooks are running: a graceful stop waits for them */
+    int gcstress;       /* collect garbage before every resume (tests) */
+    int hooks_running;  /* wq.on_shutdown hooks are running: a graceful stop waits for them */
+    wq_waitlist idlers; /* tasks in wait_idle (lidle.c) */
 };
 
 /* The thread being resumed right now, NULL between resumes (read by signal handlers). */

@@ -118,7 +118,7 @@ wq.log("hello from the script")
 LUA
 )
 run --log-format json --db "$TMP/b.db" "$FAILS"
-expect_rc 0 "a JSON-logging run"
+expect_rc 3 "a JSON-logging run (its key is dead-lettered: 3)"
 bad=$(printf '%s\n' "$ERR" | python3 -c '
 import json, re, sys
 bad = 0
@@ -145,7 +145,7 @@ expect_eq "$(field 'o.get("outcome") == "retry"' 'o["level"], o["queue"], o["key
     "warn mail user-7 1 $TMP/fails.lua:2: smtp: 421 try later" "a failed attempt: warn, with queue, key, attempt and the error's first line"
 expect_eq "$(field 'o.get("outcome") == "dead"' 'o["level"], o["attempt"]')" "error 2" "the dead letter: error level"
 expect_eq "$(field 'o["msg"] == "hello from the script"' 'o["level"]')" info "wq.log is an info line"
-expect_eq "$(field '"stopped" in o["msg"]' 'o["status"]')" 0 "the stop line with the exit status"
+expect_eq "$(field '"stopped" in o["msg"]' 'o["status"]')" 3 "the stop line with the exit status"
 
 run --db "$TMP/c.db" "$FAILS"
 expect_re "$ERR" "^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}[+-][0-9]{2}:[0-9]{2} INFO wqrun: wqrun .* started" \
@@ -194,7 +194,7 @@ done
 DB=$(pg_fresh_db)
 secret_url=$(printf '%s' "$DB" | sed 's|postgresql://postgres@|postgresql://postgres:s3cret-pw@|')
 run --db "$secret_url" "$FAILS"
-expect_rc 0 "a run on PostgreSQL with a password in the URL"
+expect_rc 3 "a run on PostgreSQL with a password in the URL (dead-letters its key: 3)"
 expect_in "$ERR" "postgresql://postgres:***@" "the start-up line shows the URL with the password hidden"
 expect_not_in "$ERR" "s3cret-pw" "the password appears nowhere in the log"
 

@@ -279,7 +279,8 @@ expect_eq "$OUT" "$virtual_out" "controller: SEED 1 is the default, and a seed g
 # loaded CI machine: the exact timing is checked under --virtual-time).
 check_periodic() {
     local t slack=$2
-    expect_rc 0 "periodic ($1): exits 0 on its own"
+    expect_rc 3 "periodic ($1): exits on its own, 3 for its dead-lettered machine"
+    expect_in "$ERR" "exit status 3 (1 dead-lettered)" "periodic ($1): the last line says so"
     expect_eq "$(printf '%s\n' "$ERR" | sed -n 's/.* ordered \(vm-[0-9]*\)$/\1/p' | tr '\n' ' ')" \
         "vm-01 vm-02 vm-03 vm-04 vm-05 vm-06 vm-07 vm-08 vm-09 vm-10 " "periodic ($1): ten machines ordered"
     t=$(printf '%s\n' "$ERR" | grep ' ordered vm-' | log_seconds |

@@ -28,7 +28,7 @@ LUA
 )
 
 run "$jobs"
-expect_rc 0 "the run"
+expect_rc 3 "the run (two keys dead-lettered: exit 3)"
 expect_in "$ERR" "wqrun: jobs: 'flaky' failed (attempt 1), next try in 0.01 s: connection refused" \
     "flaky's first failure: attempt, delay, first line of the error"
 expect_in "$ERR" "wqrun: jobs: 'flaky' failed (attempt 2), next try in 0.01 s: connection refused" \
@@ -47,9 +47,9 @@ expect_in "$ERR" "wqrun: jobs: 'final' failed for good (wq.fail, attempt 1), dea
 expect_count "$ERR" " failed" 6 "one line per failed attempt: 2 + 3 + 1"
 
 run --quiet "$jobs"
-expect_rc 0 "the run with --quiet"
+expect_rc 3 "the run with --quiet"
 expect_not_in "$ERR" "next try" "--quiet: no line for a run that will be tried again"
-expect_count "$ERR" "dead-lettered" 2 "--quiet: the dead letters are logged all the same"
+expect_count "$ERR" "dead-lettered:" 2 "--quiet: the dead letters are logged all the same"
 expect_count "$ERR" " failed" 2 "--quiet: two lines in all"
 
 finish

@@ -41,7 +41,7 @@ idle:add_after("later", 3600)
 LUA
 )
 run --quiet --db "$DB" "$fill"
-expect_rc 0 "fill the state file"
+expect_rc 3 "fill the state file (three keys dead-lettered: 3)"
 expect_eq "$(sql "$DB" "SELECT count(*) FROM dead; SELECT count(*) FROM items WHERE queue = 'idle'")" \
     "3
 4" "three dead letters, four idle items"
@@ -297,7 +297,7 @@ crash_case() { # crash_case WHEN: a runner dies at WHEN on a hand-written comman
 1
 0" "$when: nothing of the command reached the file"
     run --quiet --db "$CDB" "$mailq"
-    expect_rc 0 "$when: the next run (without --serve: it applies pending commands before it exits)"
+    expect_rc 3 "$when: the next run (without --serve: it applies pending commands before it exits; bad2 dies again: 3)"
     expect_count "$ERR" "re-queued dead letter 'bad2'" 1 "$when: the restarted runner applies it once"
     expect_eq "$(sql "$CDB" "SELECT state, result FROM commands")" \
         "done re-queued dead letter 'bad2' of queue 'mail'" "$when: the row says so"
@@ -341,7 +341,7 @@ idle:add_after("later", 3600)
 LUA
 )
 run --quiet --db "$SDB" "$sfill"
-expect_rc 0 "fill a state file with keys in every state"
+expect_rc 3 "fill a state file with keys in every state (one dead: 3)"
 run show --db "$SDB" si "a/b c"
 expect_rc 0 "show of a queued key"
 expect_re "$OUT" '^key +a/b c$' "show: the key"

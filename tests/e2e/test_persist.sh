@@ -167,7 +167,7 @@ expect_eq "$(sql "$DB" "SELECT state, json_extract(payload, '\$.id') FROM items 
     "processing 7" "fail: the item is in the file (processing at the exit), with its payload"
 expect_eq "$(sql "$DB" "SELECT requeues FROM pending WHERE key = 'f'")" "2" "fail: the pending view joins the count"
 run --quiet --db "$DB" "$LUA/persist_fail.lua" 2
-expect_rc 0 "fail: run 2 exits once the item is dead"
+expect_rc 3 "fail: run 2 exits once the item is dead (3: dead-lettered in this run)"
 expect_in "$OUT" "restored requeues=2" "fail: run 2 restores the failure count into the limiter"
 expect_eq "$(printf '%s\n' "$OUT" | grep '^attempt')" "attempt f 1 requeues=2 id=7
 attempt f 2 requeues=3 id=7" "fail: run 2 makes exactly 2 more attempts (4 = max_retries + 1 in all)"

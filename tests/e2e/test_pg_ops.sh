@@ -334,7 +334,7 @@ q:add("x")
 LUA
 )
 run --db "$FL" "$flog"
-expect_rc 0 "a key that fails twice"
+expect_rc 3 "a key that fails twice (dead-lettered: 3)"
 expect_in "$ERR" "wqrun: fl: 'x' failed (attempt 1), next try in 0.01 s: refused" \
     "its first failure is logged: attempt, delay, the error's first line"
 expect_in "$ERR" "wqrun: fl: 'x' failed 2 times, dead-lettered: refused" "its second: dead-lettered"

@@ -170,6 +170,8 @@ local SIGNATURES = {
     ["wq.spawn"] = {fn = "spawn", p("fn", function() end, FN)},
     ["wq.sleep"] = {fn = "sleep", p("seconds", 0, DELAY)},
     ["wq.now"] = {fn = "now"},
+    -- nil (no timeout) is valid, but would wait for ever here (the fresh queues hold a key)
+    ["wq.wait_idle"] = {fn = "wait_idle", p("timeout", 0, set("0"), {skip = {["nil"] = true}})},
     ["wq.time"] = {fn = "time"},
     ["wq.shutdown"] = {skip = "begins a graceful stop of this test"},
     ["wq.exit"] = {fn = "exit", p("code", 1, set(), {skip = set("nil", "true", "false", "0")})},
@@ -320,6 +322,7 @@ local SIGNATURES = {
     ["queue:item"] = {fn = "item", p("key", "k", KEY)},
     ["queue:forget_done"] = {fn = "forget_done", p("key", "k", KEY)},
     ["queue:name"] = {fn = "name"},
+    ["queue:wait_idle"] = {fn = "wait_idle", p("timeout", 0, set("0"), {skip = {["nil"] = true}})},
     ["queue:dead"] = {fn = "dead"},
     ["queue:schedule"] = {
         fn = "schedule",

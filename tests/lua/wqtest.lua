@@ -268,6 +268,9 @@ function M.done()
     end
     io.stdout:write(string.format("%s: %d checks passed\n", name, checks))
     io.stdout:flush()
+    -- Passed: the status is 0 even when the test dead-lettered keys on purpose (a one-shot
+    -- run with dead letters would exit 3).
+    wq.exit(0)
 end
 
 return M
