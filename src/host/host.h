@@ -65,8 +65,10 @@ typedef struct wq_ext_item {
     double after; /* seconds; <= 0 adds now */
     int has_priority;
     int32_t priority;
-    int force;         /* add even if the key finished within keep_done */
-    int unique;        /* a key already pending or processing is left as it is (no follow-up) */
+    int force; /* add even if the key finished within keep_done */
+    /* 1: a key already pending or processing is left as it is (no follow-up); -1: not so,
+     * whatever the queue says; 0: as the queue's unique option says */
+    int unique;
     const char *group; /* its group (SPEC 7.4), NULL: the queue's group_of decides */
     size_t grouplen;
     char *why; /* when add answers WQ_EINVAL: the reason (whysize bytes), if given */

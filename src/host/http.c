@@ -334,7 +334,7 @@ static const char *read_item(json_object *body, wq_ext_item *it, json_object **p
         } else if (strcmp(f, "unique") == 0) {
             if (!json_object_is_type(v, json_type_boolean))
                 return "unique must be true or false";
-            it->unique = json_object_get_boolean(v);
+            it->unique = json_object_get_boolean(v) ? 1 : -1;
         } else if (strcmp(f, "group") == 0) {
             if (!json_object_is_type(v, json_type_string))
                 return "group must be a string";

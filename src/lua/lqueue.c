@@ -525,9 +525,9 @@ static void restore_schedule(void *ud, const wq_schedule_row *row)
     lcron_restore(((lworker_restore *)ud)->lq, row);
 }
 
-static const char *const queue_opts[] = {"handler",  "workers",     "limiter", "max_retries",
-                                         "timeout",  "persist",     "on_dead", "keep_done",
-                                         "group_of", "group_limit", "rate",    NULL};
+static const char *const queue_opts[] = {
+    "handler",   "workers",  "limiter",     "max_retries", "timeout", "persist", "on_dead",
+    "keep_done", "group_of", "group_limit", "rate",        "unique",  NULL};
 
 static int queue_new(lua_State *L)
 {
@@ -588,6 +588,14 @@ static int queue_new(lua_State *L)
     if (lua_getfield(L, 2, "keep_done") != LUA_TNIL)
         keep_done = wq_checkduration(L, -1, "queue", "keep_done", 1);
     lua_pop(L, 1);
+    int unique = 0;
+    if (lua_getfield(L, 2, "unique") != LUA_TNIL) {
+        if (!lua_isboolean(L, -1))
+            wq_argerror(L, "queue", "unique",
+                        lua_pushfstring(L, "boolean expected, got %s", luaL_typename(L, -1)));
+        unique = lua_toboolean(L, -1);
+    }
+    lua_pop(L, 1);
     int on_dead = lua_getfield(L, 2, "on_dead"); /* 9 */
     if (on_dead != LUA_TNIL && on_dead != LUA_TFUNCTION)
         wq_argerror(L, "queue", "on_dead",
@@ -609,6 +617,7 @@ static int queue_new(lua_State *L)
     lq->on_dead_ref = lq->group_of_ref = LUA_NOREF;
     lq->job_arg = job_arg;
     lq->keep_done = keep_done;
+    lq->unique = unique;
     luaL_setmetatable(L, "wq.Queue");
     lq->host = h;
     lq->L = wq_sched_of(L)->L;
@@ -673,8 +682,9 @@ static int queue_new(lua_State *L)
         /* Shared options (SPEC 8.2): a queue with a handler, or with max_retries given,
          * defines them; one without either (a producer's) takes what the others defined. */
         if (handler == LUA_TFUNCTION || has_max_retries || keep_done > 0 || gopts.has_limit ||
-            gopts.has_rate) {
-            wq_queue_def def = {.max_retries = max_retries, .keep_done = keep_done};
+            gopts.has_rate || unique) {
+            wq_queue_def def = {
+                .max_retries = max_retries, .keep_done = keep_done, .unique = unique};
             if (gopts.has_limit) {
                 def.group_concurrency = gopts.limit.concurrency;
                 def.group_rate = gopts.limit.rate;
@@ -961,11 +971,13 @@ static const char *const add_opts[] = {"priority", "group", "force", "unique", N
  * A unique add of key: WQ_ADD_PROCESSING or WQ_ADD_PENDING (queued, waiting,
  * or due to run again) when it is left as it is, 0 when it goes ahead. The
  * engine decides for itself; a shared database decides in wqrun.add().
+ * unique: what the add said (1, -1, or 0 for nothing), resolved by the_unique first.
  */
 static int unique_skip(lqueue *lq, int unique, const char *key, size_t len)
 {
     wq_item_info info;
-    if (!unique || wq_backend_shared(lq->host->backend) || !wq_queue_lookup(lq->q, key, len, &info))
+    if (unique <= 0 || wq_backend_shared(lq->host->backend) ||
+        !wq_queue_lookup(lq->q, key, len, &info))
         return 0;
     if (info.state & WQ_ST_PROCESSING)
         return WQ_ADD_PROCESSING;
@@ -974,13 +986,20 @@ static int unique_skip(lqueue *lq, int unique, const char *key, size_t len)
     return 0;
 }
 
+/* What an add that said unique (1 yes, -1 no, 0 nothing) is: the queue's option decides the
+ * last. */
+static int the_unique(const lqueue *lq, int unique)
+{
+    return unique ? unique : lq->unique ? 1 : 0;
+}
+
 /* Reads the optional payload (at idx) and opts table (at idx + 1) of an add. */
 static void read_add_args(lua_State *L, int idx, const char *fn, wq_add_opts *o, int *force,
                           int *unique)
 {
     memset(o, 0, sizeof *o);
     *force = 0;
-    *unique = 0;
+    *unique = 0; /* as the queue says */
     int top = lua_gettop(L);
     if (top >= idx + 1 && !lua_isnil(L, idx + 1)) {
         if (!lua_istable(L, idx + 1))
@@ -996,7 +1015,7 @@ static void read_add_args(lua_State *L, int idx, const char *fn, wq_add_opts *o,
         if (lua_getfield(L, idx + 1, "unique") != LUA_TNIL) {
             if (!lua_isboolean(L, -1))
                 wq_argerror(L, fn, "unique", "boolean expected");
-            *unique = lua_toboolean(L, -1);
+            *unique = lua_toboolean(L, -1) ? 1 : -1;
         }
         lua_pop(L, 1);
         int t = lua_getfield(L, idx + 1, "priority");
@@ -1096,6 +1115,7 @@ static int add_common(lua_State *L, int how, const char *fn)
         return 2;
     }
     /* finished within keep_done, or unique and pending or running: left alone, saying why */
+    unique = the_unique(lq, unique);
     int skip = done_gate(lq, key, len, force) ? WQ_ADD_DONE : unique_skip(lq, unique, key, len);
     if (skip) {
         lua_pushboolean(L, 0);
@@ -1661,7 +1681,8 @@ static int op_add(void *q, const wq_ext_item *it)
         return WQ_ADD_BLOCKED; /* a node that waits: it stays so */
     if (done_gate(lq, it->key, it->keylen, it->force))
         return WQ_ADD_DONE;
-    int skip = unique_skip(lq, it->unique, it->key, it->keylen);
+    int unique = the_unique(lq, it->unique);
+    int skip = unique_skip(lq, unique, it->key, it->keylen);
     if (skip)
         return skip;
     wq_add_opts o = {.payload = it->payload,
@@ -1682,7 +1703,7 @@ static int op_add(void *q, const wq_ext_item *it)
     /* A backend that decides adds (PostgreSQL) still takes them while this runner drains: the
      * database keeps the item for the runners that share it (this one claims no more). */
     int r = put(lq, it->key, it->keylen, &o, it->after > 0,
-                it->after > 0 ? wq_seconds_to_ns(it->after) : 0, it->force, it->unique, it->done,
+                it->after > 0 ? wq_seconds_to_ns(it->after) : 0, it->force, unique, it->done,
                 it->done_ud, 1);
     if (r == ADD_NOT_LOCAL)
         return WQ_EAGAIN; /* it->done tells the outcome once committed */

@@ -120,7 +120,8 @@ typedef struct wq_inbox_row {
     size_t grplen;
     int has_priority; /* 0: none (a new item gets 0, a pending one keeps its own) */
     int64_t priority; /* as written: outside the 32-bit range when it is not such an integer */
-    int unique;       /* a unique add: a key pending or processing is left as it is */
+    int unique;       /* 1 unique (a key pending or processing is left as it is), -1 not, 0: as
+                         the queue's unique option says */
 } wq_inbox_row;
 
 /* What a queue's add answers when it skipped a key that finished within keep_done. */
@@ -155,8 +156,10 @@ typedef struct wq_badd {
     int32_t priority;
     const char *grp; /* NULL: none */
     size_t grplen;
-    int force;  /* add even if the key finished within keep_done */
-    int unique; /* a key pending or processing is left as it is (answers WQ_ADD_PENDING...) */
+    int force; /* add even if the key finished within keep_done */
+    /* 1: a key pending or processing is left as it is (answers WQ_ADD_PENDING...); -1: not;
+     * 0: as the queue's definition in a shared database says */
+    int unique;
     /* Refuse (WQ_EIO) rather than hold it while the database is unreachable: a caller that
      * can answer "try again" (HTTP 503). Otherwise the backend buffers it (bounded). */
     int no_wait;
@@ -260,6 +263,7 @@ typedef struct wq_queue_def {
     int64_t group_concurrency;
     double group_rate, group_burst;
     double rate, burst; /* the queue's own rate, 0 for none */
+    int unique;         /* adds are unique unless they say otherwise (SPEC 12) */
 } wq_queue_def;
 
 /* An item this runner claimed, for the local engine (strings borrowed for the call). */

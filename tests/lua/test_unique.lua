@@ -38,4 +38,22 @@ do -- without unique: client-go's rule, a follow-up run with the new payload
     t.wait_until(function() return #seen == 2 end, 2)
     t.eq(seen, {1, 2}, "the follow-up ran with the new payload")
 end
+do -- the queue option unique = true: every add is unique unless it says unique = false
+    local gate, runs = false, {}
+    local u = wq.queue("uq", {unique = true, handler = function(key, p)
+        runs[#runs + 1] = p and p.n
+        while not gate do wq.sleep(0.01) end
+    end})
+    t.eq({u:add("k", {n = 1})}, {true})
+    t.wait_until(function() return #runs == 1 end, 5)
+    t.eq({u:add("k", {n = 2})}, {false, "processing"}, "running: no follow-up by default")
+    t.eq({u:add_after("k", 0.01, {n = 3})}, {false, "processing"}, "add_after too")
+    t.eq({u:add("k", {n = 4}, {unique = false})}, {true}, "unique = false: the follow-up rule")
+    t.eq({u:add("k", {n = 5})}, {false, "processing"}, "a follow-up is due: left alone")
+    gate = true
+    t.eq(u:wait_idle(5), true)
+    t.eq(runs, {1, 4}, "the first run and the one follow-up asked for")
+    t.raises(function() wq.queue("uq2", {unique = "yes"}) end,
+             "queue: bad argument 'unique' (boolean expected, got string)")
+end
 t.done()

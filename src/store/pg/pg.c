@@ -475,7 +475,8 @@ static int pg_add(wq_bqueue *bq, const wq_badd *a, wq_badd_fn fn, void *ud)
         oom = 1;
     if (a->force && !(p->params[6] = strdup("true")))
         oom = 1;
-    if (a->unique && !(p->params[7] = strdup("true")))
+    /* not said (0): the queue's definition in the database decides */
+    if (a->unique && !(p->params[7] = strdup(a->unique > 0 ? "true" : "false")))
         oom = 1;
     if (oom) {
         wq_pgb_free_add(p);

@@ -109,8 +109,9 @@ int wq_pg_cli_migrate(int argc, char **argv, FILE *out, FILE *err)
     return r < 0 ? 1 : 0;
 }
 
-static const char add_usage[] = "usage: wqrun add --db URL QUEUE KEY [PAYLOAD] [--after SECONDS] "
-                                "[--priority N] [--group GROUP] [--unique] [--pg-schema NAME]\n";
+static const char add_usage[] =
+    "usage: wqrun add --db URL QUEUE KEY [PAYLOAD] [--after SECONDS] "
+    "[--priority N] [--group GROUP] [--unique|--no-unique] [--pg-schema NAME]\n";
 
 int wq_pg_cli_add(int argc, char **argv, FILE *out, FILE *err)
 {
@@ -129,8 +130,8 @@ int wq_pg_cli_add(int argc, char **argv, FILE *out, FILE *err)
                 fputs(add_usage, out);
                 return 0;
             }
-            if (strcmp(a, "--unique") == 0) {
-                unique = 1;
+            if (strcmp(a, "--unique") == 0 || strcmp(a, "--no-unique") == 0) {
+                unique = a[2] == 'u' ? 1 : -1; /* neither: the queue's definition decides */
                 continue;
             }
             if ((r = wq_cli_option(argc, argv, &i, "--db", &db)) ||
@@ -174,8 +175,13 @@ int wq_pg_cli_add(int argc, char **argv, FILE *out, FILE *err)
                           " unique_add => $7::boolean)",
                           "SELECT @S.add($1, $2, to_jsonb($3::text), $4::float8, $5::integer, "
                           "$6, unique_add => $7::boolean)"};
-    const char *v[7] = {pos[0], pos[1], npos > 2 ? pos[2] : NULL, after,
-                        prio,   group,  unique ? "true" : "false"};
+    const char *v[7] = {pos[0],
+                        pos[1],
+                        npos > 2 ? pos[2] : NULL,
+                        after,
+                        prio,
+                        group,
+                        unique ? (unique > 0 ? "true" : "false") : NULL};
     int rc = 1;
     for (int k = 0; k < 2; k++) {
         char *q = wq_pg_sql(pg, schema, sql[k]);

@@ -207,8 +207,9 @@ void wq_pgb_send_define(pgb *b, pgq *q)
     snprintf(gb, sizeof gb, "%.17g", d->group_burst);
     snprintf(qr, sizeof qr, "%.17g", d->rate);
     snprintf(qb, sizeof qb, "%.17g", d->burst);
-    const char *v[9] = {q->name, mr, kd, b->runner_name, gc, gr, gb, qr, qb};
-    if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_DEFINE].name, NULL, 9, v, define_result, q) == 0 &&
+    const char *v[10] = {
+        q->name, mr, kd, b->runner_name, gc, gr, gb, qr, qb, d->unique ? "true" : "false"};
+    if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_DEFINE].name, NULL, 10, v, define_result, q) == 0 &&
         wq_pgconn_sync(b->c, NULL, NULL) == 0)
         q->def_sent = 1;
 }

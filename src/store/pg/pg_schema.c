@@ -181,15 +181,16 @@ const wq_pg_stmt wq_pg_stmts[PGS_COUNT] = {
     [PGS_RELOCK] = {"wq_relock", "SELECT pg_try_advisory_lock($1, $2::integer)"},
     [PGS_DEFINE] = {"wq_define",
                     "INSERT INTO @S.queues AS q (name, max_retries, keep_done, defined_by,\n"
-                    "    g_conc, g_rate, g_burst, q_rate, q_burst)\n"
+                    "    g_conc, g_rate, g_burst, q_rate, q_burst, unique_adds)\n"
                     "  VALUES ($1, $2, nullif($3::float8, 0), $4, nullif($5::integer, 0),\n"
                     "    nullif($6::float8, 0), nullif($7::float8, 0), nullif($8::float8, 0),\n"
-                    "    nullif($9::float8, 0))\n"
+                    "    nullif($9::float8, 0), nullif($10::boolean, false))\n"
                     "  ON CONFLICT (name) DO UPDATE SET max_retries = EXCLUDED.max_retries,\n"
                     "    keep_done = EXCLUDED.keep_done, defined_by = EXCLUDED.defined_by,\n"
                     "    g_conc = EXCLUDED.g_conc, g_rate = EXCLUDED.g_rate,\n"
                     "    g_burst = EXCLUDED.g_burst, q_rate = EXCLUDED.q_rate,\n"
-                    "    q_burst = EXCLUDED.q_burst, updated_at = now()\n"
+                    "    q_burst = EXCLUDED.q_burst, unique_adds = EXCLUDED.unique_adds,\n"
+                    "    updated_at = now()\n"
                     /* the definition before this one: none when no runner made it (a
                      * row that a pause, an add or the CLI made first) */
                     "  RETURNING (SELECT max_retries FROM @S.queues WHERE name = $1\n"

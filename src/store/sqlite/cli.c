@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 static const char add_usage[] = "usage: wqrun add --db PATH QUEUE KEY [PAYLOAD] [--after SECONDS] "
-                                "[--priority N] [--group GROUP] [--unique]\n";
+                                "[--priority N] [--group GROUP] [--unique|--no-unique]\n";
 static const char status_usage[] = "usage: wqrun status --db PATH\n";
 
 static int usage(FILE *err, const char *usage_line, const char *fmt, ...)
@@ -73,8 +73,8 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
                 opts_done = 1;
                 continue;
             }
-            if (strcmp(a, "--unique") == 0) {
-                unique = 1;
+            if (strcmp(a, "--unique") == 0 || strcmp(a, "--no-unique") == 0) {
+                unique = a[2] == 'u' ? 1 : -1; /* -1: not unique, whatever the queue says */
                 continue;
             }
             if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -136,8 +136,9 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
         int used;
         const char *option;
         int version;
-    } needs[] = {
-        {unique, "--unique", 4}, {prio_s != NULL, "--priority", 3}, {group != NULL, "--group", 2}};
+    } needs[] = {{unique != 0, unique > 0 ? "--unique" : "--no-unique", 4},
+                 {prio_s != NULL, "--priority", 3},
+                 {group != NULL, "--group", 2}};
     for (size_t i = 0; i < sizeof needs / sizeof *needs; i++) {
         if (!needs[i].used || version >= needs[i].version)
             continue;
@@ -156,7 +157,10 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
              " CASE WHEN ?3 IS NULL THEN NULL WHEN json_valid(?3) THEN ?3 ELSE json_quote(?3) END,"
              " ?4%s%s%s)",
              group ? ", grp" : "", prio_s ? ", priority" : "", unique ? ", unique_add" : "",
-             group ? ", ?5" : "", prio_s ? ", ?6" : "", unique ? ", 1" : "");
+             group ? ", ?5" : "", prio_s ? ", ?6" : "",
+             unique > 0 ? ", 1"
+             : unique   ? ", 0"
+                        : "");
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(conn, sql, -1, &st, NULL);
     if (rc == SQLITE_OK) {

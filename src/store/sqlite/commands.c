@@ -173,8 +173,8 @@ int wq_store_write_ops(wq_store *s, double now, uint64_t *rows)
             sqlite3_bind_int64(st, 7, p->priority);
         else
             sqlite3_bind_null(st, 7);
-        if (p->unique)
-            sqlite3_bind_int(st, 8, 1);
+        if (p->unique) /* 1 unique, 0 not (--no-unique), NULL: as the queue says */
+            sqlite3_bind_int(st, 8, p->unique > 0);
         else
             sqlite3_bind_null(st, 8);
         rc = wq_store_run(st);

@@ -207,7 +207,8 @@ static const char select_inbox_sql[] =
     "  WHEN typeof(created_at) IN ('real', 'integer') THEN created_at + after - ?2"
     "  ELSE after END,"
     " CAST(grp AS TEXT), priority, typeof(priority) = 'integer',"
-    " coalesce(CAST(unique_add AS INTEGER), 0) != 0"
+    " CASE WHEN unique_add IS NULL THEN 0 WHEN CAST(unique_add AS INTEGER) != 0 THEN 1"
+    "  ELSE -1 END"
     " FROM inbox WHERE id > ?1 ORDER BY id";
 
 static int taken(const wq_store *s, int64_t id)

@@ -15,6 +15,7 @@ DECLARE
   r @S.jobs%ROWTYPE;
   v_out text;
   v_keep double precision;
+  v_unique boolean;
   v_held boolean := false; v_gs record; v_nready integer; v_running boolean;
 BEGIN
   IF queue IS NULL OR queue !~ '^[A-Za-z0-9_.-]{1,64}$' THEN
@@ -39,7 +40,8 @@ BEGIN
     IF FOUND THEN o_out := 'blocked'; o_wake := false; RETURN; END IF;
   END IF;
 -- keep_done (SPEC 7.2): finished within it and nothing pending: skipped; force forgets
-  SELECT q.keep_done INTO v_keep FROM @S.queues q WHERE q.name = add_one.queue;
+  SELECT q.keep_done, q.unique_adds INTO v_keep, v_unique FROM @S.queues q
+    WHERE q.name = add_one.queue;
   IF v_keep > 0 AND coalesce(add_one.force, false) THEN
     -- the item's row first (an outcome writing the done row holds it): rows of one key in
     -- the order the outcomes take them
@@ -51,8 +53,9 @@ BEGIN
       AND NOT EXISTS (SELECT 1 FROM @S.jobs j WHERE j.queue = add_one.queue AND j.key = add_one.key) THEN
     o_out := 'skipped: done'; o_wake := false; RETURN;
   END IF;
--- unique: a key pending or running is left as it is (no follow-up, nothing changed)
-  IF coalesce(add_one.unique_add, false) THEN
+-- unique: a key pending or running is left as it is (no follow-up, nothing changed); an
+-- add that does not say is unique when its queue's definition is (unique = true)
+  IF coalesce(add_one.unique_add, v_unique, false) THEN
     SELECT j.running INTO v_running FROM @S.jobs j WHERE j.queue = add_one.queue AND j.key = add_one.key;
     IF FOUND THEN
       o_out := CASE WHEN v_running THEN 'skipped: processing' ELSE 'skipped: pending' END;
@@ -123,7 +126,7 @@ END $fn$;
 -- wqrun.add: one item (add_one), its group's row last.
 CREATE OR REPLACE FUNCTION @S.add(queue text, key text, payload jsonb DEFAULT NULL,
     after_seconds double precision DEFAULT NULL, priority integer DEFAULT NULL,
-    grp text DEFAULT NULL, force boolean DEFAULT false, unique_add boolean DEFAULT false)
+    grp text DEFAULT NULL, force boolean DEFAULT false, unique_add boolean DEFAULT NULL)
   RETURNS text LANGUAGE plpgsql AS $fn$
 DECLARE
   v_now timestamptz; r record;
@@ -208,7 +211,7 @@ BEGIN
       r := @S.add_one(e.it->>'queue', e.it->>'key',
         CASE WHEN e.it->'payload' <> 'null'::jsonb THEN e.it->'payload' END,
         (e.it->>'after')::double precision, (e.it->>'priority')::integer, e.it->>'group',
-        coalesce((e.it->>'force')::boolean, false), coalesce((e.it->>'unique')::boolean, false),
+        coalesce((e.it->>'force')::boolean, false), (e.it->>'unique')::boolean,
         v_now, v_seqs[e.i]);
       v_out[e.i] := r.o_out;
       IF r.o_wake THEN

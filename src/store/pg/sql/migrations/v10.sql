@@ -1,0 +1,8 @@
+-- Version 9 -> 10: the queue option unique = true (SPEC 12). queues.unique_adds is the
+-- definition of the runner that defined the queue last: an add that says neither
+-- unique_add => true nor false (wqrun add, SQL) is unique when it is true. add() changes
+-- its parameter's default from false to NULL (not said), so it is made anew.
+ALTER TABLE @S.queues ADD COLUMN unique_adds boolean;
+DROP FUNCTION IF EXISTS @S.add(text, text, jsonb, double precision, integer, text, boolean,
+  boolean);
+UPDATE @S.meta SET value = '10' WHERE key = 'schema_version';
