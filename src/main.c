@@ -12,6 +12,7 @@
 #include "store/sqlite/cli.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@ static void usage(FILE *f)
           "       wqrun remove|cancel --db PATH|URL QUEUE KEY\n"
           "       wqrun retry --db PATH|URL QUEUE (KEY | --all)\n"
           "       wqrun purge-dead --db PATH|URL QUEUE\n"
+          "       wqrun trigger --db PATH|URL QUEUE SCHEDULE\n"
           "       wqrun items --db PATH|URL QUEUE [--state S] [--limit N] [--json]\n"
           "       wqrun show --db PATH|URL QUEUE KEY [--json]\n"
           "       wqrun dead --db PATH|URL QUEUE [--limit N] [--json]\n"
@@ -85,9 +87,9 @@ __attribute__((format(printf, 1, 2))) static int bad_usage(const char *fmt, ...)
     va_start(ap, fmt);
     fputs("wqrun: ", stderr);
     vfprintf(stderr, fmt, ap);
-    fputs("\n", stderr);
     va_end(ap);
-    usage(stderr);
+    /* One line, not sixty: the help is one option away. */
+    fputs(" (wqrun --help lists the commands and options)\n", stderr);
     return 2;
 }
 
@@ -129,6 +131,8 @@ static int subcommand(const char *cmd, int argc, char **argv)
             return wq_pg_cli_flows(cmd, argc, argv, stdout, stderr);
         if (strcmp(cmd, "add") == 0)
             return wq_pg_cli_add(argc, argv, stdout, stderr);
+        if (strcmp(cmd, "trigger") == 0)
+            return wq_pg_cli_trigger(argc, argv, stdout, stderr);
         if (strcmp(cmd, "status") == 0)
             return wq_pg_cli_status(argc, argv, stdout, stderr);
         return wq_pg_cli_op(cmd, argc, argv, stdout, stderr);
@@ -149,6 +153,8 @@ static int subcommand(const char *cmd, int argc, char **argv)
         return wq_store_cli_flows_io(cmd, argc, args, stdout, stderr);
     if (strcmp(cmd, "add") == 0)
         return wq_store_cli_add(argc, args);
+    if (strcmp(cmd, "trigger") == 0)
+        return wq_store_cli_trigger_io(argc, args, stdout, stderr);
     if (strcmp(cmd, "status") == 0)
         return wq_store_cli_status(argc, args);
     return wq_store_cli_op(cmd, argc, args);
@@ -175,23 +181,12 @@ static const struct command {
     const char *name;
     int (*run)(const char *cmd, int argc, char **argv); /* argv after the name */
 } commands[] = {
-    {"add", subcommand},
-    {"status", subcommand},
-    {"pause", subcommand},
-    {"resume", subcommand},
-    {"remove", subcommand},
-    {"cancel", subcommand},
-    {"retry", subcommand},
-    {"purge-dead", subcommand},
-    {"items", subcommand},
-    {"show", subcommand},
-    {"dead", subcommand},
-    {"migrate", migrate_cmd},
-    {"runners", runners_cmd},
-    {"add-flow", subcommand},
-    {"flows", subcommand},
-    {"flow", subcommand},
-    {NULL, NULL},
+    {"add", subcommand},      {"status", subcommand},     {"pause", subcommand},
+    {"resume", subcommand},   {"remove", subcommand},     {"cancel", subcommand},
+    {"retry", subcommand},    {"purge-dead", subcommand}, {"items", subcommand},
+    {"show", subcommand},     {"dead", subcommand},       {"trigger", subcommand},
+    {"migrate", migrate_cmd}, {"runners", runners_cmd},   {"add-flow", subcommand},
+    {"flows", subcommand},    {"flow", subcommand},       {NULL, NULL},
 };
 
 static const struct command *find_command(const char *name)
@@ -249,6 +244,50 @@ static const optdef optdefs[] = {
     {"--virtual-time", "WQRUN_VIRTUAL_TIME", 1},
     {NULL, NULL, 0},
 };
+
+/* The edit distance of a and b (both short), for "did you mean". */
+static size_t distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), row[64];
+    if (la >= 64 || lb >= 64)
+        return SIZE_MAX;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* The option a misspells (at most two edits away, the option part of "--x=v"), or NULL. */
+static const char *nearest_option(const char *a)
+{
+    char name[64];
+    size_t n = strcspn(a, "=");
+    if (n >= sizeof name)
+        return NULL;
+    memcpy(name, a, n);
+    name[n] = '\0';
+    const char *best = NULL;
+    size_t bd = 3;
+    for (const optdef *d = optdefs; d->name; d++) {
+        size_t dd = distance(name, d->name);
+        if (dd < bd)
+            bd = dd, best = d->name;
+    }
+    return best;
+}
 
 /* Sets option d to v (a flag: v is "1" or "0"); 0, or bad_usage's status. */
 static int apply(wq_host_opts *o, const optdef *d, const char *v)
@@ -380,8 +419,12 @@ int main(int argc, char **argv)
                         : (v = opt_value(argc, argv, &i, d->name)) != NULL)
                 break;
         }
-        if (!d->name)
+        if (!d->name) {
+            const char *near = nearest_option(a);
+            if (near)
+                return bad_usage("unknown option '%s'; did you mean %s?", a, near);
             return bad_usage("unknown option '%s'", a);
+        }
         if ((rc = apply(&o, d, d->flag ? "1" : v)))
             return rc;
     }

@@ -128,18 +128,67 @@ size_t wq_utf8_cut(const char *s, size_t len, size_t max)
     return n;
 }
 
+/* The next line of s with something on it (not only blanks), or NULL; *len its length. */
+static const char *next_line(const char *s, size_t *len)
+{
+    while (*s) {
+        size_t l = strcspn(s, "\r\n");
+        if (strspn(s, " \t") < l) {
+            *len = l;
+            return s;
+        }
+        s += l;
+        s += strspn(s, "\r\n");
+    }
+    return NULL;
+}
+
+/* Appends s[0..len) to out, n bytes used of size: the bytes taken, control bytes as spaces;
+ * when all would not fit, at most size - 4 bytes in all (room for "..." and NUL) and *cut. */
+static size_t put_line(char *out, size_t n, size_t size, const char *s, size_t len, int *cut)
+{
+    size_t take = len;
+    if (n + len >= size) {
+        *cut = 1;
+        take = n + 4 < size ? wq_utf8_cut(s, len, size - 4 - n) : 0;
+    }
+    for (size_t i = 0; i < take; i++) {
+        unsigned char c = (unsigned char)s[i];
+        out[n + i] = c < 0x20 || c == 0x7f ? ' ' : (char)c;
+    }
+    return take;
+}
+
 char *wq_show_line(char *out, size_t size, const char *s)
 {
-    if (!s)
-        s = "";
-    size_t len = strcspn(s, "\r\n"), n = len;
-    if (len >= size)
-        n = wq_utf8_cut(s, len, size - 4);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        out[i] = c < 0x20 || c == 0x7f ? ' ' : (char)c;
+    size_t len = 0, n = 0;
+    int cut = 0;
+    /* The first line with something on it: gzip's "\ngzip: x: not in gzip format" */
+    const char *line = next_line(s ? s : "", &len);
+    if (line) {
+        /* "file:3: " then the message on the next line: one line of both */
+        size_t l = len;
+        while (l > 0 && (line[l - 1] == ' ' || line[l - 1] == '\t'))
+            l--;
+        size_t len2 = 0;
+        const char *more = l > 0 && line[l - 1] == ':' ? next_line(line + len, &len2) : NULL;
+        n = put_line(out, 0, size, line, more ? l : len, &cut);
+        if (more && !cut) {
+            if (n + 1 + len2 < size) {
+                out[n++] = ' ';
+                n += put_line(out, n, size, more, len2, &cut);
+            } else { /* the second line does not fit whole: the first, cut to make room */
+                cut = 1;
+                if (n + 4 < size) {
+                    out[n++] = ' ';
+                    n += put_line(out, n, size, more, len2, &cut);
+                } else {
+                    n = wq_utf8_cut(out, n, size - 4);
+                }
+            }
+        }
     }
-    if (n < len) {
+    if (cut) {
         memcpy(out + n, "...", 3);
         n += 3;
     }

@@ -64,9 +64,9 @@ void wq_show_key(char out[WQ_SHOWN_KEY], const char *key, size_t len);
  * inside a UTF-8 sequence (len itself when len <= max). */
 size_t wq_utf8_cut(const char *s, size_t len, size_t max);
 /*
- * A message for a log line or a table cell: the first line of s (NULL: ""), control bytes as
- * spaces, cut at a UTF-8 boundary and ending in "..." when it does not fit in size bytes
- * (size >= 4). Returns out.
+ * A message for a log line or a table cell: the first non-blank line of s (NULL: ""), control
+ * bytes as spaces, cut at a UTF-8 boundary and ending in "..." when it does not fit in size
+ * bytes (size >= 4). Returns out.
  */
 char *wq_show_line(char *out, size_t size, const char *s);
 

@@ -24,6 +24,7 @@
 #include <event2/http_struct.h> /* the request's HTTP version: no getter in 2.1 */
 #include <event2/keyvalq_struct.h>
 #include <json-c/json_object.h>
+#include <json-c/json_util.h>
 #include <json-c/linkhash.h>
 #include <math.h>
 #include <netdb.h>
@@ -109,6 +110,13 @@ static void reply_error(struct evhttp_request *req, int code, const char *reason
 void wq_http_reply_json(struct evhttp_request *req, int code, const char *reason, json_object *o)
 {
     reply_json(req, code, reason, o);
+}
+
+void wq_http_no_queue(struct evhttp_request *req, const char *name)
+{
+    char msg[128];
+    snprintf(msg, sizeof msg, "no such queue '%.64s' in this runner", name);
+    wq_http_reply_error(req, 404, "Not Found", msg);
 }
 
 void wq_http_reply_error(struct evhttp_request *req, int code, const char *reason, const char *msg)
@@ -292,6 +300,15 @@ static void get_queues(wq_host *h, struct evhttp_request *req)
     reply_json(req, 200, "OK", a);
 }
 
+/* "FIELD must be WHAT, got TYPE" (a static buffer: one answer at a time). */
+static const char *bad_field(const char *field, const char *what, json_object *v)
+{
+    static char msg[160];
+    snprintf(msg, sizeof msg, "%s must be %s, got %s", field, what,
+             v ? json_type_to_name(json_object_get_type(v)) : "null");
+    return msg;
+}
+
 /* Reads an add request object into *it: NULL, or what is wrong with it. */
 static const char *read_item(json_object *body, wq_ext_item *it, json_object **payload)
 {
@@ -306,13 +323,13 @@ static const char *read_item(json_object *body, wq_ext_item *it, json_object **p
         json_object *v = (json_object *)lh_entry_v(e);
         if (strcmp(f, "key") == 0) {
             if (!json_object_is_type(v, json_type_string))
-                return "key must be a string";
+                return bad_field("key", "a string", v);
             it->key = json_object_get_string(v);
             it->keylen = (size_t)json_object_get_string_len(v);
             has_key = 1;
         } else if (strcmp(f, "after") == 0) {
             if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
-                return "after must be a number of seconds";
+                return bad_field("after", "a number of seconds", v);
             double a = json_object_get_double(v);
             if (!isfinite(a))
                 return "after must be a number of seconds";
@@ -322,22 +339,25 @@ static const char *read_item(json_object *body, wq_ext_item *it, json_object **p
             if ((!json_object_is_type(v, json_type_double) &&
                  !json_object_is_type(v, json_type_int)) ||
                 p != floor(p) || p < INT32_MIN || p > INT32_MAX)
-                return "priority must be a 32-bit integer";
+                return json_object_is_type(v, json_type_double) ||
+                               json_object_is_type(v, json_type_int)
+                           ? "priority must be a 32-bit integer"
+                           : bad_field("priority", "a 32-bit integer", v);
             it->priority = (int32_t)p;
             it->has_priority = 1;
         } else if (strcmp(f, "payload") == 0) {
             *payload = v; /* NULL for null */
         } else if (strcmp(f, "force") == 0) {
             if (!json_object_is_type(v, json_type_boolean))
-                return "force must be true or false";
+                return bad_field("force", "true or false", v);
             it->force = json_object_get_boolean(v);
         } else if (strcmp(f, "unique") == 0) {
             if (!json_object_is_type(v, json_type_boolean))
-                return "unique must be true or false";
+                return bad_field("unique", "true or false", v);
             it->unique = json_object_get_boolean(v) ? 1 : -1;
         } else if (strcmp(f, "group") == 0) {
             if (!json_object_is_type(v, json_type_string))
-                return "group must be a string";
+                return bad_field("group", "a string", v);
             it->group = json_object_get_string(v);
             it->grouplen = (size_t)json_object_get_string_len(v);
         } else { /* named, for a typo: "unknown field 'paylaod' (expected ...)" */
@@ -634,12 +654,10 @@ static async_reply *async_new(wq_host *h, struct evhttp_request *req, size_t n)
     return ar;
 }
 
-/* POST /queues/NAME/items with {"key": "...", "payload": ..., "after": s, "priority": n}. */
-static void post_item(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq)
+/* Adds the item object root (which it takes) to hq and answers: 202 once durable, or why not. */
+static void add_and_reply(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq,
+                          json_object *root)
 {
-    json_object *root = read_body(req, MAX_BODY);
-    if (!root)
-        return;
     async_reply *ar = async_new(h, req, 1);
     if (!ar) {
         json_object_put(root);
@@ -673,6 +691,86 @@ static void post_item(wq_host *h, struct evhttp_request *req, const wq_hqueue *h
     }
     json_object_put(root);
     reply_when_durable(h, req, queued_body(queued));
+}
+
+/* POST /queues/NAME/items with {"key": "...", "payload": ..., "after": s, "priority": n}. */
+static void post_item(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq)
+{
+    json_object *root = read_body(req, MAX_BODY);
+    if (root)
+        add_and_reply(h, req, hq, root);
+}
+
+/* The percent-decoded s[0..n) (malloc'd, NUL-terminated), or NULL. */
+static char *uridecode_n(const char *s, size_t n)
+{
+    char *raw = malloc(n + 1);
+    if (!raw)
+        return NULL;
+    memcpy(raw, s, n);
+    raw[n] = '\0';
+    char *out = evhttp_uridecode(raw, 0, NULL);
+    free(raw);
+    return out;
+}
+
+/* The add a schedule makes, as an item object: {"key": ..., "payload": ...}. */
+typedef struct trigger_find {
+    const char *name;
+    json_object *item;
+    int found, oom;
+} trigger_find;
+
+static void on_schedule(void *ud, const wq_schedule_row *s, int defined)
+{
+    (void)defined;
+    trigger_find *f = ud;
+    if (f->found || strcmp(s->name, f->name) != 0)
+        return;
+    f->found = 1;
+    json_object *item = json_object_new_object();
+    const char *key = s->key ? s->key : s->name;
+    size_t keylen = s->key ? s->keylen : strlen(s->name);
+    json_object *payload = NULL;
+    if (s->payload && wq_json_parse(s->payload, s->paylen, &payload) && !payload)
+        payload = json_object_new_string_len(s->payload, (int)s->paylen);
+    if (!item ||
+        json_object_object_add(item, "key", json_object_new_string_len(key, (int)keylen)) < 0 ||
+        (payload && json_object_object_add(item, "payload", payload) < 0)) {
+        json_object_put(item);
+        f->oom = 1;
+        return;
+    }
+    f->item = item;
+}
+
+/*
+ * POST /queues/NAME/schedules/SCHEDULE/trigger: the schedule's add now (its key and payload,
+ * through dedup, unique and keep_done as any add); its next time is left as it is.
+ */
+static void post_trigger(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq,
+                         const char *sched, size_t len)
+{
+    char *name = uridecode_n(sched, len);
+    trigger_find f = {.name = name};
+    int n = name && hq->ops->schedules ? hq->ops->schedules(hq->q, on_schedule, &f) : WQ_ENOMEM;
+    if (n < 0 || f.oom) {
+        free(name);
+        json_object_put(f.item);
+        reply_error(req, 500, "Internal Server Error", wq_strerror(n < 0 ? n : WQ_ENOMEM));
+        return;
+    }
+    if (!f.found) {
+        char msg[300];
+        char shown[WQ_SHOWN_KEY];
+        wq_show_key(shown, name, strlen(name));
+        snprintf(msg, sizeof msg, "no such schedule '%s' in queue '%s'", shown, hq->name);
+        free(name);
+        reply_error(req, 404, "Not Found", msg);
+        return;
+    }
+    free(name);
+    add_and_reply(h, req, hq, f.item);
 }
 
 /* POST /queues/NAME/items:batch with [item, ...]: one result per item, in order. */
@@ -746,7 +844,7 @@ static void handle(struct evhttp_request *req, void *arg)
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
     int get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
     char name[65];
-    int nlen = 0;
+    int nlen = 0, snlen = 0;
     if (req->major != 1 || req->minor < 0) {
         /* evhttp takes any HTTP/0.x or HTTP/1.-1 and would answer in it */
         req->major = req->minor = 1;
@@ -790,11 +888,23 @@ static void handle(struct evhttp_request *req, void *arg)
         if (cmd != EVHTTP_REQ_POST)
             wq_http_not_allowed(req, "POST");
         else if (!(hq = wq_host_find_queue(h, name)))
-            reply_error(req, 404, "Not Found", "no such queue");
+            wq_http_no_queue(req, name);
         else if (path[nlen] == '\0')
             post_item(h, req, hq);
         else
             post_batch(h, req, hq);
+    } else if ((snlen = 0, sscanf(path, "/queues/%64[A-Za-z0-9_.-]/schedules/%n", name, &snlen)) ==
+                   1 &&
+               snlen > 0 && strlen(path + snlen) > 8 &&
+               strcmp(path + strlen(path) - 8, "/trigger") == 0 &&
+               !memchr(path + snlen, '/', strlen(path + snlen) - 8)) {
+        const wq_hqueue *hq;
+        if (cmd != EVHTTP_REQ_POST)
+            wq_http_not_allowed(req, "POST");
+        else if (!(hq = wq_host_find_queue(h, name)))
+            wq_http_no_queue(req, name);
+        else
+            post_trigger(h, req, hq, path + snlen, strlen(path + snlen) - 8);
     } else if (wq_http_ops(h, req, path, evhttp_uri_get_query(u), cmd)) {
         /* answered */
     } else if (wq_http_flows(h, req, path, evhttp_uri_get_query(u), cmd)) {

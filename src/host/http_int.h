@@ -18,6 +18,8 @@
 void wq_http_reply_json(struct evhttp_request *req, int code, const char *reason, json_object *o);
 /* A JSON error body {"error": msg}. */
 void wq_http_reply_error(struct evhttp_request *req, int code, const char *reason, const char *msg);
+/* 404 for a queue this runner does not define: the one text every route gives. */
+void wq_http_no_queue(struct evhttp_request *req, const char *name);
 /* 405 with an Allow header (allow: "GET, HEAD") and a JSON error. */
 void wq_http_not_allowed(struct evhttp_request *req, const char *allow);
 /* Replies code with body (which it takes) once every change made so far is committed (503 if it

@@ -902,9 +902,7 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
     }
     const wq_hqueue *hq = wq_host_find_queue(h, qname);
     if (!hq) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "no such queue '%s' in this runner", qname);
-        wq_http_reply_error(req, 404, "Not Found", msg);
+        wq_http_no_queue(req, qname);
         return 1;
     }
     char *key = NULL;

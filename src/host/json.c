@@ -16,6 +16,7 @@
  */
 #include "host/json.h"
 
+#include <ctype.h>
 #include <json-c/json_tokener.h>
 #include <json-c/linkhash.h>
 #include <limits.h>
@@ -114,6 +115,39 @@ static int scan_text(const char *s, size_t len, scan *sc)
     return 0;
 }
 
+/*
+ * A parse error with where it is: "unexpected character at line 1, column 2 (near 'not
+ * json')" — the word or character the tokener stopped in, from its start.
+ */
+static const char *where(const char *s, size_t len, size_t at, const char *what)
+{
+    static _Thread_local char msg[200];
+    if (at > len)
+        at = len;
+    size_t from = at;
+    while (from > 0 && isalnum((unsigned char)s[from - 1]))
+        from--;
+    int line = 1, col = 1;
+    for (size_t i = 0; i < from; i++) {
+        if (s[i] == '\n')
+            line++, col = 1;
+        else
+            col++;
+    }
+    if (from == len) {
+        snprintf(msg, sizeof msg, "%s at the end (line %d, column %d)", what, line, col);
+        return msg;
+    }
+    char near[40];
+    size_t n = 0;
+    for (size_t i = from; i < len && n < 24 && s[i] != '\n' && s[i] != '\r'; i++)
+        near[n++] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+    near[n] = '\0';
+    snprintf(msg, sizeof msg, "%s at line %d, column %d (near '%s%s')", what, line, col, near,
+             from + n < len && s[from + n] != '\n' && s[from + n] != '\r' ? "..." : "");
+    return msg;
+}
+
 static const char *parse_once(const char *s, size_t len, json_object **out)
 {
     *out = NULL;
@@ -133,13 +167,13 @@ static const char *parse_once(const char *s, size_t len, json_object **out)
     json_tokener_free(tok);
     if (err != json_tokener_success) {
         json_object_put(o);
-        return json_tokener_error_desc(err);
+        return where(s, len, end, json_tokener_error_desc(err));
     }
     for (; end < len; end++) {
         char c = s[end];
         if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
             json_object_put(o);
-            return "unexpected data after the value";
+            return where(s, len, end, "unexpected data after the value");
         }
     }
     *out = o;

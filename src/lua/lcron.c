@@ -179,14 +179,14 @@ static int schedule(lua_State *L)
         if (lua_getfield(L, 4, "tz") != LUA_TNIL) {
             const char *tz = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
             if (strcmp(tz, "utc") != 0 && strcmp(tz, "local") != 0)
-                wq_argerror(L, "schedule", "tz", "\"utc\" or \"local\" expected");
+                wq_argexpected(L, -1, "schedule", "tz", "\"utc\" or \"local\"");
             local = strcmp(tz, "local") == 0;
         }
         lua_pop(L, 1);
         if (lua_getfield(L, 4, "catch_up") != LUA_TNIL) {
             const char *cu = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
             if (strcmp(cu, "once") != 0 && strcmp(cu, "skip") != 0)
-                wq_argerror(L, "schedule", "catch_up", "\"once\" or \"skip\" expected");
+                wq_argexpected(L, -1, "schedule", "catch_up", "\"once\" or \"skip\"");
             skip = strcmp(cu, "skip") == 0;
         }
         lua_pop(L, 1);

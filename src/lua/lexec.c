@@ -244,13 +244,13 @@ static int exec_lua(lua_State *L)
         wq_checkopts(L, 2, "exec", exec_opts);
         if (lua_getfield(L, 2, "stdin") != LUA_TNIL) {
             if (lua_type(L, -1) != LUA_TSTRING)
-                wq_argerror(L, "exec", "stdin", "string expected");
+                wq_argexpected(L, -1, "exec", "stdin", "string");
             spec.in = lua_tolstring(L, -1, &spec.inlen);
         }
         if (lua_getfield(L, 2, "cwd") != LUA_TNIL) {
             size_t len;
             if (lua_type(L, -1) != LUA_TSTRING)
-                wq_argerror(L, "exec", "cwd", "string expected");
+                wq_argexpected(L, -1, "exec", "cwd", "string");
             spec.cwd = lua_tolstring(L, -1, &len);
             if (memchr(spec.cwd, '\0', len))
                 wq_argerror(L, "exec", "cwd", "contains a NUL byte");
@@ -259,7 +259,7 @@ static int exec_lua(lua_State *L)
             spec.timeout_ns = wq_seconds_to_ns(wq_checkduration(L, -1, "exec", "timeout", 1));
         if (lua_getfield(L, 2, "env") != LUA_TNIL) {
             if (!lua_istable(L, -1))
-                wq_argerror(L, "exec", "env", "table expected");
+                wq_argexpected(L, -1, "exec", "env", "table");
             spec.env = build_env(L, lua_gettop(L));
         }
     }

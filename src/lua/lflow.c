@@ -123,7 +123,7 @@ static void push_node(lua_State *L, int qi, int ki, int pi, int oi, const char *
     if (lua_getfield(L, oi, "priority") != LUA_TNIL) {
         lua_Integer p;
         if (!lua_isinteger(L, -1) || (p = lua_tointeger(L, -1)) < INT32_MIN || p > INT32_MAX)
-            wq_argerror(L, fn, "priority", "32-bit integer expected");
+            wq_argexpected(L, -1, fn, "priority", "32-bit integer");
         lua_setfield(L, node, "priority");
     } else {
         lua_pop(L, 1);
@@ -132,14 +132,14 @@ static void push_node(lua_State *L, int qi, int ki, int pi, int oi, const char *
         size_t glen;
         if (lua_type(L, -1) != LUA_TSTRING || (glen = lua_rawlen(L, -1)) == 0 ||
             glen > WQ_GROUP_MAX)
-            wq_argerror(L, fn, "group", "non-empty string expected");
+            wq_argexpected(L, -1, fn, "group", "non-empty string");
         lua_setfield(L, node, "group");
     } else {
         lua_pop(L, 1);
     }
     if (lua_getfield(L, oi, "ignore_dead") != LUA_TNIL) {
         if (!lua_isboolean(L, -1))
-            wq_argerror(L, fn, "ignore_dead", "boolean expected");
+            wq_argexpected(L, -1, fn, "ignore_dead", "boolean");
         lua_setfield(L, node, "ignore_dead");
     } else {
         lua_pop(L, 1);
@@ -427,7 +427,7 @@ static int flow_fn(lua_State *L)
         lua_getfield(L, -1, "nodes");
         int out = lua_gettop(L);
         if (lua_getfield(L, 1, "nodes") != LUA_TTABLE)
-            return wq_argerror(L, "flow", "nodes", "array of nodes expected");
+            return wq_argexpected(L, -1, "flow", "nodes", "array of nodes");
         int in = lua_gettop(L);
         lua_Integer n = luaL_len(L, in);
         static const char *const node_fields[] = {"queue",       "key",      "payload", "after",
@@ -436,7 +436,7 @@ static int flow_fn(lua_State *L)
             lua_geti(L, in, i);
             int x = lua_gettop(L);
             if (!lua_istable(L, x))
-                return wq_argerror(L, "flow", "nodes", "array of node tables expected");
+                return wq_argexpected(L, x, "flow", "nodes", "array of node tables");
             wq_checkopts(L, x, "flow", node_fields);
             lua_getfield(L, x, "queue");
             lua_getfield(L, x, "key");

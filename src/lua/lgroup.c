@@ -34,7 +34,7 @@ static double checkrate(lua_State *L, int idx, const char *fn, const char *arg)
                     lua_pushfstring(L, "number expected, got %s", luaL_typename(L, idx)));
     double v = lua_tonumber(L, idx);
     if (!(v > 0) || !isfinite(v) || v > 1e9)
-        wq_argerror(L, fn, arg, "number > 0 (and at most 1e9) expected");
+        wq_argexpected(L, idx, fn, arg, "number > 0 (and at most 1e9)");
     return v;
 }
 
@@ -58,7 +58,7 @@ static void checklimit(lua_State *L, int idx, const char *fn, const char *arg, w
     char name[64];
     if (lua_getfield(L, idx, "concurrency") != LUA_TNIL) {
         if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > UINT32_MAX)
-            wq_argerror(L, fn, arg, "concurrency: integer >= 1 expected");
+            wq_argexpected(L, -1, fn, arg, "concurrency: integer >= 1");
         lim->concurrency = (uint32_t)lua_tointeger(L, -1);
     }
     lua_pop(L, 1);

@@ -103,7 +103,7 @@ static int lim_fast_slow(lua_State *L)
     int64_t fast = check_ns(L, 1, "fast_slow", "fast");
     int64_t slow = check_ns(L, 2, "fast_slow", "slow");
     if (!lua_isinteger(L, 3) || lua_tointeger(L, 3) < 0)
-        wq_argerror(L, "fast_slow", "max_fast", "integer >= 0 expected");
+        wq_argexpected(L, 3, "fast_slow", "max_fast", "integer >= 0");
     double j = check_jitter(L, 4, "fast_slow");
     llimiter *ll = push_limiter(L, 0);
     return set_limiter_j(L, ll, wq_limiter_fast_slow(fast, slow, lua_tointeger(L, 3)), "fast_slow",
@@ -114,7 +114,7 @@ static int lim_bucket(lua_State *L)
 {
     double qps = wq_checkfinite(L, 1, "bucket", "qps", 1);
     if (!lua_isinteger(L, 2) || lua_tointeger(L, 2) < 0)
-        wq_argerror(L, "bucket", "burst", "integer >= 0 expected");
+        wq_argexpected(L, 2, "bucket", "burst", "integer >= 0");
     double j = check_jitter(L, 3, "bucket");
     llimiter *ll = push_limiter(L, 0);
     return set_limiter_j(L, ll, wq_limiter_bucket(&wq_host_of(L)->clock, qps, lua_tointeger(L, 2)),
@@ -313,7 +313,7 @@ static int backoff_new(lua_State *L)
     b.cap_ns = wq_seconds_to_ns(opt_field(L, "cap", 1));
     if (lua_getfield(L, 1, "steps") != LUA_TNIL) {
         if (!lua_isinteger(L, -1))
-            wq_argerror(L, "backoff", "steps", "integer expected");
+            wq_argexpected(L, -1, "backoff", "steps", "integer");
         b.steps = lua_tointeger(L, -1);
         if (b.steps < 0)
             wq_argerror(L, "backoff", "steps", "must be >= 0");

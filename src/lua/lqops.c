@@ -672,12 +672,12 @@ static int queue_items(lua_State *L)
             const char *st = lua_type(L, 3) == LUA_TSTRING ? lua_tostring(L, 3) : "";
             if (strcmp(st, "queued") != 0 && strcmp(st, "processing") != 0 &&
                 strcmp(st, "waiting") != 0)
-                wq_argerror(L, "items", "state", "'queued', 'processing' or 'waiting' expected");
+                wq_argexpected(L, 3, "items", "state", "'queued', 'processing' or 'waiting'");
             qry.state = st;
         }
         if (lua_getfield(L, 2, "limit") != LUA_TNIL) { /* 4 */
             if (!lua_isinteger(L, 4) || lua_tointeger(L, 4) <= 0)
-                wq_argerror(L, "items", "limit", "integer > 0 expected");
+                wq_argexpected(L, 4, "items", "limit", "integer > 0");
             qry.limit = (size_t)lua_tointeger(L, 4);
         }
         if (lua_getfield(L, 2, "after_key") != LUA_TNIL) /* 5 */

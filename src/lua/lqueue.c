@@ -558,14 +558,14 @@ static int queue_new(lua_State *L)
     lua_Integer workers = 1;
     if (lua_getfield(L, 2, "workers") != LUA_TNIL) { /* 4 */
         if (!lua_isinteger(L, 4) || lua_tointeger(L, 4) <= 0 || lua_tointeger(L, 4) > 100000)
-            wq_argerror(L, "queue", "workers", "integer > 0 expected");
+            wq_argexpected(L, 4, "queue", "workers", "integer > 0");
         workers = lua_tointeger(L, 4);
     }
     lua_Integer max_retries = 5;
     int has_max_retries = lua_getfield(L, 2, "max_retries") != LUA_TNIL; /* 5 */
     if (has_max_retries) {
         if (!lua_isinteger(L, 5) || lua_tointeger(L, 5) < 0)
-            wq_argerror(L, "queue", "max_retries", "integer >= 0 expected");
+            wq_argexpected(L, 5, "queue", "max_retries", "integer >= 0");
         max_retries = lua_tointeger(L, 5);
     }
     double timeout = 0;
@@ -574,7 +574,7 @@ static int queue_new(lua_State *L)
     int persist = 1;
     if (lua_getfield(L, 2, "persist") != LUA_TNIL) { /* 7 */
         if (!lua_isboolean(L, 7))
-            wq_argerror(L, "queue", "persist", "boolean expected");
+            wq_argexpected(L, 7, "queue", "persist", "boolean");
         persist = lua_toboolean(L, 7);
     }
     wq_limiter *limiter;
@@ -1008,13 +1008,13 @@ static void read_add_args(lua_State *L, int idx, const char *fn, wq_add_opts *o,
         wq_checkopts(L, idx + 1, fn, add_opts);
         if (lua_getfield(L, idx + 1, "force") != LUA_TNIL) {
             if (!lua_isboolean(L, -1))
-                wq_argerror(L, fn, "force", "boolean expected");
+                wq_argexpected(L, -1, fn, "force", "boolean");
             *force = lua_toboolean(L, -1);
         }
         lua_pop(L, 1);
         if (lua_getfield(L, idx + 1, "unique") != LUA_TNIL) {
             if (!lua_isboolean(L, -1))
-                wq_argerror(L, fn, "unique", "boolean expected");
+                wq_argexpected(L, -1, fn, "unique", "boolean");
             *unique = lua_toboolean(L, -1) ? 1 : -1;
         }
         lua_pop(L, 1);
@@ -1022,7 +1022,7 @@ static void read_add_args(lua_State *L, int idx, const char *fn, wq_add_opts *o,
         if (t != LUA_TNIL) {
             if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < INT32_MIN ||
                 lua_tointeger(L, -1) > INT32_MAX)
-                wq_argerror(L, fn, "priority", "32-bit integer expected");
+                wq_argexpected(L, -1, fn, "priority", "32-bit integer");
             o->set_priority = 1;
             o->priority = (int32_t)lua_tointeger(L, -1);
         }

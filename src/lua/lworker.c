@@ -195,6 +195,8 @@ static int msgh(lua_State *L)
     if (!msg) {
         if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
             msg = lua_tostring(L, -1);
+        else if (lua_type(L, 1) == LUA_TTABLE && wq_ljson_encode(L, 1) == LUA_OK)
+            msg = lua_tostring(L, -1); /* error({code = 5}): {"code":5} */
         else
             msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
     }

@@ -50,6 +50,25 @@ int wq_argerror(lua_State *L, const char *fn, const char *arg, const char *msg)
     return luaL_error(L, "%s: bad argument '%s' (%s)", fn, arg, msg);
 }
 
+int wq_argexpected(lua_State *L, int idx, const char *fn, const char *arg, const char *what)
+{
+    idx = lua_absindex(L, idx);
+    if (lua_type(L, idx) == LUA_TNUMBER) { /* a number of the wrong kind or range: show it */
+        if (lua_isinteger(L, idx))
+            lua_pushfstring(L, "%I", (LUAI_UACINT)lua_tointeger(L, idx));
+        else
+            lua_pushfstring(L, "%f", (LUAI_UACNUMBER)lua_tonumber(L, idx));
+        return luaL_error(L, "%s: bad argument '%s' (%s expected, got %s)", fn, arg, what,
+                          lua_tostring(L, -1));
+    }
+    size_t len;
+    const char *s = lua_type(L, idx) == LUA_TSTRING ? lua_tolstring(L, idx, &len) : NULL;
+    if (s && len <= 40 && strlen(s) == len) /* a short string shows itself: "got 'UTC'" */
+        return luaL_error(L, "%s: bad argument '%s' (%s expected, got '%s')", fn, arg, what, s);
+    return luaL_error(L, "%s: bad argument '%s' (%s expected, got %s)", fn, arg, what,
+                      luaL_typename(L, idx));
+}
+
 void *wq_checkself(lua_State *L, const char *tname, const char *obj, const char *what,
                    const char *fn)
 {

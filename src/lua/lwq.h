@@ -16,6 +16,9 @@ int wq_lua_internal(lua_State *L, const char *name);
 
 /* Argument errors in the documented form: "fn: bad argument 'name' (msg)". */
 int wq_argerror(lua_State *L, const char *fn, const char *arg, const char *msg);
+/* The same for the value at idx that is not what: "(what expected, got T)" (a number shows
+ * itself: "got 0", "got 2.5"). */
+int wq_argexpected(lua_State *L, int idx, const char *fn, const char *arg, const char *what);
 /*
  * self of method obj:fn, a userdata of metatable tname (what names it):
  * raises "obj:fn: bad argument 'self' (what expected, got T; call it as

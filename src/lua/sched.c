@@ -9,6 +9,7 @@
 #include "engine/common.h"
 #include "host/progress.h"
 #include "host/timer.h"
+#include "lua/ljson.h"
 #include "lua/lqueue.h"
 #include "lua/lwq.h"
 
@@ -29,6 +30,15 @@ static int tostring_k(lua_State *L)
 const char *wq_safe_tostring(lua_State *L, int idx)
 {
     idx = lua_absindex(L, idx);
+    /* A table without __tostring (error({code = 5})) shows as JSON when it has that form. */
+    if (lua_type(L, idx) == LUA_TTABLE) {
+        if (luaL_getmetafield(L, idx, "__tostring") != LUA_TNIL)
+            lua_pop(L, 1);
+        else if (wq_ljson_encode(L, idx) == LUA_OK)
+            return lua_tostring(L, -1);
+        else
+            lua_pop(L, 1); /* the encoder's message: tostring's "table: 0x..." then */
+    }
     lua_pushcfunction(L, tostring_k);
     lua_pushvalue(L, idx);
     if (lua_pcall(L, 1, 1, 0) != LUA_OK || lua_type(L, -1) != LUA_TSTRING) {

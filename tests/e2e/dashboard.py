@@ -315,6 +315,21 @@ if cell(sched_row("beat"), "spec") != "@every 1s":
     fail("beat's spec reads %r" % cell(sched_row("beat"), "spec"))
 ok("the schedules panel shows beat (@every 1s) with a last run (%r)" % beat)
 
+# "Run now" (POST .../schedules/digest/trigger): daily-digest is added at once (its handler then
+# runs for an hour), the next run stays where it was.
+if any(it["key"] == "daily-digest" for it in all_items("mail")):
+    fail("daily-digest is pending before Run now")
+click("Run now of digest", lambda: sched_row("digest") and sched_row("digest").find_element(
+    By.CSS_SELECTOR, 'button[data-action="trigger"]'))
+wait("the notice of Run now", lambda: "Added daily-digest (schedule digest)"
+     in driver.find_element(By.ID, "notice").text)
+wait("daily-digest pending after Run now", lambda: any(it["key"] == "daily-digest" for it in all_items("mail")))
+status, after_sched = api("GET", "/queues/mail/schedules")
+after_next = {x["name"]: x for x in after_sched["schedules"]}["digest"]["next_at"]
+if after_next != api_sched["digest"]["next_at"]:
+    fail("Run now moved digest's next run from %s to %s" % (api_sched["digest"]["next_at"], after_next))
+ok("Run now added digest's key at once; its next run stayed at %s" % after_next)
+
 wait("the held groups of mail", lambda: group_row("acme") and group_row("globex"))
 status, api_groups = api("GET", "/queues/mail/groups?limit=10")
 shown = steady(lambda: [[r.get_attribute("data-group")] + [cell(r, f) for f in ("held", "queued", "running", "limit")]

@@ -30,7 +30,8 @@ expect_rc 0 "-h"
 run --no-such-option x.lua
 expect_rc 2 "unknown option"
 expect_in "$ERR" "--no-such-option" "the message names the unknown option"
-expect_in "$ERR" "usage" "and shows the usage"
+expect_in "$ERR" "(wqrun --help lists the commands and options)" "and says where the usage is"
+expect_eq "$(printf '%s\n' "$ERR" | wc -l)" 1 "in one line (not the whole help)"
 run
 expect_rc 2 "no script"
 expect_in "$ERR" "SCRIPT" "missing script is explained"
@@ -51,7 +52,7 @@ for v in nocolon 127.0.0.1:abc 127.0.0.1: 127.0.0.1:99999 127.0.0.1:0 127.0.0.1:
     run --listen "$v" x.lua
     expect_rc 2 "--listen '$v'"
     expect_in "$ERR" "--listen '$v'" "the message for '$v' names --listen and the value"
-    expect_in "$ERR" "usage" "and shows the usage for '$v'"
+    expect_in "$ERR" "wqrun --help" "and says where the usage is, for '$v'"
 done
 run --listen=127.0.0.1:0 x.lua
 expect_rc 2 "--listen=127.0.0.1:0"
@@ -564,6 +565,6 @@ expect_in "$ERR" "--unique needs a state file of version 4; $V3 is of version 3"
 expect_eq "$(sqlite3 "$V3" "SELECT count(*) FROM inbox; PRAGMA user_version")" "0
 3" "no row, still version 3"
 run add --help
-expect_in "$OUT" "[--unique]" "add --help lists --unique"
+expect_in "$OUT" "[--unique|--no-unique]" "add --help lists --unique and --no-unique"
 
 finish

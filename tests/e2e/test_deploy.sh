@@ -103,7 +103,7 @@ expect_eq "$(post '{"key":"slow-u","payload":{"v":2},"unique":true}')" '{"queued
 expect_eq "$(post '{"key":"later","after":60,"unique":true}')" '{"queued":true} 202' "a unique delayed add"
 expect_eq "$(post '{"key":"later","unique":true}')" '{"queued":false,"reason":"pending"} 202' \
     "unique while it waits: not run now"
-expect_eq "$(post '{"key":"x","unique":1}')" '{"error":"unique must be true or false"} 400' "unique must be a boolean"
+expect_eq "$(post '{"key":"x","unique":1}')" '{"error":"unique must be true or false, got int"} 400' "unique must be a boolean"
 sleep 1.6
 expect_eq "$(grep -c '^ran slow-u' "$OUTF")" 1 "the unique add made no follow-up run"
 kill -TERM "$PID"

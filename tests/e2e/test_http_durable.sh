@@ -67,7 +67,7 @@ serve "$DB"
 post /queues/jobs/items:batch '[{"key":"b1","payload":{"n":1}},{"key":7},{"key":"b2","after":60},{"key":"b1"}]'
 expect_rc_code() { check "$1 (got $CODE: $BODY_OUT)" test "$CODE" = "$2"; }
 expect_rc_code "batch: 202" 202
-expect_in "$BODY_OUT" '{"results":[{"queued":true},{"error":"key must be a string"},{"queued":true},{"queued":false}]}' \
+expect_in "$BODY_OUT" '{"results":[{"queued":true},{"error":"key must be a string, got int"},{"queued":true},{"queued":false}]}' \
     "batch: one result per item, in order"
 expect_in "$(sql "$DB" "SELECT key || ':' || state FROM items WHERE queue = 'jobs' ORDER BY key")" "b1:queued"
 expect_in "$(sql "$DB" "SELECT key || ':' || state FROM items WHERE queue = 'jobs' ORDER BY key")" "b2:waiting"

@@ -38,8 +38,29 @@ Test(show_line, keeps_the_first_line_only)
     char out[64];
     cr_assert_str_eq(wq_show_line(out, sizeof out, "boom\nstack traceback:\n..."), "boom");
     cr_assert_str_eq(wq_show_line(out, sizeof out, "crlf\r\nnext"), "crlf");
-    cr_assert_str_eq(wq_show_line(out, sizeof out, "\nsecond"), "");
     cr_assert_str_eq(wq_show_line(out, sizeof out, NULL), "");
+    cr_assert_str_eq(wq_show_line(out, sizeof out, " \n\t\n"), "");
+}
+
+Test(show_line, takes_the_first_line_with_something_on_it)
+{
+    char out[64];
+    /* gzip's stderr as an error: "\ngzip: x: not in gzip format\n" */
+    cr_assert_str_eq(wq_show_line(out, sizeof out, "\nsecond"), "second");
+    cr_assert_str_eq(wq_show_line(out, sizeof out, "\r\n  \n\tthird\nfourth"), " third");
+    /* a position prefix alone on its line takes the message of the next one */
+    cr_assert_str_eq(wq_show_line(out, sizeof out, "jobs.lua:3: \ngzip: x: bad\nmore"),
+                     "jobs.lua:3: gzip: x: bad");
+    cr_assert_str_eq(wq_show_line(out, sizeof out, "failed:"), "failed:");
+}
+
+Test(show_line, cuts_a_joined_line_with_dots)
+{
+    char out[12];
+    cr_assert_str_eq(wq_show_line(out, sizeof out, "a.lua:3:\nmessage"), "a.lua:3:...");
+    cr_assert_str_eq(wq_show_line(out, sizeof out, "a:\nmessages!"), "a: messa...");
+    cr_assert_str_eq(wq_show_line(out, sizeof out, "a:\nmsg"), "a: msg");
+    cr_assert_str_eq(wq_show_line(out, sizeof out, "abcdefghij:\nm"), "abcdefgh...");
 }
 
 Test(show_line, turns_control_bytes_into_spaces)

@@ -47,7 +47,7 @@ t.eq(q:add("text"), true, "a forgotten key is added again")
 wq.sleep(0.02)
 t.eq(runs.text, 2)
 
-t.raises(function() q:add("x", nil, {force = 1}) end, "add: bad argument 'force' (boolean expected)")
+t.raises(function() q:add("x", nil, {force = 1}) end, "add: bad argument 'force' (boolean expected, got 1)")
 t.raises(function() wq.queue("bad", {keep_done = -1}) end, "queue: bad argument 'keep_done' (must be >= 0)")
 
 do -- the memory expires after keep_done

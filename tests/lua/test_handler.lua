@@ -166,7 +166,7 @@ do -- other failure forms: nil + error, false + error, bare false, error objects
     t.eq(errs.nil_err, "went wrong", "return nil, err")
     t.eq(errs.false_err, "bad input", "return false, err")
     t.eq(type(errs.bare_false), "string", "return false has an error text")
-    t.matches(errs.err_table or "", "table", "error({...}) names a table error object")
+    t.eq(errs.err_table, '{"code":42}', "error({...}) shows the table as JSON")
     t.eq(errs.err_tostring, "custom error", "__tostring of an error object is used")
     t.eq(errs.err_noloc, "no location")
     t.eq(errs.err_number, "17")

@@ -21,7 +21,7 @@ t.eq({q:add_after("b", 1, nil, {unique = true})}, {false, "pending"}, "waiting: 
 release = true
 t.wait_until(function() return q:done_info("a") ~= nil end, 5)
 t.eq({q:add("a", nil, {unique = true})}, {false, "done"}, "finished within keep_done")
-t.raises(function() q:add("c", nil, {unique = 1}) end, "add: bad argument 'unique' (boolean expected)")
+t.raises(function() q:add("c", nil, {unique = 1}) end, "add: bad argument 'unique' (boolean expected, got 1)")
 q:remove("b")
 
 do -- without unique: client-go's rule, a follow-up run with the new payload

@@ -210,6 +210,62 @@ int wq_pg_cli_add(int argc, char **argv, FILE *out, FILE *err)
     return rc;
 }
 
+static const char trigger_usage[] =
+    "usage: wqrun trigger --db URL QUEUE SCHEDULE [--pg-schema NAME]\n";
+
+int wq_pg_cli_trigger(int argc, char **argv, FILE *out, FILE *err)
+{
+    const char *db = getenv("WQRUN_DB"), *schema = "wqrun", *pos[2];
+    int npos = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(trigger_usage, out);
+            return 0;
+        }
+        int r;
+        if ((r = wq_cli_option(argc, argv, &i, "--db", &db)) ||
+            (r = wq_cli_option(argc, argv, &i, "--pg-schema", &schema))) {
+            if (r < 0)
+                return usage(err, trigger_usage, "trigger: option %s needs a value", a);
+            continue;
+        }
+        if (a[0] == '-' && a[1])
+            return usage(err, trigger_usage, "trigger: unknown option %s", a);
+        if (npos == 2)
+            return usage(err, trigger_usage, "trigger: unexpected argument '%s'", a);
+        pos[npos++] = a;
+    }
+    if (npos < 2)
+        return usage(err, trigger_usage, "trigger: %s", "QUEUE and SCHEDULE are required");
+    PGconn *pg = wq_pg_cli_connect("trigger", db, schema, err);
+    if (!pg)
+        return 1;
+    /* The schedule's add, as any add (dedup, unique, keep_done); next_at is not touched. */
+    char *sql = wq_pg_sql(pg, schema,
+                          "SELECT coalesce(s.key, s.name), @S.add(s.queue, coalesce(s.key, s.name),"
+                          " s.payload) FROM @S.schedules s WHERE s.queue = $1 AND s.name = $2");
+    PGresult *r = sql ? PQexecParams(pg, sql, 2, NULL, pos, NULL, NULL, 0) : NULL;
+    free(sql);
+    int rc = 1;
+    if (r && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) {
+        char shown[WQ_SHOWN_KEY];
+        wq_show_key(shown, PQgetvalue(r, 0, 0), (size_t)PQgetlength(r, 0, 0));
+        fprintf(out, "%s '%s' of schedule '%s'\n", PQgetvalue(r, 0, 1), shown, pos[1]);
+        rc = 0;
+    } else if (r && PQresultStatus(r) == PGRES_TUPLES_OK) {
+        fprintf(err, "wqrun: trigger: no schedule '%s' of queue '%s' in %s\n", pos[1], pos[0],
+                wq_pg_describe(pg, NULL));
+    } else {
+        char msg[600];
+        wq_pg_msg(msg, sizeof msg, r ? PQresultErrorMessage(r) : PQerrorMessage(pg));
+        fprintf(err, "wqrun: trigger: %s\n", msg);
+    }
+    PQclear(r);
+    PQfinish(pg);
+    return rc;
+}
+
 /* Prints a query's rows as aligned text; 0, or -1 after printing the error. */
 static int print_rows(PGconn *pg, const char *schema, const char *sql, const char *cmd, FILE *out,
                       FILE *err)

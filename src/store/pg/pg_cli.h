@@ -12,6 +12,8 @@
 int wq_pg_cli_migrate(int argc, char **argv, FILE *out, FILE *err);
 /* `wqrun add --db URL QUEUE KEY [PAYLOAD] [--after S] [--priority N] [--group G]`. */
 int wq_pg_cli_add(int argc, char **argv, FILE *out, FILE *err);
+/* wqrun trigger --db URL QUEUE SCHEDULE: the schedule's add now (next_at unchanged). */
+int wq_pg_cli_trigger(int argc, char **argv, FILE *out, FILE *err);
 /* `wqrun status --db URL`: per-queue counts and the runners. */
 int wq_pg_cli_status(int argc, char **argv, FILE *out, FILE *err);
 /* `wqrun runners --db URL`: the runners sharing the database. */

@@ -200,6 +200,80 @@ int wq_store_cli_add(int argc, char **argv)
     return wq_store_cli_add_io(argc, argv, stdout, stderr);
 }
 
+/* ---- trigger ---- */
+
+static const char trigger_usage[] = "usage: wqrun trigger --db PATH QUEUE SCHEDULE\n";
+
+int wq_store_cli_trigger_io(int argc, char **argv, FILE *out, FILE *err)
+{
+    const char *db = NULL, *pos[2];
+    int npos = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(trigger_usage, out);
+            return 0;
+        }
+        int m = wq_cli_option(argc, argv, &i, "--db", &db);
+        if (m < 0)
+            return usage(err, trigger_usage, "trigger: option %s needs a value", a);
+        if (m > 0)
+            continue;
+        if (a[0] == '-' && a[1])
+            return usage(err, trigger_usage, "trigger: unknown option %s", a);
+        if (npos == 2)
+            return usage(err, trigger_usage, "trigger: unexpected argument '%s'", a);
+        pos[npos++] = a;
+    }
+    if (!db || !*db)
+        return usage(err, trigger_usage, "trigger: %s", "--db PATH is required");
+    if (npos < 2)
+        return usage(err, trigger_usage, "trigger: %s",
+                     npos ? "SCHEDULE is missing" : "QUEUE and SCHEDULE are missing");
+    char msg[1024];
+    sqlite3 *conn = NULL;
+    if (wq_schema_check(db, msg, sizeof msg) < 0 ||
+        wq_schema_open_rw(db, 0, &conn, msg, sizeof msg) < 0) {
+        fprintf(err, "wqrun: trigger: %s\n", msg);
+        return 1;
+    }
+    /* The schedule's add as an inbox row: the runner (or the next start) applies it as any
+     * add, through dedup; the schedule's next time is not touched. */
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(conn,
+                                "INSERT INTO inbox(queue, key, payload, after)"
+                                " SELECT queue, key, payload, NULL FROM schedules"
+                                " WHERE queue = ?1 AND name = ?2 RETURNING key",
+                                -1, &st, NULL);
+    int status = 1;
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, pos[0], -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, pos[1], -1, SQLITE_STATIC);
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+            char shown[WQ_SHOWN_KEY];
+            wq_show_key(shown, (const char *)sqlite3_column_text(st, 0),
+                        (size_t)sqlite3_column_bytes(st, 0));
+            fprintf(out, "queued '%s' of schedule '%s' (queue '%s') in the inbox of %s\n", shown,
+                    pos[1], pos[0], db);
+            status = 0;
+        } else if (rc == SQLITE_DONE) {
+            fprintf(err, "wqrun: trigger: no schedule '%s' of queue '%s' in %s\n", pos[1], pos[0],
+                    db);
+        }
+        if (sqlite3_finalize(st) != SQLITE_OK)
+            status = 1;
+    }
+    if (status && rc != SQLITE_ROW && rc != SQLITE_DONE)
+        fprintf(err, "wqrun: trigger: cannot write the inbox of %s: %s\n", db,
+                sqlite3_errmsg(conn));
+    if (sqlite3_close(conn) != SQLITE_OK && status == 0) {
+        fprintf(err, "wqrun: trigger: cannot close %s\n", db);
+        status = 1;
+    }
+    return status;
+}
+
 /* ---- status ---- */
 
 /* A duration for humans: 4.2s, 42s, 5m12s, 3h04m, 2d03h. */
