@@ -113,6 +113,7 @@ typedef struct wq_dead_view {
     const char *payload; /* JSON text, NULL for none */
     size_t paylen;
     const char *error;
+    const char *traceback; /* the failure's Lua traceback, NULL: none */
     int64_t attempts;
     double failed_at; /* Unix seconds */
 } wq_dead_view;

@@ -462,6 +462,8 @@ static json_object *dead_json(const wq_dead_view *d)
     json_object_object_add(o, "error", d->error ? json_object_new_string(d->error) : NULL);
     json_object_object_add(o, "attempts", json_object_new_int64(d->attempts));
     json_object_object_add(o, "failed_at", json_object_new_double(d->failed_at));
+    if (d->traceback)
+        json_object_object_add(o, "traceback", json_object_new_string(d->traceback));
     return o;
 }
 

@@ -339,7 +339,7 @@ static int queue_purge_dead(lua_State *L)
     return 1;
 }
 
-/* The dead letter of key from its entry on top of the stack, leaving its four fields above it
+/* The dead letter of key from its entry on top of the stack, leaving its five fields above it
  * (they keep the strings alive). */
 static void read_dead(lua_State *L, const char *key, size_t len, wq_dead_view *d)
 {
@@ -354,6 +354,8 @@ static void read_dead(lua_State *L, const char *key, size_t len, wq_dead_view *d
     d->attempts = lua_tointeger(L, -1);
     lua_getfield(L, -4, "failed_at");
     d->failed_at = lua_tonumber(L, -1);
+    lua_getfield(L, -5, "traceback");
+    d->traceback = lua_tostring(L, -1);
 }
 
 /* One dead letter, pointing into the dead table's strings (alive while it holds them). */
@@ -402,7 +404,7 @@ static int dead_p(lua_State *L)
         size_t len;
         const char *key = lua_tolstring(L, -2, &len);
         read_dead(L, key, len, d);
-        lua_pop(L, 5); /* the strings stay alive in the table */
+        lua_pop(L, 6); /* the strings stay alive in the table */
     }
     if (a->n)
         qsort(a->v, (size_t)a->n, sizeof *a->v, cmp_dead);
@@ -822,6 +824,10 @@ static void push_key_view(lua_State *L, const wq_key_view *v)
     lua_setfield(L, -2, "attempts");
     lua_pushnumber(L, v->dead.failed_at);
     lua_setfield(L, -2, "failed_at");
+    if (v->dead.traceback) {
+        lua_pushstring(L, v->dead.traceback);
+        lua_setfield(L, -2, "traceback");
+    }
 }
 
 struct item_args {

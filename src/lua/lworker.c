@@ -128,11 +128,29 @@ static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len
     double at = wq_host_unix(lq->host, wq_host_now(lq->host));
     if (lq->host->flows && lflow_is_node(lq, key, len))
         lflow_dead(lq, err);
-    add_dead(L, lq, key, len, json, jlen, err, tb, count + 1, at);
-    if (lq->bq)
-        wq_bq_dead(lq->bq, key, len, json, jlen, err, count + 1, at);
+    /* The traceback without the message, cut to WQ_TRACEBACK_MAX (kept with the letter). */
+    const char *trace = tb ? strstr(tb, "stack traceback:") : NULL;
+    int cut = trace && strlen(trace) > WQ_TRACEBACK_MAX;
+    if (cut) {
+        lua_pushlstring(L, trace, wq_utf8_cut(trace, strlen(trace), WQ_TRACEBACK_MAX));
+        trace = lua_tostring(L, -1); /* anchored on the stack until the end of this */
+    }
+    add_dead(L, lq, key, len, json, jlen, err, trace, count + 1, at);
+    if (lq->bq) {
+        wq_dead_row d = {.key = key,
+                         .keylen = len,
+                         .payload = json,
+                         .paylen = jlen,
+                         .error = err,
+                         .traceback = trace,
+                         .attempts = count + 1,
+                         .failed_at = at};
+        wq_bq_dead(lq->bq, &d);
+    }
     lfail_log(lq, key, len, count + 1, err, permanent ? LFAIL_PERMANENT : LFAIL_DEAD, 0);
     call_on_dead(L, lq, key, len, json, jlen, err, count + 1);
+    if (cut)
+        lua_pop(L, 1);
 }
 
 /* A key that succeeds loses its dead letter (it was re-added and fixed). */
@@ -508,25 +526,22 @@ void lworker_restore_failure(void *ud, const char *key, size_t len, int64_t requ
 
 typedef struct dead_args {
     lqueue *lq;
-    const char *key, *payload, *error;
-    size_t len;
-    int64_t attempts;
-    double failed_at;
+    const wq_dead_row *d;
 } dead_args;
 
 static int restore_dead_p(lua_State *L)
 {
     const dead_args *a = lua_touserdata(L, 1);
-    add_dead(L, a->lq, a->key, a->len, a->payload, a->payload ? strlen(a->payload) : 0,
-             a->error ? a->error : "", NULL, a->attempts, a->failed_at);
+    const wq_dead_row *d = a->d;
+    add_dead(L, a->lq, d->key, d->keylen, d->payload, d->payload ? d->paylen : 0,
+             d->error ? d->error : "", d->traceback, d->attempts, d->failed_at);
     return 0;
 }
 
-void lworker_restore_dead(void *ud, const char *key, size_t len, const char *payload,
-                          const char *error, int64_t attempts, double failed_at)
+void lworker_restore_dead(void *ud, const wq_dead_row *d)
 {
     lworker_restore *r = ud;
-    dead_args a = {r->lq, key, payload, error, len, attempts, failed_at};
+    dead_args a = {r->lq, d};
     /* Protected: an error must not unwind through the store's reading
      * (its statement and transaction would stay open). */
     lua_pushcfunction(r->L, restore_dead_p);

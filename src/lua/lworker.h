@@ -32,7 +32,6 @@ void lworker_push_dead(lua_State *L, lqueue *lq);
 /* wq_bq_restore callbacks (ud: an lworker_restore); they never raise. */
 void lworker_restore_failure(void *ud, const char *key, size_t len, int64_t requeues,
                              const char *last_error);
-void lworker_restore_dead(void *ud, const char *key, size_t len, const char *payload,
-                          const char *error, int64_t attempts, double failed_at);
+void lworker_restore_dead(void *ud, const wq_dead_row *d);
 
 #endif

@@ -124,6 +124,21 @@ typedef struct wq_inbox_row {
                          the queue's unique option says */
 } wq_inbox_row;
 
+/* A dead letter as a backend writes or restores it (strings borrowed for the call). */
+typedef struct wq_dead_row {
+    const char *key;
+    size_t keylen;
+    const char *payload; /* JSON text or NULL */
+    size_t paylen;
+    const char *error;     /* the last failure's message */
+    const char *traceback; /* its Lua traceback ("stack traceback:\n..."), NULL: none */
+    int64_t attempts;
+    double failed_at; /* Unix seconds */
+} wq_dead_row;
+
+/* The longest traceback kept with a dead letter (bytes; cut at a character's end). */
+#define WQ_TRACEBACK_MAX 4096
+
 /* What a queue's add answers when it skipped a key that finished within keep_done. */
 #define WQ_ADD_DONE 2
 /* What an HTTP add answers when the runner is stopping: kept in the inbox for the next start. */
@@ -441,9 +456,7 @@ struct wq_backend_ops {
     int (*restore)(wq_bqueue *bq, void (*item_fn)(void *ud, const wq_restored *r),
                    void (*fail_fn)(void *ud, const char *key, size_t len, int64_t requeues,
                                    const char *last_error),
-                   void (*dead_fn)(void *ud, const char *key, size_t len, const char *payload,
-                                   const char *error, int64_t attempts, double failed_at),
-                   void *ud);
+                   void (*dead_fn)(void *ud, const wq_dead_row *d), void *ud);
     /* Installs the per-item metadata reader (see SQLite's store.h). */
     void (*set_meta)(wq_bqueue *bq,
                      void (*fn)(void *ud, const wq_item_info *info, wq_item_meta *out), void *ud);
@@ -459,8 +472,7 @@ struct wq_backend_ops {
     void (*failures)(wq_bqueue *bq, const char *key, size_t len, int64_t requeues,
                      const char *last_error);
     /* A dead letter for key (replaces an earlier one). */
-    void (*dead)(wq_bqueue *bq, const char *key, size_t len, const char *payload, size_t paylen,
-                 const char *error, int64_t attempts, double failed_at);
+    void (*dead)(wq_bqueue *bq, const wq_dead_row *d);
     /* Removes key's dead letter. */
     void (*undead)(wq_bqueue *bq, const char *key, size_t len);
     /* Completed-job memory (SPEC 7.2). */
@@ -614,10 +626,7 @@ static inline void wq_bq_detach(wq_bqueue *bq)
 static inline int wq_bq_restore(wq_bqueue *bq, void (*item_fn)(void *ud, const wq_restored *r),
                                 void (*fail_fn)(void *ud, const char *key, size_t len,
                                                 int64_t requeues, const char *last_error),
-                                void (*dead_fn)(void *ud, const char *key, size_t len,
-                                                const char *payload, const char *error,
-                                                int64_t attempts, double failed_at),
-                                void *ud)
+                                void (*dead_fn)(void *ud, const wq_dead_row *d), void *ud)
 {
     return bq->b->ops->restore(bq, item_fn, fail_fn, dead_fn, ud);
 }
@@ -640,10 +649,9 @@ static inline void wq_bq_failures(wq_bqueue *bq, const char *key, size_t len, in
 {
     bq->b->ops->failures(bq, key, len, requeues, last_error);
 }
-static inline void wq_bq_dead(wq_bqueue *bq, const char *key, size_t len, const char *payload,
-                              size_t paylen, const char *error, int64_t attempts, double failed_at)
+static inline void wq_bq_dead(wq_bqueue *bq, const wq_dead_row *d)
 {
-    bq->b->ops->dead(bq, key, len, payload, paylen, error, attempts, failed_at);
+    bq->b->ops->dead(bq, d);
 }
 static inline void wq_bq_undead(wq_bqueue *bq, const char *key, size_t len)
 {

@@ -236,6 +236,12 @@ int wq_cli_items_row(const wq_cli_args *a, FILE *out, long i, const wq_cli_item 
         wq_show_line(line, sizeof line, it->last_error ? it->last_error : "-");
         fprintf(out, "%-24s  %8s  %-19s  %s\n", key, it->attempt, it->ready ? it->ready : "-",
                 line);
+        /* its traceback under it, indented: where the handler failed */
+        for (const char *p = it->traceback; p && *p;) {
+            size_t n = strcspn(p, "\n");
+            fprintf(out, "    %.*s\n", (int)n, p);
+            p += n + (p[n] == '\n');
+        }
         return 0;
     }
     char error[ERROR_WIDTH + 1];
@@ -284,7 +290,7 @@ int wq_cli_show(const wq_cli_args *a, FILE *out, FILE *err, const wq_cli_key *k)
     static const char *const names[] = {"key",         "state",     "payload",    "priority",
                                         "group",       "attempt",   "last error", "ready at",
                                         "finished at", "result",    "attempts",   "failed at",
-                                        "error",       "waits for", "flow"};
+                                        "error",       "waits for", "flow",       "traceback"};
     char waits[64];
     if (k->waits)
         snprintf(waits, sizeof waits, "%s dependencies", k->waits);
@@ -302,7 +308,8 @@ int wq_cli_show(const wq_cli_args *a, FILE *out, FILE *err, const wq_cli_key *k)
                             k->failed_at,
                             k->error,
                             k->waits ? waits : NULL,
-                            k->flow};
+                            k->flow,
+                            k->traceback};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         field(out, names[i], values[i]);
     return 0;

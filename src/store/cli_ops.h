@@ -62,6 +62,7 @@ int wq_cli_parse(const char *cmd, int argc, char **argv, wq_cli_args *a, FILE *o
  * last_error (its error) and json. */
 typedef struct wq_cli_item {
     const char *key, *state, *priority, *attempt, *ready, *payload, *json, *last_error;
+    const char *traceback; /* a dead letter's, NULL: none */
 } wq_cli_item;
 
 /* The listing of `wqrun items` or `wqrun dead`, the same for both backends (a text table, or
@@ -78,6 +79,7 @@ typedef struct wq_cli_key {
     const char *state, *key, *payload, *priority, *group, *attempt, *last_error, *ready_at,
         *finished_at, *result, *error, *attempts, *failed_at, *json;
     const char *waits, *flow; /* a flow's node: blocked (dependencies left), its flow */
+    const char *traceback;    /* a dead letter's last traceback */
 } wq_cli_key;
 
 /* Prints `wqrun show`'s answer: k as a block of "name  value" lines (or its JSON with --json);

@@ -370,7 +370,7 @@ expect_re "$OUT" '^error +fatal$' "show: its error"
 expect_re "$OUT" '^ +second line$' "show: the error's next line, indented"
 run show --db "$SDB" s bad --json
 expect_eq "$(printf '%s' "$OUT" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["state"], d["payload"], repr(d["error"]), d["attempts"], d["failed_at"] > 1e9, sorted(d))')" \
-    "dead {'n': 1} 'fatal\\nsecond line' 1 True ['attempts', 'error', 'failed_at', 'key', 'payload', 'state']" \
+    "dead {'n': 1} 'fatal\\nsecond line' 1 True ['attempts', 'error', 'failed_at', 'key', 'payload', 'state', 'traceback']" \
     "show --json of a dead key"
 run show --db "$SDB" s nope
 expect_rc 1 "show of an unknown key"

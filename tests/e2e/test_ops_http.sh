@@ -242,7 +242,7 @@ expect_eq "$(j 'd["state"], d["result"], d["finished_at"] > 1e9, sorted(d)')" \
     "done {'rows': 3} True ['finished_at', 'key', 'result', 'state']" "a done key: finished_at and result"
 expect_call 200 GET "/queues/s/items/bad"
 expect_eq "$(j 'd["state"], d["payload"], repr(d["error"]), d["attempts"], d["failed_at"] > 1e9, sorted(d)')" \
-    "dead {'n': 1} 'fatal\\nsecond line' 1 True ['attempts', 'error', 'failed_at', 'key', 'payload', 'state']" \
+    "dead {'n': 1} 'fatal\\nsecond line' 1 True ['attempts', 'error', 'failed_at', 'key', 'payload', 'state', 'traceback']" \
     "a dead key: error, attempts, failed_at"
 expect_call 404 GET "/queues/s/items/nope" "no item 'nope' in queue 's'"
 expect_call 404 GET "/queues/nosuch/items/k" "no such queue"

@@ -30,9 +30,9 @@ q() { pg_psql "$DB" "$1"; }
 UP=$(pg_fresh_db)
 run migrate --db "$UP"
 expect_eq "$OUT" 'schema "wqrun" created (version 10)' "a new schema is version 10"
-# What version 10 added (queues.unique_adds; add()'s unique_add default NULL), taken away
+# What version 10 added (queues.unique_adds, dead.traceback; add()'s unique_add default NULL), taken away
 # again with every older version set below.
-V9="alter table wqrun.queues drop column unique_adds;"
+V9="alter table wqrun.queues drop column unique_adds; alter table wqrun.dead drop column traceback;"
 # What version 9 added (flows), taken away again with every older version set below.
 V8="$V9 drop table wqrun.flow_deps, wqrun.flow_nodes, wqrun.flows cascade; drop sequence wqrun.flow_ids;
   alter table wqrun.jobs drop column node;"
@@ -450,7 +450,7 @@ OUT=$(curl -s "$BASE/queues/s/items/ok")
 expect_eq "$(jq_ 'd["result"], sorted(d)')" "{'rows': 3} ['finished_at', 'key', 'result', 'state']" "GET of a done key"
 OUT=$(curl -s "$BASE/queues/s/items/bad")
 expect_eq "$(jq_ 'repr(d["error"]), d["attempts"], d["payload"], sorted(d)')" \
-    "'fatal\\nsecond line' 1 {'n': 1} ['attempts', 'error', 'failed_at', 'key', 'payload', 'state']" "GET of a dead key"
+    "'fatal\\nsecond line' 1 {'n': 1} ['attempts', 'error', 'failed_at', 'key', 'payload', 'state', 'traceback']" "GET of a dead key"
 expect_eq "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/queues/s/items/nope")" 404 "GET of an unknown key: 404"
 run add --db "$SH" s x/y
 OUT=$(curl -s "$BASE/queues/s/items/x/y")

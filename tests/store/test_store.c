@@ -1121,7 +1121,7 @@ struct restored {
     char fail_key[16];
     int64_t requeues;
     char last_error[64];
-    char dead_key[16], dead_payload[64], dead_error[64];
+    char dead_key[16], dead_payload[64], dead_error[64], dead_trace[64];
     int64_t attempts;
     double failed_at;
 };
@@ -1155,15 +1155,15 @@ static void on_fail(void *ud, const char *key, size_t len, int64_t requeues, con
     snprintf(c->last_error, sizeof c->last_error, "%s", err ? err : "NULL");
 }
 
-static void on_dead(void *ud, const char *key, size_t len, const char *payload, const char *error,
-                    int64_t attempts, double failed_at)
+static void on_dead(void *ud, const wq_dead_row *d)
 {
     struct restored *c = ud;
-    snprintf(c->dead_key, sizeof c->dead_key, "%.*s", (int)len, key);
-    snprintf(c->dead_payload, sizeof c->dead_payload, "%s", payload ? payload : "NULL");
-    snprintf(c->dead_error, sizeof c->dead_error, "%s", error ? error : "NULL");
-    c->attempts = attempts;
-    c->failed_at = failed_at;
+    snprintf(c->dead_key, sizeof c->dead_key, "%.*s", (int)d->keylen, d->key);
+    snprintf(c->dead_payload, sizeof c->dead_payload, "%s", d->payload ? d->payload : "NULL");
+    snprintf(c->dead_error, sizeof c->dead_error, "%s", d->error ? d->error : "NULL");
+    snprintf(c->dead_trace, sizeof c->dead_trace, "%s", d->traceback ? d->traceback : "NULL");
+    c->attempts = d->attempts;
+    c->failed_at = d->failed_at;
 }
 
 /* Reopens the file as a new run and restores "jobs" into a fresh engine queue. */
@@ -1294,7 +1294,15 @@ Test(store, failures_and_dead_letters_round_trip)
     struct pq p;
     pq_attach(&p, s, "jobs");
     wq_store_failures(p.sq, "f", 1, 3, "boom");
-    wq_store_dead(p.sq, "d", 1, "{\"x\":1}", 7, "it broke", 6, UNIX0 + 5);
+    wq_dead_row d = {.key = "d",
+                     .keylen = 1,
+                     .payload = "{\"x\":1}",
+                     .paylen = 7,
+                     .error = "it broke",
+                     .traceback = "stack traceback:\n\tjobs.lua:3: in main chunk",
+                     .attempts = 6,
+                     .failed_at = UNIX0 + 5};
+    wq_store_dead(p.sq, &d);
     cr_assert_eq(wq_store_flush(s), 0);
     wq_store_close(s);
     wq_queue_free(p.q);
@@ -1311,6 +1319,8 @@ Test(store, failures_and_dead_letters_round_trip)
     cr_assert_str_eq(c.dead_key, "d");
     cr_assert_str_eq(c.dead_payload, "{\"x\":1}");
     cr_assert_str_eq(c.dead_error, "it broke");
+    cr_assert_str_eq(c.dead_trace, "stack traceback:\n\tjobs.lua:3: in main chunk",
+                     "the traceback is kept with the dead letter");
     cr_assert_eq(c.attempts, 6);
     cr_assert_float_eq(c.failed_at, UNIX0 + 5, 1e-6);
 
@@ -1557,7 +1567,8 @@ Test(store, cli_add_and_status_work_while_a_runner_owns_the_file)
     add(&p, "p1", NULL, 0);
     add_after(&p, "w1", 30);
     cr_assert_str_eq(get(&p), "q1");
-    wq_store_dead(p.sq, "d1", 2, NULL, 0, "bad", 3, UNIX0);
+    wq_dead_row d1 = {.key = "d1", .keylen = 2, .error = "bad", .attempts = 3, .failed_at = UNIX0};
+    wq_store_dead(p.sq, &d1);
     cr_assert_eq(wq_store_flush(s), 0);
 
     char out[4096];
@@ -1818,13 +1829,12 @@ static void fx_fail(void *ud, const char *key, size_t len, int64_t requeues, con
              (long long)requeues, err ? err : "NULL");
 }
 
-static void fx_dead(void *ud, const char *key, size_t len, const char *payload, const char *error,
-                    int64_t attempts, double failed_at)
+static void fx_dead(void *ud, const wq_dead_row *d)
 {
     struct fx *c = ud;
-    snprintf(c->deads[c->ndead++], sizeof c->deads[0], "%.*s %s %s %lld %d", (int)len, key,
-             payload ? payload : "NULL", error ? error : "NULL", (long long)attempts,
-             failed_at > UNIX0);
+    snprintf(c->deads[c->ndead++], sizeof c->deads[0], "%.*s %s %s %lld %d", (int)d->keylen, d->key,
+             d->payload ? d->payload : "NULL", d->error ? d->error : "NULL", (long long)d->attempts,
+             d->failed_at > UNIX0);
 }
 
 static double fixture_time(const char *col, const char *queue, const char *key)

@@ -358,9 +358,7 @@ static void pg_detach(wq_bqueue *bq)
 static int pg_restore(wq_bqueue *bq, void (*item_fn)(void *ud, const wq_restored *r),
                       void (*fail_fn)(void *ud, const char *key, size_t len, int64_t requeues,
                                       const char *last_error),
-                      void (*dead_fn)(void *ud, const char *key, size_t len, const char *payload,
-                                      const char *error, int64_t attempts, double failed_at),
-                      void *ud)
+                      void (*dead_fn)(void *ud, const wq_dead_row *d), void *ud)
 {
     (void)bq;
     (void)item_fn;
@@ -515,21 +513,29 @@ static void pg_failures(wq_bqueue *bq, const char *key, size_t len, int64_t requ
     }
 }
 
-static void pg_dead(wq_bqueue *bq, const char *key, size_t len, const char *payload, size_t paylen,
-                    const char *error, int64_t attempts, double failed_at)
+static void pg_dead(wq_bqueue *bq, const wq_dead_row *d)
 {
-    (void)payload;
-    (void)paylen;
-    (void)failed_at;
     pgq *q = (pgq *)bq;
     uint32_t slot;
-    claim *c = wq_pgb_slot_of(q, key, len, &slot);
+    claim *c = wq_pgb_slot_of(q, d->key, d->keylen, &slot);
     if (!c)
         return;
     c->dead = 1;
-    c->attempts = attempts;
+    c->attempts = d->attempts;
     free(c->err);
-    c->err = error ? strdup(error) : NULL;
+    c->err = NULL;
+    /* The traceback travels after the message, as Lua writes it: finish() keeps it in
+     * dead.traceback (see 40-finish.sql). */
+    const char *err = d->error ? d->error : "";
+    size_t n = strlen(err), m = d->traceback ? strlen(d->traceback) : 0;
+    if ((c->err = malloc(n + m + 2))) {
+        memcpy(c->err, err, n);
+        if (m) {
+            c->err[n] = '\n';
+            memcpy(c->err + n + 1, d->traceback, m);
+        }
+        c->err[n + (m ? m + 1 : 0)] = '\0';
+    }
 }
 
 static void pg_undead(wq_bqueue *bq, const char *key, size_t len)

@@ -437,7 +437,8 @@ static const char dead_sql[] =
     "SELECT key, NULL, NULL, attempts,"
     " to_char(failed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), NULL,"
     " jsonb_build_object('key', key, 'payload', payload, 'error', error,"
-    "  'attempts', attempts, 'failed_at', extract(epoch FROM failed_at))::text, error"
+    "  'attempts', attempts, 'failed_at', extract(epoch FROM failed_at),"
+    "  'traceback', traceback)::text, error, traceback"
     " FROM @S.dead WHERE queue = $1 AND $2::text IS NULL ORDER BY failed_at, key COLLATE \"C\""
     " LIMIT $3::bigint";
 
@@ -467,7 +468,9 @@ static int list_items(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
     for (i = 0; i < n; i++) {
         int t = (int)i;
 #define COL(c) (PQgetisnull(r, t, c) ? NULL : PQgetvalue(r, t, c))
-        wq_cli_item it = {COL(0), COL(1), COL(2), COL(3), COL(4), COL(5), COL(6), COL(7)};
+        wq_cli_item it = {COL(0), COL(1), COL(2),
+                          COL(3), COL(4), COL(5),
+                          COL(6), COL(7), a->op == WQ_CLI_DEAD ? COL(8) : NULL};
 #undef COL
         if (wq_cli_items_row(a, out, i, &it))
             break;
@@ -505,16 +508,17 @@ static int show_key(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
                                                 " 'finished_at', finished_at, 'result', result)"
                                                 " ELSE jsonb_build_object('key', key, 'state', "
                                                 "state, 'payload', payload, 'error', error,"
-                                                " 'attempts', attempts, 'failed_at', failed_at) "
-                                                "END)::text, waits::text, flow"
+                                                " 'attempts', attempts, 'failed_at', failed_at,"
+                                                " 'traceback', traceback) "
+                                                "END)::text, waits::text, flow, traceback"
                                                 " FROM " WQ_PG_KEY_ROW,
         2, v, err);
     if (!r)
         return 1;
     int found = PQntuples(r) > 0;
 #define COL(c) (!found || PQgetisnull(r, 0, c) ? NULL : PQgetvalue(r, 0, c))
-    wq_cli_key k = {COL(0), COL(1), COL(2),  COL(3),  COL(4),  COL(5),  COL(6),  COL(7),
-                    COL(8), COL(9), COL(10), COL(11), COL(12), COL(13), COL(14), COL(15)};
+    wq_cli_key k = {COL(0), COL(1),  COL(2),  COL(3),  COL(4),  COL(5),  COL(6),  COL(7), COL(8),
+                    COL(9), COL(10), COL(11), COL(12), COL(13), COL(14), COL(15), COL(16)};
 #undef COL
     int rc = wq_cli_show(a, out, err, found ? &k : NULL);
     PQclear(r);

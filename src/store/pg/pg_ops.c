@@ -223,14 +223,15 @@ int wq_pgb_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
             " u AS (UPDATE @S.jobs SET delay_at = NULL WHERE queue = $1 AND key = $2"
             " AND (running OR run_at <= now()) AND delay_at IS NOT NULL RETURNING 1)"
             " SELECT (SELECT count(*) FROM d) + (SELECT count(*) FROM u)",
-        [WQ_BOP_DEAD] = "SELECT (SELECT count(*) FROM @S.dead WHERE queue = $1),"
-                        " coalesce(jsonb_agg(x.o ORDER BY x.failed_at, x.k), '[]')::text FROM ("
-                        "SELECT failed_at, key COLLATE \"C\" AS k, jsonb_build_object('key', key,"
-                        " 'attempts', attempts, 'failed_at', extract(epoch FROM failed_at))" PG_OPT(
-                            "payload", "payload")
-                            PG_OPT("error", "error") " AS o FROM @S.dead WHERE queue = $1 ORDER BY "
-                                                     "failed_at, key COLLATE \"C\""
-                                                     " LIMIT $2::bigint) x",
+        [WQ_BOP_DEAD] =
+            "SELECT (SELECT count(*) FROM @S.dead WHERE queue = $1),"
+            " coalesce(jsonb_agg(x.o ORDER BY x.failed_at, x.k), '[]')::text FROM ("
+            "SELECT failed_at, key COLLATE \"C\" AS k, jsonb_build_object('key', key,"
+            " 'attempts', attempts, 'failed_at', extract(epoch FROM failed_at))" PG_OPT(
+                "payload", "payload") PG_OPT("error", "error")
+                PG_OPT("traceback", "traceback") " AS o FROM @S.dead WHERE queue = $1 ORDER BY "
+                                                 "failed_at, key COLLATE \"C\""
+                                                 " LIMIT $2::bigint) x",
         [WQ_BOP_SCHEDULES] =
             "SELECT count(*), coalesce(jsonb_agg(x.o ORDER BY x.k), '[]')::text FROM ("
             "SELECT name COLLATE \"C\" AS k, jsonb_build_object('name', name, 'spec', spec,"

@@ -99,9 +99,7 @@ static void q_detach(wq_bqueue *bq)
 static int q_restore(wq_bqueue *bq, void (*item_fn)(void *ud, const wq_restored *r),
                      void (*fail_fn)(void *ud, const char *key, size_t len, int64_t requeues,
                                      const char *last_error),
-                     void (*dead_fn)(void *ud, const char *key, size_t len, const char *payload,
-                                     const char *error, int64_t attempts, double failed_at),
-                     void *ud)
+                     void (*dead_fn)(void *ud, const wq_dead_row *d), void *ud)
 {
     return wq_store_restore(Q(bq), item_fn, fail_fn, dead_fn, ud);
 }
@@ -124,10 +122,9 @@ static void q_failures(wq_bqueue *bq, const char *key, size_t len, int64_t reque
 {
     wq_store_failures(Q(bq), key, len, requeues, last_error);
 }
-static void q_dead(wq_bqueue *bq, const char *key, size_t len, const char *payload, size_t paylen,
-                   const char *error, int64_t attempts, double failed_at)
+static void q_dead(wq_bqueue *bq, const wq_dead_row *d)
 {
-    wq_store_dead(Q(bq), key, len, payload, paylen, error, attempts, failed_at);
+    wq_store_dead(Q(bq), d);
 }
 static void q_undead(wq_bqueue *bq, const char *key, size_t len)
 {

@@ -392,12 +392,13 @@ static int known_or_say(sqlite3 *db, const char *path, const wq_cli_args *a, FIL
     return known <= 0;
 }
 
-/* The dead letters (`wqrun dead`) in the columns of an items listing (see wq_cli_item). */
+/* The dead letters (`wqrun dead`) in the columns of an items listing (see wq_cli_item); %s:
+ * the traceback column (NULL before version 6). */
 static const char dead_sql[] =
     "SELECT key, NULL, NULL, attempts, datetime(failed_at, 'unixepoch'), NULL,"
     " json_object('key', key, 'payload', CASE WHEN payload IS NULL THEN NULL"
     "  WHEN json_valid(payload) THEN json(payload) ELSE payload END,"
-    "  'error', error, 'attempts', attempts, 'failed_at', failed_at), error"
+    "  'error', error, 'attempts', attempts, 'failed_at', failed_at, 'traceback', %s), error, %s"
     " FROM dead WHERE queue = ?1 AND ?2 IS NULL ORDER BY failed_at, key LIMIT ?3";
 
 /* `wqrun items`, and `wqrun dead` (or items --state dead). */
@@ -406,9 +407,10 @@ static int list_items(sqlite3 *db, const char *path, const wq_cli_args *a, FILE 
     int v2 = wq_schema_version(db) >= 2; /* items.grp is new in version 2 */
     sqlite3_stmt *st;
     char sql[1536];
-    if (a->op == WQ_CLI_DEAD)
-        snprintf(sql, sizeof sql, "%s", dead_sql);
-    else
+    if (a->op == WQ_CLI_DEAD) {
+        const char *tb = wq_schema_version(db) >= 6 ? "traceback" : "NULL";
+        snprintf(sql, sizeof sql, dead_sql, tb, tb);
+    } else
         snprintf(sql, sizeof sql,
                  "SELECT i.key, i.state, i.priority, coalesce(f.requeues, 0) + 1,"
                  " datetime(i.ready_at, 'unixepoch'), i.payload,"
@@ -435,7 +437,9 @@ static int list_items(sqlite3 *db, const char *path, const wq_cli_args *a, FILE 
     wq_cli_items_head(a, out);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 #define COL(c) ((const char *)sqlite3_column_text(st, c))
-        wq_cli_item it = {COL(0), COL(1), COL(2), COL(3), COL(4), COL(5), COL(6), COL(7)};
+        wq_cli_item it = {COL(0), COL(1), COL(2),
+                          COL(3), COL(4), COL(5),
+                          COL(6), COL(7), a->op == WQ_CLI_DEAD ? COL(8) : NULL};
 #undef COL
         if (wq_cli_items_row(a, out, n, &it))
             break;
@@ -579,10 +583,26 @@ static int show_key(sqlite3 *db, const char *path, const wq_cli_args *a, FILE *o
         return 1;
     }
 #define COL(c) ((const char *)sqlite3_column_text(st, c))
-    wq_cli_key k = {COL(0), COL(1), COL(2),  COL(3),  COL(4),  COL(5),  COL(6),  COL(7),
-                    COL(8), COL(9), COL(10), COL(11), COL(12), COL(13), COL(14), COL(15)};
+    wq_cli_key k = {COL(0), COL(1),  COL(2),  COL(3),  COL(4),  COL(5),  COL(6),  COL(7), COL(8),
+                    COL(9), COL(10), COL(11), COL(12), COL(13), COL(14), COL(15), NULL};
 #undef COL
+    /* A dead letter's traceback (version 6), in the text and in the JSON object. */
+    sqlite3_stmt *tb = NULL;
+    if (rc == SQLITE_ROW && k.state && strcmp(k.state, "dead") == 0 && !k.flow && version >= 6 &&
+        sqlite3_prepare_v2(db,
+                           "SELECT traceback, json_set(?3, '$.traceback', traceback) FROM dead"
+                           " WHERE queue = ?1 AND key = ?2",
+                           -1, &tb, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(tb, 1, a->queue, -1, SQLITE_STATIC);
+        sqlite3_bind_text(tb, 2, a->key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(tb, 3, k.json, -1, SQLITE_STATIC);
+        if (sqlite3_step(tb) == SQLITE_ROW) {
+            k.traceback = (const char *)sqlite3_column_text(tb, 0);
+            k.json = (const char *)sqlite3_column_text(tb, 1);
+        }
+    }
     int r = wq_cli_show(a, out, err, rc == SQLITE_ROW ? &k : NULL);
+    sqlite3_finalize(tb);
     sqlite3_finalize(st);
     return r;
 }

@@ -38,6 +38,7 @@ static void free_extra(struct extra *e)
     wq_free(e->last_error);
     wq_free(e->dpayload);
     wq_free(e->derror);
+    wq_free(e->dtrace);
     wq_free(e->result);
     memset(e, 0, sizeof *e);
 }
@@ -273,30 +274,34 @@ void wq_store_failures(wq_store_queue *sq, const char *key, size_t len, int64_t 
     e->fail_op = requeues > 0 ? OP_SET : OP_DEL;
 }
 
-void wq_store_dead(wq_store_queue *sq, const char *key, size_t len, const char *payload,
-                   size_t paylen, const char *error, int64_t attempts, double failed_at)
+void wq_store_dead(wq_store_queue *sq, const wq_dead_row *d)
 {
     if (!sq)
         return;
-    struct extra *e = extra_of(sq, key, len);
-    char *pay = NULL, *err = NULL;
-    if (e && payload && !(pay = wq_store_dup(payload, paylen)))
+    struct extra *e = extra_of(sq, d->key, d->keylen);
+    char *pay = NULL, *err = NULL, *tb = NULL;
+    if (e && d->payload && !(pay = wq_store_dup(d->payload, d->paylen)))
         e = NULL;
-    if (e && error && !(err = wq_store_dup(error, strlen(error))))
+    if (e && d->error && !(err = wq_store_dup(d->error, strlen(d->error))))
+        e = NULL;
+    if (e && d->traceback && !(tb = wq_store_dup(d->traceback, strlen(d->traceback))))
         e = NULL;
     if (!e) {
         wq_free(pay);
         wq_free(err);
+        wq_free(tb);
         sq->s->lost_updates++;
         return;
     }
     wq_free(e->dpayload);
     wq_free(e->derror);
+    wq_free(e->dtrace);
     e->dpayload = pay;
-    e->dpaylen = paylen;
+    e->dpaylen = d->paylen;
     e->derror = err;
-    e->attempts = attempts;
-    e->failed_at = failed_at;
+    e->dtrace = tb;
+    e->attempts = d->attempts;
+    e->failed_at = d->failed_at;
     e->dead_op = OP_SET;
 }
 
@@ -311,7 +316,8 @@ void wq_store_undead(wq_store_queue *sq, const char *key, size_t len)
     }
     wq_free(e->dpayload);
     wq_free(e->derror);
-    e->dpayload = e->derror = NULL;
+    wq_free(e->dtrace);
+    e->dpayload = e->derror = e->dtrace = NULL;
     e->dead_op = OP_DEL;
 }
 
@@ -760,6 +766,10 @@ static int write_extra(wq_store *s, wq_store_queue *sq, const char *key, size_t 
             sqlite3_bind_null(st, 4);
         sqlite3_bind_int64(st, 5, e->attempts);
         sqlite3_bind_double(st, 6, e->failed_at);
+        if (e->dtrace)
+            sqlite3_bind_text(st, 7, e->dtrace, -1, SQLITE_TRANSIENT);
+        else
+            sqlite3_bind_null(st, 7);
         rc = wq_store_run(st);
         ++*rows;
     } else if (e->dead_op == OP_DEL) {

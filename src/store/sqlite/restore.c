@@ -112,27 +112,32 @@ static int restore_failures(wq_store_queue *sq,
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-static int restore_dead(wq_store_queue *sq,
-                        void (*dead_fn)(void *ud, const char *key, size_t len, const char *payload,
-                                        const char *error, int64_t attempts, double failed_at),
+static int restore_dead(wq_store_queue *sq, void (*dead_fn)(void *ud, const wq_dead_row *d),
                         void *ud)
 {
     if (!dead_fn)
         return SQLITE_OK;
     sqlite3_stmt *st;
-    int rc = sqlite3_prepare_v2(sq->s->db,
-                                "SELECT key, payload, error, attempts, failed_at FROM dead"
-                                " WHERE queue = ?1 ORDER BY failed_at",
-                                -1, &st, NULL);
+    int rc =
+        sqlite3_prepare_v2(sq->s->db,
+                           "SELECT key, payload, error, attempts, failed_at, traceback FROM dead"
+                           " WHERE queue = ?1 ORDER BY failed_at",
+                           -1, &st, NULL);
     if (rc != SQLITE_OK)
         return rc;
     sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         const char *key = (const char *)sqlite3_column_text(st, 0);
-        size_t len = (size_t)sqlite3_column_bytes(st, 0);
-        dead_fn(ud, key ? key : "", len, (const char *)sqlite3_column_text(st, 1),
-                (const char *)sqlite3_column_text(st, 2), sqlite3_column_int64(st, 3),
-                sqlite3_column_double(st, 4));
+        const char *payload = (const char *)sqlite3_column_text(st, 1);
+        wq_dead_row d = {.key = key ? key : "",
+                         .keylen = (size_t)sqlite3_column_bytes(st, 0),
+                         .payload = payload,
+                         .paylen = payload ? (size_t)sqlite3_column_bytes(st, 1) : 0,
+                         .error = (const char *)sqlite3_column_text(st, 2),
+                         .traceback = (const char *)sqlite3_column_text(st, 5),
+                         .attempts = sqlite3_column_int64(st, 3),
+                         .failed_at = sqlite3_column_double(st, 4)};
+        dead_fn(ud, &d);
     }
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
@@ -141,9 +146,7 @@ static int restore_dead(wq_store_queue *sq,
 int wq_store_restore(wq_store_queue *sq, void (*item_fn)(void *ud, const wq_restored *r),
                      void (*fail_fn)(void *ud, const char *key, size_t len, int64_t requeues,
                                      const char *last_error),
-                     void (*dead_fn)(void *ud, const char *key, size_t len, const char *payload,
-                                     const char *error, int64_t attempts, double failed_at),
-                     void *ud)
+                     void (*dead_fn)(void *ud, const wq_dead_row *d), void *ud)
 {
     if (!sq || !item_fn)
         return WQ_EINVAL;

@@ -189,9 +189,13 @@ static const char v4_to_v5[] =
     ") WITHOUT ROWID;\n"
     "CREATE INDEX flow_deps_dep ON flow_deps(dep);\n";
 
+/* Version 5 -> 6: a dead letter keeps its traceback (issue 31). */
+static const char v5_to_v6[] =
+    "ALTER TABLE dead ADD COLUMN traceback TEXT; -- the last failure's Lua traceback, or NULL\n";
+
 /* migrations[v] brings a file from version v to v + 1. */
-static const char *const migrations[WQ_STORE_VERSION] = {schema_v1, v1_to_v2, v2_to_v3, v3_to_v4,
-                                                         v4_to_v5};
+static const char *const migrations[WQ_STORE_VERSION] = {schema_v1, v1_to_v2, v2_to_v3,
+                                                         v3_to_v4,  v4_to_v5, v5_to_v6};
 
 /* Reads application_id, user_version and the number of schema objects. SQLite result code. */
 static int read_header(sqlite3 *db, int *app, int *ver, int *nobj)

@@ -277,8 +277,8 @@ static const char *const stmt_sql[ST_INSERT_ITEMS] = {
     "INSERT OR REPLACE INTO failures(queue, key, requeues, last_error, updated_at)"
     " VALUES (?1, ?2, ?3, ?4, ?5)",
     "DELETE FROM failures WHERE queue = ?1 AND key = ?2",
-    "INSERT OR REPLACE INTO dead(queue, key, payload, error, attempts, failed_at)"
-    " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    "INSERT OR REPLACE INTO dead(queue, key, payload, error, attempts, failed_at, traceback)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     "DELETE FROM dead WHERE queue = ?1 AND key = ?2",
     "DELETE FROM inbox WHERE id = ?1",
     "INSERT INTO queues(name, seen_at) VALUES (?1, ?2)"

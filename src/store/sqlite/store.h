@@ -91,9 +91,7 @@ void wq_store_known_queue(wq_store *s, const char *name);
 int wq_store_restore(wq_store_queue *sq, void (*item_fn)(void *ud, const wq_restored *r),
                      void (*fail_fn)(void *ud, const char *key, size_t len, int64_t requeues,
                                      const char *last_error),
-                     void (*dead_fn)(void *ud, const char *key, size_t len, const char *payload,
-                                     const char *error, int64_t attempts, double failed_at),
-                     void *ud);
+                     void (*dead_fn)(void *ud, const wq_dead_row *d), void *ud);
 
 /* Key changed in the engine queue (call from the queue observer with its event). */
 void wq_store_touch(wq_store_queue *sq, wq_event ev, const char *key, size_t len);
@@ -120,8 +118,7 @@ void wq_store_set_meta(wq_store_queue *sq,
 void wq_store_failures(wq_store_queue *sq, const char *key, size_t len, int64_t requeues,
                        const char *last_error);
 /* A dead letter for key (replaces an earlier one). */
-void wq_store_dead(wq_store_queue *sq, const char *key, size_t len, const char *payload,
-                   size_t paylen, const char *error, int64_t attempts, double failed_at);
+void wq_store_dead(wq_store_queue *sq, const wq_dead_row *d);
 /* Removes key's dead letter. */
 void wq_store_undead(wq_store_queue *sq, const char *key, size_t len);
 

@@ -19,7 +19,7 @@
 /* PRAGMA application_id of a wqrun state file: "wqru". */
 #define WQ_STORE_APP_ID 0x77717275
 /* PRAGMA user_version this build writes and understands. */
-#define WQ_STORE_VERSION 5
+#define WQ_STORE_VERSION 6
 
 /* Ends the message refusing a damaged file: what the user can do about it. */
 #define WQ_STORE_DAMAGED_HINT                                                                      \
@@ -112,6 +112,7 @@ struct extra {
     char *dpayload; /* NULL: no payload */
     size_t dpaylen;
     char *derror;
+    char *dtrace; /* NULL: no traceback */
     int64_t attempts;
     double failed_at;
     double finished_at; /* the done row */

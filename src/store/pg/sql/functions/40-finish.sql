@@ -23,6 +23,7 @@ DECLARE
   v_gone text[]; v_grps text[]; v_grp text; q @S.queues%ROWTYPE;
   v_hand tid[]; v_hg text[]; v_nc bigint := 0; v_node bigint; v_fk text[];
   v_fn bigint[]; v_fd boolean[]; v_fr jsonb[]; v_fe text[];
+  v_msg text; v_tb text; v_at integer;
 BEGIN
   PERFORM pg_current_xact_id(); -- ready times: see add()
   v_now := clock_timestamp();
@@ -85,10 +86,14 @@ BEGIN
       DELETE FROM @S.jobs j WHERE j.queue = p_queue AND j.key = o.key
         AND j.token = o.token AND j.running AND NOT j.dirty AND j.delay_at IS NULL
         RETURNING j.payload, j.grp, j.node INTO v_payload, v_grp, v_node;
+      -- a dead letter's error: its message, then its traceback (dead.traceback)
+      v_at := CASE WHEN k = 3 THEN strpos(o.err, E'\nstack traceback:') ELSE 0 END;
+      v_msg := CASE WHEN v_at > 0 THEN left(o.err, v_at - 1) ELSE o.err END;
+      v_tb := CASE WHEN v_at > 0 THEN substr(o.err, v_at + 1) END;
       IF v_node IS NOT NULL THEN -- its node finished
         v_fn := v_fn || v_node; v_fd := v_fd || (k IN (3, 5));
         v_fr := v_fr || CASE WHEN k IN (0, 1) THEN o.nres END;
-        v_fe := v_fe || CASE WHEN k = 3 THEN o.err WHEN k = 5 THEN 'cancelled' END;
+        v_fe := v_fe || CASE WHEN k = 3 THEN v_msg WHEN k = 5 THEN 'cancelled' END;
       END IF;
     END IF;
     IF k NOT IN (0, 1, 3, 5) OR NOT FOUND THEN
@@ -115,10 +120,11 @@ BEGIN
     n := n + 1;
     IF v_grp IS NOT NULL THEN v_grps := v_grps || v_grp; END IF;
     IF k = 3 THEN
-      INSERT INTO @S.dead AS d (queue, key, payload, error, attempts, failed_at)
-        VALUES (p_queue, o.key, v_payload, o.err, o.requeues, v_now)
+      INSERT INTO @S.dead AS d (queue, key, payload, error, attempts, failed_at, traceback)
+        VALUES (p_queue, o.key, v_payload, v_msg, o.requeues, v_now, v_tb)
         ON CONFLICT (queue, key) DO UPDATE SET payload = EXCLUDED.payload,
-          error = EXCLUDED.error, attempts = EXCLUDED.attempts, failed_at = EXCLUDED.failed_at;
+          error = EXCLUDED.error, attempts = EXCLUDED.attempts, failed_at = EXCLUDED.failed_at,
+          traceback = EXCLUDED.traceback;
       v_dead := true;
     ELSIF k IN (1, 5) AND v_dead THEN
       DELETE FROM @S.dead d WHERE d.queue = p_queue AND d.key = o.key;
@@ -220,7 +226,8 @@ BEGIN
     d AS (INSERT INTO @S.dead AS d (queue, key, payload, error, attempts, failed_at)
       SELECT x.queue, x.key, x.payload, x.err, x.requeues + 1, now() FROM x
       ON CONFLICT (queue, key) DO UPDATE SET payload = EXCLUDED.payload,
-        error = EXCLUDED.error, attempts = EXCLUDED.attempts, failed_at = EXCLUDED.failed_at)
+        error = EXCLUDED.error, attempts = EXCLUDED.attempts, failed_at = EXCLUDED.failed_at,
+        traceback = NULL)
   SELECT array_agg(x.queue), array_agg(x.grp), array_agg(x.node) FILTER (WHERE x.node IS NOT NULL),
          array_agg(x.err) FILTER (WHERE x.node IS NOT NULL)
     INTO v_uq, v_ug, v_fn, v_fe FROM x;
