@@ -229,7 +229,8 @@ json_object *wq_http_queue_summary(wq_host *h, const wq_hqueue *hq)
         st.dead = d->dead;
         st.retrying = d->retrying;
         st.throttled = d->held;
-        st.paused = d->paused;
+        /* paused stays this runner's own state: the database's signal keeps it in step
+         * within a second, and a pause made here shows at once (the snapshot is older) */
     }
     json_object *o = json_object_new_object();
     if (!o)

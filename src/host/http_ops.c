@@ -299,6 +299,11 @@ static void remote_answered(void *ud, int result, const char *text)
         switch (rr->kind) {
         case WQ_BOP_PAUSE:
         case WQ_BOP_RESUME: {
+            /* This runner follows at once (GET /queues/NAME says so now); the others when
+             * the database's signal reaches them. */
+            const wq_hqueue *hq = result >= 0 ? wq_host_find_queue(rr->h, rr->queue) : NULL;
+            if (hq)
+                hq->ops->pause(hq->q, rr->kind == WQ_BOP_PAUSE);
             json_object *o = one("paused", json_object_new_boolean(rr->kind == WQ_BOP_PAUSE));
             if (o)
                 json_object_object_add(o, "changed", json_object_new_boolean(result == 1));

@@ -376,6 +376,29 @@ void lcron_restore(lqueue *lq, const wq_schedule_row *row)
      * the script no longer has stays in the file, inert, until unscheduled. */
 }
 
+void lcron_report_undefined(wq_host *h)
+{
+    /* On a shared database another runner's script may define it: nothing to say. */
+    if (!h->backend || wq_backend_shared(h->backend))
+        return;
+    for (int i = 0; i < h->nqueues; i++) {
+        lqueue *lq = h->queues[i].q;
+        for (lcron *c = lq->crons; c; c = c->nextc) {
+            if (c->defined)
+                continue;
+            char name[WQ_SHOWN_KEY];
+            wq_show_key(name, c->name, strlen(c->name));
+            wq_host_logl(h, WQ_LOG_WARN,
+                         "wqrun: warning: schedule '%s' of queue '%s' (%s) is in the state file, "
+                         "but this script does not define it: it does not fire; define it again "
+                         "with q:schedule, or remove it with q:unschedule('%s') (or, while no "
+                         "runner runs: sqlite3 FILE \"DELETE FROM schedules WHERE queue = '%s' AND "
+                         "name = '%s'\")",
+                         name, lq->name, c->spec, name, lq->name, name);
+        }
+    }
+}
+
 void lcron_free_all(lqueue *lq)
 {
     while (lq->crons) {

@@ -10,6 +10,7 @@
 
 struct lqueue;
 struct wq_schedule_row;
+struct wq_host;
 typedef struct lcron lcron;
 
 /* Queue methods: schedule, unschedule, schedules (for luaL_setfuncs). */
@@ -21,5 +22,8 @@ int lcron_list(void *q, void (*fn)(void *ud, const struct wq_schedule_row *s, in
                void *ud);
 /* Frees the queue's schedules (at close). */
 void lcron_free_all(struct lqueue *lq);
+/* The main chunk ended: warns once of each schedule restored from the state file that the
+ * script did not define again (it does not fire). */
+void lcron_report_undefined(struct wq_host *h);
 
 #endif

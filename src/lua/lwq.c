@@ -9,6 +9,7 @@
 
 #include "lua/lflow.h"
 
+#include "engine/log.h"
 #include "host/timer.h"
 #include "lua/embedded.h"
 #include "lua/lcrypto.h"
@@ -18,6 +19,7 @@
 #include "lua/ljson.h"
 #include "lua/llimiter.h"
 #include "lua/lqueue.h"
+#include "lua/lworker.h"
 #include "lua/sched.h"
 
 #include <lauxlib.h>
@@ -418,9 +420,36 @@ static int hooks_done(lua_State *L)
 }
 
 /* The C half of wq.log (lua/wq.lua formats): writes one line. */
+/*
+ * wq.log's line. Called in a handler, it carries the job: its queue, key and attempt as
+ * fields of a JSON line, and as a prefix of a text one ("mail 'user-7' (attempt 2): ...").
+ */
 static int raw_log(lua_State *L)
 {
-    wq_host_log(wq_host_of(L), "%s", luaL_checkstring(L, 1));
+    const char *msg = luaL_checkstring(L, 1);
+    wq_host *h = wq_host_of(L);
+    wq_task *t = wq_task_of(L);
+    if (!t && wq_running) /* a coroutine of the handler's own: the task being resumed */
+        t = wq_task_of(wq_running);
+    if (!t || t->kind != TASK_WORKER || !t->job_key) {
+        wq_host_log(h, "%s", msg);
+        return 0;
+    }
+    lqueue *lq = t->queue;
+    long long attempt = (long long)lworker_failures(lq, t->job_key, t->job_keylen) + 1;
+    wq_log_field f[] = {
+        WQ_LOG_STR("queue", lq->name),
+        WQ_LOG_BYTES("key", t->job_key, t->job_keylen),
+        WQ_LOG_NUM("attempt", attempt),
+    };
+    if (wq_log_json()) {
+        wq_host_logf(h, WQ_LOG_INFO, f, 3, "%s", msg);
+    } else {
+        char shown[WQ_SHOWN_KEY];
+        wq_show_key(shown, t->job_key, t->job_keylen);
+        wq_host_logf(h, WQ_LOG_INFO, f, 3, "%s '%s' (attempt %lld): %s", lq->name, shown, attempt,
+                     msg);
+    }
     return 0;
 }
 

@@ -9,6 +9,7 @@
 #include "engine/common.h"
 #include "host/progress.h"
 #include "host/timer.h"
+#include "lua/lcron.h"
 #include "lua/ljson.h"
 #include "lua/lqueue.h"
 #include "lua/lwq.h"
@@ -260,6 +261,8 @@ static void resume(wq_sched *h, wq_task *t)
         return;
     }
     if (st == LUA_OK) {
+        if (t->kind == TASK_MAIN) /* its schedules are defined by now */
+            lcron_report_undefined(h->host);
         finish(h, t);
         return;
     }

@@ -109,6 +109,12 @@ int wq_pg_cli_migrate(int argc, char **argv, FILE *out, FILE *err)
     return r < 0 ? 1 : 0;
 }
 
+static void no_notice(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message;
+}
+
 static const char add_usage[] =
     "usage: wqrun add --db URL QUEUE KEY [PAYLOAD] [--after SECONDS] "
     "[--priority N] [--group GROUP] [--unique|--no-unique] [--pg-schema NAME]\n";
@@ -163,6 +169,7 @@ int wq_pg_cli_add(int argc, char **argv, FILE *out, FILE *err)
     PGconn *pg = wq_pg_cli_connect("add", db, schema, err);
     if (!pg)
         return 1;
+    PQsetNoticeProcessor(pg, no_notice, NULL); /* its own warning below says it better */
     /* Asked before the add, which makes the queue known by its row. */
     char *kq = wq_pg_sql(pg, schema, "SELECT @S.known_queue($1)");
     PGresult *kr = kq ? PQexecParams(pg, kq, 1, NULL, pos, NULL, NULL, 0) : NULL;
@@ -360,7 +367,8 @@ int wq_pg_cli_status(int argc, char **argv, FILE *out, FILE *err)
     rc = print_rows(pg, schema,
                     "WITH names AS (SELECT name FROM @S.queues UNION SELECT DISTINCT queue FROM "
                     "@S.jobs UNION SELECT DISTINCT queue FROM @S.dead) "
-                    "SELECT n.name AS queue, "
+                    "SELECT n.name AS queue, coalesce((SELECT q.paused FROM @S.queues q WHERE "
+                    "q.name = n.name), false) AS paused, "
                     "count(j.key) FILTER (WHERE NOT j.running AND j.run_at <= now()) AS queued, "
                     "count(j.key) FILTER (WHERE j.running) AS processing, "
                     "count(j.key) FILTER (WHERE NOT j.running AND j.run_at > now()) AS waiting, "

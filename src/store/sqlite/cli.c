@@ -317,7 +317,8 @@ struct row {
     char cell[NCOLS][80];
 };
 
-/* %s: the version-2 tables among the names, and the done counts (none in a version-1 file). */
+/* %s: the version-2 tables among the names, the done counts and whether the queue is paused
+ * (none in a version-1 file). */
 static const char status_sql[] =
     "WITH names(queue) AS (SELECT name FROM queues UNION SELECT queue FROM items"
     "  UNION SELECT queue FROM dead UNION SELECT queue FROM failures"
@@ -332,7 +333,7 @@ static const char status_sql[] =
     " SELECT names.queue, coalesce(it.q, 0), coalesce(it.p, 0), coalesce(it.w, 0),"
     "  coalesce(de.n, 0), coalesce(fa.n, 0), coalesce(ib.n, 0), it.oldest, it.next,"
     "  EXISTS (SELECT 1 FROM queues WHERE name = names.queue), " WQ_SQL_NOW ","
-    "  coalesce(dn.n, 0)"
+    "  coalesce(dn.n, 0), %s"
     " FROM names LEFT JOIN it USING (queue) LEFT JOIN de USING (queue)"
     "  LEFT JOIN fa USING (queue) LEFT JOIN ib USING (queue) LEFT JOIN dn USING (queue)"
     " ORDER BY names.queue";
@@ -439,11 +440,12 @@ static int print_status(sqlite3 *db, const char *path, int active, FILE *out, FI
 {
     int version = wq_schema_version(db);
     int v2 = version >= 2;
-    char sql[sizeof status_sql + 256];
+    char sql[sizeof status_sql + 512];
     snprintf(sql, sizeof sql, status_sql,
              v2 ? " UNION SELECT queue FROM done UNION SELECT queue FROM schedules" : "",
              v2 ? "SELECT queue, count(*) AS n FROM done GROUP BY queue"
-                : "SELECT NULL AS queue, 0 AS n WHERE 0");
+                : "SELECT NULL AS queue, 0 AS n WHERE 0",
+             v2 ? "coalesce((SELECT paused FROM queues WHERE name = names.queue), 0)" : "0");
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
         fprintf(err, "wqrun: status: cannot read %s: %s\n", path, sqlite3_errmsg(db));
@@ -465,7 +467,8 @@ static int print_status(sqlite3 *db, const char *path, int active, FILE *out, FI
         struct row *r = &rows[nrows++];
         double now = sqlite3_column_double(st, 10);
         int known = sqlite3_column_int(st, 9);
-        snprintf(r->cell[C_QUEUE], sizeof r->cell[0], "%s", sqlite3_column_text(st, 0));
+        snprintf(r->cell[C_QUEUE], sizeof r->cell[0], "%s%s", sqlite3_column_text(st, 0),
+                 sqlite3_column_int(st, 12) ? " (paused)" : "");
         for (int c = 0; c < 6; c++) {
             int64_t v = sqlite3_column_int64(st, 1 + c);
             totals[c] += v;

@@ -123,17 +123,20 @@ BEGIN
   END LOOP;
   o_out := v_out; o_wake := coalesce(o_wake, false);
 END $fn$;
--- wqrun.add: one item (add_one), its group's row last.
+-- wqrun.add: one item (add_one), its group's row last. An add to a queue nobody knows (no
+-- runner defined it, no items or dead letters: a misspelled name?) is made all the same, with a
+-- WARNING naming the queue (psql shows it; runners' connections ignore notices).
 CREATE OR REPLACE FUNCTION @S.add(queue text, key text, payload jsonb DEFAULT NULL,
     after_seconds double precision DEFAULT NULL, priority integer DEFAULT NULL,
     grp text DEFAULT NULL, force boolean DEFAULT false, unique_add boolean DEFAULT NULL)
   RETURNS text LANGUAGE plpgsql AS $fn$
 DECLARE
-  v_now timestamptz; r record;
+  v_now timestamptz; r record; v_known boolean;
 BEGIN
   -- ready times are the clock once this transaction has its id (schema_v7)
   PERFORM pg_current_xact_id();
   v_now := clock_timestamp();
+  v_known := @S.known_queue(add.queue);
   r := @S.add_one(add.queue, add.key, add.payload, add.after_seconds, add.priority, add.grp,
                   add.force, add.unique_add, v_now, NULL);
   IF r.o_wake THEN
@@ -144,6 +147,10 @@ BEGIN
   IF r.o_out IN ('queued', 'delayed', 'follow-up')
       AND EXISTS (SELECT 1 FROM @S.waiting w WHERE w.queue = add.queue) THEN
     PERFORM pg_notify(@L, add.queue);
+  END IF;
+  IF NOT v_known THEN
+    RAISE WARNING 'wqrun.add: no runner has defined queue %: the item waits until a script defines it (a misspelled name?)',
+      quote_literal(add.queue);
   END IF;
   RETURN r.o_out;
 END $fn$;
