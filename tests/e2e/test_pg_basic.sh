@@ -163,7 +163,7 @@ expect_eq "$(q "select count(*) from wqrun.failures")" 0 "no failure counts left
 expect_eq "$(q "select string_agg(key, ',' order by key) from wqrun.dead")" "e1,f1" "the dead letters"
 run status --db "$DB"
 expect_rc 0 "wqrun status"
-expect_re "$OUT" '^q +0 +0 +1 +0 +2 ' "status: q has 1 waiting and 2 dead"
+expect_re "$OUT" '^q +f +0 +0 +1 +0 +2 ' "status: q (not paused) has 1 waiting and 2 dead"
 expect_in "$OUT" basic1 "status lists the runner"
 # Every run appears once as run (with a matching end for the successful ones).
 expect_eq "$(grep -c '^run q ' "$LOG")" "$(($(grep -c '^end q ' "$LOG") + 3 + 1 + 2))" \

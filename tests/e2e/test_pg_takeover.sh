@@ -44,6 +44,9 @@ expect_between "$(pg_psql "$DB" "select value from wqrun.counters where name = '
 expect_eq "$(pg_psql "$DB" "select count(*) || '|' || sum(requeues) from wqrun.items where state = 'processing'")" "20|0" \
     "20 processing, no failure counted"
 expect_eq "$(pg_psql "$DB" "select string_agg(name, ',') from wqrun.runners")" B "A's runners row is gone"
+LAST_CMD="runner B" ERR=$(cat "$TMP/b.err")
+expect_re "$ERR" "WARN wqrun: dead runner A \(id [0-9]+\): took over 20 item\(s\): t 'k1', t 'k10', t 'k11', .* and 10 more" \
+    "B's log names the dead runner and its first 10 keys, and how many more"
 echo "takeover after kill -9: all 20 items started on B within ${delay}s"
 { kill -9 "$B"; wait "$B"; } 2>/dev/null
 
@@ -109,5 +112,7 @@ expect_eq "$(pg_psql "$DB" "select value from wqrun.counters where name = 'crash
 # SPEC 8.3 dead-letters an item whose runner died while running it "more
 # than 5 times in a row": at the 6th death.
 expect_eq "$runs" 6 "bomb ran (and killed its runner) 6 times, more than 5, before it was dead-lettered"
+expect_re "$ERR" "ERROR wqrun: dead-lettered 1 item\(s\) whose runner died while running them 5 times in a row \([^)]*\(id [0-9]+\)\): kill 'bomb'" \
+    "the runner that reaped logs the dead letter at error level, with the key and the dead runner"
 echo "killer job: dead-lettered after $runs runs (runner exits: $rcs)"
 finish

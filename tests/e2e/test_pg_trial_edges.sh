@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
 # Rough edges a trial found (issue 28), on PostgreSQL: a pause through a
 # runner's HTTP API shows in its GET /queues/Q at once; `wqrun status` says
-# which queues are paused; wqrun.add() from SQL to a queue nobody knows adds
-# with a WARNING naming it (and `wqrun add` says it once, not twice).
+# which queues are paused; `wqrun items` and GET /queues/Q/items name the
+# runner of a processing item; wqrun.add() from SQL to a queue nobody knows
+# adds with a WARNING naming it (and `wqrun add` says it once, not twice).
 . "$(dirname "$0")/lib.sh"
 pg_need
 DB=$(pg_fresh_db)
 
 jobs=$(script jobs.lua <<'LUA'
 wq.queue("mail", {handler = function() end})
+wq.queue("slow", {handler = function() while not io.open(os.getenv("GATE")) do wq.sleep(0.05) end end})
 LUA
 )
-listen_start -- --serve --db "$DB" "$jobs" || { finish; }
+listen_start env GATE="$TMP/gate" -- --serve --runner-name R1 --db "$DB" "$jobs" || { finish; }
+run add --db "$DB" slow s1
+check "s1 is processing" pg_wait "$DB" "select state from wqrun.items where key = 's1'" processing 10
+run items --db "$DB" slow
+expect_re "$OUT" "s1 +processing on R1 " "wqrun items: processing on R1"
+run items --db "$DB" slow --json
+expect_in "$OUT" '"runner": "R1"' "wqrun items --json: the runner"
+expect_eq "$(curl -s -m 10 "$BASE/queues/slow/items" | python3 -c 'import json,sys; print([(i["key"], i.get("runner")) for i in json.load(sys.stdin)["items"]])')" \
+    "[('s1', 'R1')]" "GET /queues/slow/items: the runner"
+touch "$TMP/gate"
 paused() { curl -s -m 10 "$BASE/queues/mail" | python3 -c 'import json,sys; print(json.load(sys.stdin)["paused"])'; }
 expect_eq "$(paused)" False "running at first"
 code=$(curl -s -m 10 -o /dev/null -w '%{http_code}' -X POST "$BASE/queues/mail/pause")

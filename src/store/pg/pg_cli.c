@@ -456,19 +456,23 @@ static int list_items(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
     char lim[24];
     snprintf(lim, sizeof lim, "%ld", a->limit + 1);
     const char *v[3] = {a->queue, a->state, lim};
-    PGresult *r = query(pg, a->pg_schema, a->cmd,
-                        a->op == WQ_CLI_DEAD
-                            ? dead_sql
-                            : "SELECT key, state, priority, attempt,"
-                              " to_char(ready_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'),"
-                              " payload::text, jsonb_build_object('key', key, 'payload', payload,"
-                              "  'state', state, 'priority', priority, 'group', grp,"
-                              "  'ready_at', extract(epoch FROM ready_at), 'attempt', attempt,"
-                              "  'last_error', last_error)::text, last_error"
-                              " FROM @S.items WHERE queue = $1 AND ($2::text IS NULL OR state = $2)"
-                              " ORDER BY state = 'waiting', priority DESC, coalesce(ready_at, "
-                              "enqueued_at), key LIMIT $3::bigint",
-                        3, v, err);
+    PGresult *r =
+        query(pg, a->pg_schema, a->cmd,
+              a->op == WQ_CLI_DEAD
+                  ? dead_sql
+                  : "SELECT key, CASE WHEN rn IS NULL THEN state ELSE state || ' on ' || rn"
+                    " END, priority, attempt,"
+                    " to_char(ready_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'),"
+                    " payload::text, jsonb_build_object('key', key, 'payload', payload,"
+                    "  'state', state, 'priority', priority, 'group', grp,"
+                    "  'ready_at', extract(epoch FROM ready_at), 'attempt', attempt,"
+                    "  'last_error', last_error, 'runner', rn)::text, last_error"
+                    " FROM (SELECT i.*, (SELECT r.name FROM @S.runners r"
+                    "  WHERE r.id = i.runner) AS rn FROM @S.items i) i"
+                    " WHERE queue = $1 AND ($2::text IS NULL OR state = $2)"
+                    " ORDER BY state = 'waiting', priority DESC, coalesce(ready_at, "
+                    "enqueued_at), key LIMIT $3::bigint",
+              3, v, err);
     if (!r)
         return 1;
     long n = PQntuples(r), i;

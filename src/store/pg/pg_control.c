@@ -23,10 +23,25 @@ static void reap_result(void *ud, PGresult *res)
 {
     pgb *b = ud;
     if (res && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
-        long n = atol(PQgetvalue(res, 0, 0));
+        long n = atol(PQgetvalue(res, 0, 0)), m = atol(PQgetvalue(res, 0, 1));
+        const char *who = PQgetvalue(res, 0, 2);
+        char more[48] = "";
+        if (n > 10)
+            snprintf(more, sizeof more, " and %ld more", n - 10);
+        if (n > 0 || m > 0)
+            wq_pgb_logf(b, WQ_LOG_WARN, "dead runner %s: took over %ld item(s)%s%s%s", who, n,
+                        n ? ": " : "", PQgetvalue(res, 0, 3), more);
+        if (m > 0) { /* dead letters, logged at their level (docs/deploy.md) */
+            char dmore[48] = "";
+            if (m > 10)
+                snprintf(dmore, sizeof dmore, " and %ld more", m - 10);
+            wq_pgb_logf(b, WQ_LOG_ERROR,
+                        "dead-lettered %ld item(s) whose runner died while running them 5 times "
+                        "in a row (%s): %s%s",
+                        m, who, PQgetvalue(res, 0, 4), dmore);
+        }
         if (n > 0) {
             b->st.takeovers += (uint64_t)n;
-            wq_pgb_logf(b, WQ_LOG_WARN, "took over %ld item(s) of dead runners", n);
             for (pgq *q = b->queues; q; q = q->next) {
                 q->more = 1;
                 q->hint = 0; /* their items went back to where they were in the queue */

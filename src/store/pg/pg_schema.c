@@ -127,7 +127,7 @@ const wq_pg_stmt wq_pg_stmts[PGS_COUNT] = {
          "  (SELECT value FROM @S.counters WHERE name = 'takeovers')::text,\n"
          "  (SELECT value FROM @S.counters WHERE name = 'crash_dead')::text,\n"
          "  NULL, NULL, NULL, NULL"},
-    [PGS_REAP] = {"wq_reap", "SELECT @S.reap($1)"},
+    [PGS_REAP] = {"wq_reap", "SELECT * FROM @S.reap($1)"},
     [PGS_WAITING] = {"wq_waiting",
                      "WITH i AS (INSERT INTO @S.waiting SELECT $1, $2 WHERE $3::boolean\n"
                      "  ON CONFLICT DO NOTHING RETURNING 1),\n"

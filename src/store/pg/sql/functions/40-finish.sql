@@ -201,11 +201,16 @@ BEGIN
   RETURN NEXT;
 END $fn$;
 -- reap: runners that died (their session lock is gone: killed, connection reset) or went
--- silent past their lease give their running items back.
-CREATE OR REPLACE FUNCTION @S.reap(p_class integer) RETURNS integer LANGUAGE plpgsql AS $fn$
+-- silent past their lease give their running items back. For the log of the runner that reaps:
+-- o_taken items given back and o_dead dead-lettered (their runner died with them 5 times in a
+-- row), the dead runners ("name (id N)"), and the first 10 keys of each kind ("queue 'key'", by
+-- ", ").
+CREATE OR REPLACE FUNCTION @S.reap(p_class integer)
+RETURNS TABLE (o_taken integer, o_dead integer, o_runners text, o_keys text, o_dead_keys text)
+LANGUAGE plpgsql AS $fn$
 DECLARE
   v_dead bigint[]; n integer := 0; m integer := 0; g record;
-  v_uq text[]; v_ug text[]; v_fn bigint[]; v_fe text[];
+  v_uq text[]; v_ug text[]; v_fn bigint[]; v_fe text[]; v_dk text[];
 BEGIN
   SELECT array_agg(r.id) INTO v_dead FROM (
     SELECT r.id FROM @S.runners r
@@ -216,10 +221,17 @@ BEGIN
                  AND l.classid = p_class::oid AND l.objid = r.id::oid AND l.objsubid = 2
                  AND l.granted))
      FOR UPDATE SKIP LOCKED) r;
-  IF v_dead IS NULL THEN RETURN 0; END IF;
+  IF v_dead IS NULL THEN
+    o_taken := 0; o_dead := 0; RETURN NEXT; RETURN;
+  END IF;
+  SELECT string_agg(format('%s (id %s)', r.name, r.id), ', ' ORDER BY r.id) INTO o_runners
+    FROM @S.runners r WHERE r.id = ANY (v_dead);
   -- their items' rows first, in key order (the lock order: 10-groups.sql), then groups
   PERFORM 1 FROM @S.jobs j WHERE j.running AND j.runner = ANY (v_dead)
     ORDER BY j.queue, j.key FOR UPDATE;
+  SELECT string_agg(format('%s %L', s.queue, s.key), ', ') INTO o_keys FROM (SELECT j.queue,
+    j.key FROM @S.jobs j WHERE j.running AND j.runner = ANY (v_dead) AND j.crashes + 1 <= 5
+    ORDER BY j.queue, j.key LIMIT 10) s;
   WITH x AS (DELETE FROM @S.jobs j WHERE j.running AND j.runner = ANY (v_dead)
                AND j.crashes + 1 > 5 RETURNING j.*,
                format('its runner died while running it %s times in a row', j.crashes + 1) AS err),
@@ -229,8 +241,9 @@ BEGIN
         error = EXCLUDED.error, attempts = EXCLUDED.attempts, failed_at = EXCLUDED.failed_at,
         traceback = NULL)
   SELECT array_agg(x.queue), array_agg(x.grp), array_agg(x.node) FILTER (WHERE x.node IS NOT NULL),
-         array_agg(x.err) FILTER (WHERE x.node IS NOT NULL)
-    INTO v_uq, v_ug, v_fn, v_fe FROM x;
+         array_agg(x.err) FILTER (WHERE x.node IS NOT NULL), array_agg(format('%s %L', x.queue, x.key))
+    INTO v_uq, v_ug, v_fn, v_fe, v_dk FROM x;
+  o_dead_keys := array_to_string(v_dk[1:10], ', ');
   -- their flow nodes are dead (before the groups' rows: the lock order, 10-groups.sql)
   IF v_fn IS NOT NULL THEN
     PERFORM @S.flow_finish_all(v_fn, array_fill(true, ARRAY[cardinality(v_fn)]), NULL, v_fe);
@@ -245,5 +258,6 @@ BEGIN
   DELETE FROM @S.waiting WHERE runner = ANY (v_dead);
   UPDATE @S.counters SET value = value + n WHERE name = 'takeovers';
   UPDATE @S.counters SET value = value + m WHERE name = 'crash_dead';
-  RETURN n + m;
+  o_taken := n; o_dead := m;
+  RETURN NEXT;
 END $fn$;

@@ -7,4 +7,6 @@ ALTER TABLE @S.queues ADD COLUMN unique_adds boolean;
 ALTER TABLE @S.dead ADD COLUMN traceback text;
 DROP FUNCTION IF EXISTS @S.add(text, text, jsonb, double precision, integer, text, boolean,
   boolean);
+-- reap() tells whom it reaped and which keys (for the reaping runner's log)
+DROP FUNCTION IF EXISTS @S.reap(integer);
 UPDATE @S.meta SET value = '10' WHERE key = 'schema_version';
