@@ -922,6 +922,8 @@ int wq_host_run(wq_host *h)
     drain_replies(h);
     wq_commands_abandon(h);
     wq_progress_finish(h);
+    if (h->hooks.ending && !h->store_failed)
+        h->hooks.ending(h->hooks.ud);
     wq_service_stopped(h, status);
     return status;
 }

@@ -228,6 +228,8 @@ typedef struct wq_host_hooks {
     int (*holding)(void *ud);
     /* The loop settles (after every event): wake the tasks waiting for idle queues. */
     void (*settled)(void *ud);
+    /* The run is over (its last changes written): a last word before the stop line. */
+    void (*ending)(void *ud);
     void *ud;
 } wq_host_hooks;
 

@@ -132,8 +132,14 @@ static int queue_paused(lua_State *L)
 int lqops_remove(void *q, const char *key, size_t len)
 {
     lqueue *lq = q;
+    wq_item_info info;
+    double added = lq->bq && lq->history > 0 && wq_queue_lookup(lq->q, key, len, &info) == 1
+                       ? lqueue_enqueued_at(lq, info.id)
+                       : 0;
     int r = wq_queue_remove(lq->q, key, len);
     if (r == 0) {
+        lworker_history(lq, key, len, WQ_HIST_REMOVED, added, 0, lworker_failures(lq, key, len),
+                        NULL, 0, NULL);
         lworker_forget(lq, key, len); /* gone as if never added: no failure count either */
         log_action(lq, key, len, "removed");
         if (lq->host->flows && lflow_is_node(lq, key, len)) { /* its flow's node is dead */

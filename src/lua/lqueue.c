@@ -527,7 +527,7 @@ static void restore_schedule(void *ud, const wq_schedule_row *row)
 
 static const char *const queue_opts[] = {
     "handler",   "workers",  "limiter",     "max_retries", "timeout", "persist", "on_dead",
-    "keep_done", "group_of", "group_limit", "rate",        "unique",  NULL};
+    "keep_done", "group_of", "group_limit", "rate",        "unique",  "history", NULL};
 
 static int queue_new(lua_State *L)
 {
@@ -588,6 +588,10 @@ static int queue_new(lua_State *L)
     if (lua_getfield(L, 2, "keep_done") != LUA_TNIL)
         keep_done = wq_checkduration(L, -1, "queue", "keep_done", 1);
     lua_pop(L, 1);
+    double history = 86400; /* a day, as the peers keep finished jobs */
+    if (lua_getfield(L, 2, "history") != LUA_TNIL)
+        history = wq_checkduration(L, -1, "queue", "history", 1);
+    lua_pop(L, 1);
     int unique = 0;
     if (lua_getfield(L, 2, "unique") != LUA_TNIL) {
         if (!lua_isboolean(L, -1))
@@ -618,6 +622,7 @@ static int queue_new(lua_State *L)
     lq->job_arg = job_arg;
     lq->keep_done = keep_done;
     lq->unique = unique;
+    lq->history = history;
     luaL_setmetatable(L, "wq.Queue");
     lq->host = h;
     lq->L = wq_sched_of(L)->L;

@@ -45,6 +45,7 @@ typedef struct lqueue {
     int on_dead_ref;     /* registry: on_dead hook, LUA_NOREF without one */
     double keep_done;    /* seconds a finished key is remembered, 0: not at all */
     int unique;          /* the unique option: adds are unique unless they say unique = false */
+    double history;      /* the history option: seconds a finished run is kept, 0: none */
     wq_keymap *done_mem; /* finished keys -> their memory (see done_entry in lqueue.c) */
     uint64_t prune_timer;
     size_t prune_pos;           /* where the next prune batch starts in done_mem */

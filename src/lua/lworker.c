@@ -136,6 +136,12 @@ static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len
         trace = lua_tostring(L, -1); /* anchored on the stack until the end of this */
     }
     add_dead(L, lq, key, len, json, jlen, err, trace, count + 1, at);
+    if (lq->bq && lq->history > 0) {
+        wq_task *t = wq_task_of(L);
+        int job = t && t->kind == TASK_WORKER;
+        lworker_history(lq, key, len, WQ_HIST_DEAD, job ? t->job_added : 0,
+                        job ? t->job_started : 0, count + 1, NULL, 0, err);
+    }
     if (lq->bq) {
         wq_dead_row d = {.key = key,
                          .keylen = len,
@@ -151,6 +157,26 @@ static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len
     call_on_dead(L, lq, key, len, json, jlen, err, count + 1);
     if (cut)
         lua_pop(L, 1);
+}
+
+void lworker_history(lqueue *lq, const char *key, size_t len, wq_hist_state state, double added,
+                     double started, int64_t attempts, const char *result, size_t rlen,
+                     const char *error)
+{
+    if (!lq->bq || lq->history <= 0)
+        return;
+    wq_history_row r = {.key = key,
+                        .keylen = len,
+                        .state = state,
+                        .added_at = added,
+                        .started_at = started,
+                        .finished_at = wq_host_unix(lq->host, wq_host_now(lq->host)),
+                        .attempts = attempts,
+                        .result = result,
+                        .rlen = rlen,
+                        .error = error,
+                        .keep = lq->history};
+    wq_bq_history(lq->bq, &r);
 }
 
 /* A key that succeeds loses its dead letter (it was re-added and fixed). */
@@ -362,6 +388,28 @@ static void outcome_retry(lua_State *L, lqueue *lq, int idx)
     lua_pop(L, 1);
 }
 
+/* The history row of a success: its result, a string or JSON-representable table it returned
+ * (at W_RES; anything else is none). */
+static void history_done(lua_State *L, lqueue *lq, wq_task *t, const char *key, size_t klen,
+                         int nres)
+{
+    int64_t attempts = lworker_failures(lq, key, klen) + 1;
+    int type = nres >= 1 ? lua_type(L, W_RES) : LUA_TNIL;
+    const char *r = NULL;
+    size_t rlen = 0;
+    if (type == LUA_TSTRING || type == LUA_TTABLE) {
+        int status = wq_ljson_encode(L, W_RES);
+        if (status == LUA_ERRMEM)
+            lua_error(L);
+        if (status == LUA_OK)
+            r = lua_tolstring(L, -1, &rlen);
+    }
+    lworker_history(lq, key, klen, WQ_HIST_DONE, t->job_added, t->job_started, attempts, r, rlen,
+                    NULL);
+    if (type == LUA_TSTRING || type == LUA_TTABLE)
+        lua_pop(L, 1);
+}
+
 static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
 {
     clear_deadline(L, t);
@@ -372,6 +420,9 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
         /* Whatever the handler did after the cancel: no retry, no dead letter. */
         t->cancelled = 0;
         lq->ncancelled++;
+        if (lq->bq && lq->history > 0)
+            lworker_history(lq, key, klen, WQ_HIST_CANCELLED, t->job_added, t->job_started,
+                            lworker_failures(lq, key, klen) + 1, NULL, 0, "cancelled");
         lworker_forget(lq, key, klen);
         char shown[WQ_SHOWN_KEY];
         wq_show_key(shown, key, klen);
@@ -416,6 +467,8 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
         outcome_failure(L, lq, err, 0, -1);
     } else {
         lq->nsuccess++;
+        if (lq->bq && lq->history > 0)
+            history_done(L, lq, t, key, klen, nres);
         lworker_forget(lq, key, klen);
         clear_dead(L, lq, key, klen);
         if (lq->keep_done > 0)
@@ -462,6 +515,10 @@ static int worker_k(lua_State *L, int status, lua_KContext ctx)
         }
         if (lq->done_mem) /* remembered once it succeeds: load its slot meanwhile */
             wq_keymap_prefetch(lq->done_mem, info.key, info.keylen);
+        if (lq->bq && lq->history > 0) { /* for its history row */
+            t->job_added = lqueue_enqueued_at(lq, info.id);
+            t->job_started = wq_host_unix(lq->host, wq_host_now(lq->host));
+        }
         lqueue_push_taken(L, lq, &info);                      /* W_KEY, W_JSON */
         t->job_key = lua_tolstring(L, W_KEY, &t->job_keylen); /* for the watchdog */
         lua_pushcfunction(L, msgh);

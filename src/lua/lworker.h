@@ -33,5 +33,10 @@ void lworker_push_dead(lua_State *L, lqueue *lq);
 void lworker_restore_failure(void *ud, const char *key, size_t len, int64_t requeues,
                              const char *last_error);
 void lworker_restore_dead(void *ud, const wq_dead_row *d);
+/* A finished run of key for the queue's history (kept by its backend; nothing without one or
+ * with history = 0). added/started: Unix seconds, 0 unknown / never ran. */
+void lworker_history(lqueue *lq, const char *key, size_t len, wq_hist_state state, double added,
+                     double started, int64_t attempts, const char *result, size_t rlen,
+                     const char *error);
 
 #endif

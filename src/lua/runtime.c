@@ -223,6 +223,30 @@ static int hook_holding(void *ud)
     return ((wq_sched *)ud)->hooks_running;
 }
 
+/*
+ * A one-shot run on a state file that ran keys again which an earlier run of the file had
+ * finished, on a queue without keep_done: said once, with the option that skips them.
+ */
+static void hook_ending(void *ud)
+{
+    wq_sched *s = ud;
+    wq_host *h = s->host;
+    if (h->opts.serve)
+        return;
+    for (int i = 0; i < h->nqueues; i++) {
+        lqueue *lq = h->queues[i].q;
+        if (!lq->bq || lq->keep_done > 0 || lq->history <= 0)
+            continue;
+        int64_t n = wq_bq_reran(lq->bq, h->start_unix);
+        if (n > 0)
+            wq_host_logl(h, WQ_LOG_INFO,
+                         "wqrun: note: queue '%s' ran %lld key(s) again that an earlier run of "
+                         "this state file had finished; with keep_done = SECONDS a re-run skips "
+                         "the keys finished within that time (docs/state-file.md)",
+                         lq->name, (long long)n);
+    }
+}
+
 static void hook_settled(void *ud)
 {
     wq_sched *s = ud;
@@ -260,6 +284,7 @@ int wq_runtime_main(const wq_host_opts *opts, const char *script, int argc, char
         .stopping = hook_stopping,
         .holding = hook_holding,
         .settled = hook_settled,
+        .ending = hook_ending,
         .ud = s,
     };
     wq_host_set_hooks(h, &hooks);

@@ -136,6 +136,23 @@ typedef struct wq_dead_row {
     double failed_at; /* Unix seconds */
 } wq_dead_row;
 
+/* A finished run, for the queue's history (SPEC 11; strings borrowed for the call). */
+typedef enum { WQ_HIST_DONE, WQ_HIST_DEAD, WQ_HIST_CANCELLED, WQ_HIST_REMOVED } wq_hist_state;
+
+typedef struct wq_history_row {
+    const char *key;
+    size_t keylen;
+    wq_hist_state state;
+    double added_at;    /* Unix seconds the item was first added, 0: unknown */
+    double started_at;  /* its last run's start, 0: it never ran (removed) */
+    double finished_at; /* when it finished */
+    int64_t attempts;   /* its runs: the failed ones and the last */
+    const char *result; /* a done run's result (JSON text), NULL: none */
+    size_t rlen;
+    const char *error; /* a dead run's error, NULL: none */
+    double keep;       /* the queue's history option: seconds a row is kept */
+} wq_history_row;
+
 /* The longest traceback kept with a dead letter (bytes; cut at a character's end). */
 #define WQ_TRACEBACK_MAX 4096
 
@@ -475,6 +492,11 @@ struct wq_backend_ops {
     void (*dead)(wq_bqueue *bq, const wq_dead_row *d);
     /* Removes key's dead letter. */
     void (*undead)(wq_bqueue *bq, const char *key, size_t len);
+    /* A finished run for the queue's history (NULL: the backend keeps none yet). */
+    void (*history)(wq_bqueue *bq, const wq_history_row *r);
+    /* How many keys of the queue finished (done) since `since` (Unix seconds) and also before
+     * it: a batch run again that redid finished work. -1 when unknown (NULL: not kept). */
+    int64_t (*reran)(wq_bqueue *bq, double since);
     /* Completed-job memory (SPEC 7.2). */
     void (*done_put)(wq_bqueue *bq, const char *key, size_t len, double finished_at,
                      const char *result, size_t rlen);
@@ -652,6 +674,15 @@ static inline void wq_bq_failures(wq_bqueue *bq, const char *key, size_t len, in
 static inline void wq_bq_dead(wq_bqueue *bq, const wq_dead_row *d)
 {
     bq->b->ops->dead(bq, d);
+}
+static inline void wq_bq_history(wq_bqueue *bq, const wq_history_row *r)
+{
+    if (bq->b->ops->history)
+        bq->b->ops->history(bq, r);
+}
+static inline int64_t wq_bq_reran(wq_bqueue *bq, double since)
+{
+    return bq->b->ops->reran ? bq->b->ops->reran(bq, since) : -1;
 }
 static inline void wq_bq_undead(wq_bqueue *bq, const char *key, size_t len)
 {

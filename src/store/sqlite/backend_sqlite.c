@@ -130,6 +130,14 @@ static void q_undead(wq_bqueue *bq, const char *key, size_t len)
 {
     wq_store_undead(Q(bq), key, len);
 }
+static void q_history(wq_bqueue *bq, const wq_history_row *r)
+{
+    wq_store_history_put(Q(bq), r);
+}
+static int64_t q_reran(wq_bqueue *bq, double since)
+{
+    return wq_store_history_reran(Q(bq), since);
+}
 static void q_done_put(wq_bqueue *bq, const char *key, size_t len, double finished_at,
                        const char *result, size_t rlen)
 {
@@ -256,6 +264,8 @@ const wq_backend_ops wq_sqlite_ops = {
     .touch = q_touch,
     .failures = q_failures,
     .dead = q_dead,
+    .history = q_history,
+    .reran = q_reran,
     .undead = q_undead,
     .done_put = q_done_put,
     .done_del = q_done_del,

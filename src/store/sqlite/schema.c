@@ -189,9 +189,25 @@ static const char v4_to_v5[] =
     ") WITHOUT ROWID;\n"
     "CREATE INDEX flow_deps_dep ON flow_deps(dep);\n";
 
-/* Version 5 -> 6: a dead letter keeps its traceback (issue 31). */
+/* Version 5 -> 6: a dead letter keeps its traceback (issue 31); the history of finished runs
+ * (SPEC 11). */
 static const char v5_to_v6[] =
-    "ALTER TABLE dead ADD COLUMN traceback TEXT; -- the last failure's Lua traceback, or NULL\n";
+    "ALTER TABLE dead ADD COLUMN traceback TEXT; -- the last failure's Lua traceback, or NULL\n"
+    "CREATE TABLE history(             -- finished runs, kept for the queue's history seconds\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  queue TEXT NOT NULL,\n"
+    "  key TEXT NOT NULL,\n"
+    "  state TEXT NOT NULL,           -- 'done', 'dead', 'cancelled' or 'removed'\n"
+    "  added_at REAL,                 -- Unix time the item was first added\n"
+    "  started_at REAL,               -- its last run's start; NULL: it never ran\n"
+    "  finished_at REAL NOT NULL,\n"
+    "  attempts INTEGER NOT NULL,     -- its runs: the failed ones and the last\n"
+    "  runner TEXT,                   -- host:pid of the runner\n"
+    "  result TEXT,                   -- a done run's result (JSON), NULL: none\n"
+    "  error TEXT                     -- a dead run's error\n"
+    ");\n"
+    "CREATE INDEX history_key ON history(queue, key, finished_at);\n"
+    "CREATE INDEX history_time ON history(queue, finished_at);\n";
 
 /* migrations[v] brings a file from version v to v + 1. */
 static const char *const migrations[WQ_STORE_VERSION] = {schema_v1, v1_to_v2, v2_to_v3,

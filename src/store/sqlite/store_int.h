@@ -242,6 +242,8 @@ struct wq_store {
     char broken_msg[512];
     int gone;                     /* broken because the path names another file, or none */
     struct wq_store_flows *flows; /* the flow set written behind (flows.c), NULL until used */
+    struct wq_store_history
+        *history; /* finished runs written behind (history.c), NULL until used */
 };
 
 /* ---- schema.c ---- */
@@ -431,5 +433,20 @@ void wq_store_clear_flows(wq_store *s, int committed);
 void wq_store_flows_free(wq_store *s);
 /* Reads the flow tables into fs: the number of nodes, or a WQ_E* code. */
 int wq_store_restore_flows(wq_store *s, wq_flows *fs);
+
+/* ---- history.c ---- */
+
+/* A finished run of the queue (r->keep <= 0: none kept): written with the next commit. */
+void wq_store_history_put(wq_store_queue *sq, const wq_history_row *r);
+/* Whether history rows wait to be written. */
+int wq_store_history_dirty(const wq_store *s);
+/* Writes them and prunes a slice (inside the flush's transaction): SQLite result code. */
+int wq_store_write_history(wq_store *s, double now, uint64_t *rows);
+/* After a flush (committed 1): forgets the rows written; else keeps them for the next. */
+void wq_store_clear_history(wq_store *s, int committed);
+/* Frees what history.c keeps (at close, before the connection closes). */
+void wq_store_history_free(wq_store *s);
+/* Keys of the queue done since `since` that were done before it too; -1 when unknown. */
+int64_t wq_store_history_reran(wq_store_queue *sq, double since);
 
 #endif

@@ -1,0 +1,231 @@
+/*
+ * The history of finished runs in the state file (SPEC 11, table history):
+ * a row per run that ended done, dead, cancelled or removed, appended
+ * behind like everything else (in the group commit of the outcome that
+ * made it), and pruned in small slices (at most PRUNE_ROWS rows per queue
+ * and flush, at most once a second) once older than the queue's history
+ * option. Appending never reads the file.
+ */
+#include "store/sqlite/store_int.h"
+
+#include <string.h>
+#include <unistd.h>
+
+#define PRUNE_ROWS 1000 /* rows a prune slice deletes at most, per queue */
+#define PRUNE_EVERY 1.0 /* seconds between prune slices */
+
+static const char *const state_names[] = {"done", "dead", "cancelled", "removed"};
+
+struct hrow {
+    uint32_t qidx;
+    uint8_t state;
+    char *key, *result, *error; /* owned; result and error may be NULL */
+    size_t keylen, rlen;
+    double added_at, started_at, finished_at;
+    int64_t attempts;
+};
+
+struct wq_store_history {
+    struct hrow *rows; /* appended since the last commit */
+    size_t n, cap;
+    double *keep; /* per queue index: its history option (0: none seen) */
+    uint32_t nkeep;
+    double next_prune;
+    char runner[300]; /* "host:pid": who ran them */
+    sqlite3_stmt *ins, *prune;
+};
+
+static struct wq_store_history *state(wq_store *s)
+{
+    if (s->history)
+        return s->history;
+    struct wq_store_history *h = wq_malloc(sizeof *h);
+    if (!h)
+        return NULL;
+    memset(h, 0, sizeof *h);
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    snprintf(h->runner, sizeof h->runner, "%s:%ld", host, (long)getpid());
+    s->history = h;
+    return h;
+}
+
+static char *dup_or_null(const char *p, size_t n, int *oom)
+{
+    if (!p)
+        return NULL;
+    char *d = wq_store_dup(p, n);
+    if (!d)
+        *oom = 1;
+    return d;
+}
+
+void wq_store_history_put(wq_store_queue *sq, const wq_history_row *r)
+{
+    if (!sq || r->keep <= 0)
+        return;
+    wq_store *s = sq->s;
+    struct wq_store_history *h = state(s);
+    int oom = !h;
+    if (h && sq->idx >= h->nkeep) {
+        double *k = wq_realloc(h->keep, (sq->idx + 1) * sizeof *k);
+        if (k) {
+            memset(k + h->nkeep, 0, (sq->idx + 1 - h->nkeep) * sizeof *k);
+            h->keep = k;
+            h->nkeep = sq->idx + 1;
+        } else {
+            oom = 1;
+        }
+    }
+    if (!oom && h->n == h->cap &&
+        wq_store_grow((void **)&h->rows, &h->cap, h->n + 1, sizeof *h->rows) < 0)
+        oom = 1;
+    if (oom) {
+        s->lost_updates++; /* the flush fails the store: nothing is lost silently */
+        return;
+    }
+    h->keep[sq->idx] = r->keep;
+    struct hrow *x = &h->rows[h->n];
+    memset(x, 0, sizeof *x);
+    x->key = dup_or_null(r->key, r->keylen, &oom);
+    x->result = dup_or_null(r->result, r->rlen, &oom);
+    x->error = dup_or_null(r->error, r->error ? strlen(r->error) : 0, &oom);
+    if (oom) {
+        wq_free(x->key);
+        wq_free(x->result);
+        wq_free(x->error);
+        s->lost_updates++;
+        return;
+    }
+    x->qidx = sq->idx;
+    x->state = (uint8_t)r->state;
+    x->keylen = r->keylen;
+    x->rlen = r->rlen;
+    x->added_at = r->added_at;
+    x->started_at = r->started_at;
+    x->finished_at = r->finished_at;
+    x->attempts = r->attempts;
+    h->n++;
+}
+
+int wq_store_history_dirty(const wq_store *s)
+{
+    return s->history && s->history->n > 0;
+}
+
+static void bind_time(sqlite3_stmt *st, int i, double t)
+{
+    if (t > 0)
+        sqlite3_bind_double(st, i, t);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+static int prepare(wq_store *s, sqlite3_stmt **st, const char *sql)
+{
+    if (*st)
+        return SQLITE_OK;
+    return sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, st, NULL);
+}
+
+int wq_store_write_history(wq_store *s, double now, uint64_t *rows)
+{
+    struct wq_store_history *h = s->history;
+    if (!h)
+        return SQLITE_OK;
+    int rc = SQLITE_OK;
+    if (h->n)
+        rc = prepare(s, &h->ins,
+                     "INSERT INTO history(queue, key, state, added_at, started_at, finished_at,"
+                     " attempts, runner, result, error)"
+                     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
+    for (size_t i = 0; i < h->n && rc == SQLITE_OK; i++) {
+        const struct hrow *x = &h->rows[i];
+        const wq_store_queue *sq = s->queues[x->qidx];
+        sqlite3_stmt *st = h->ins;
+        sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
+        sqlite3_bind_text64(st, 2, x->key, x->keylen, SQLITE_STATIC, SQLITE_UTF8);
+        sqlite3_bind_text(st, 3, state_names[x->state], -1, SQLITE_STATIC);
+        bind_time(st, 4, x->added_at);
+        bind_time(st, 5, x->started_at);
+        sqlite3_bind_double(st, 6, x->finished_at);
+        sqlite3_bind_int64(st, 7, x->attempts);
+        sqlite3_bind_text(st, 8, h->runner, -1, SQLITE_STATIC);
+        if (x->result)
+            sqlite3_bind_text64(st, 9, x->result, x->rlen, SQLITE_STATIC, SQLITE_UTF8);
+        else
+            sqlite3_bind_null(st, 9);
+        if (x->error)
+            sqlite3_bind_text(st, 10, x->error, -1, SQLITE_STATIC);
+        else
+            sqlite3_bind_null(st, 10);
+        rc = wq_store_run(st);
+        ++*rows;
+    }
+    if (h->ins)
+        sqlite3_clear_bindings(h->ins);
+    /* A slice of the rows past each queue's window (the oldest first, by its index). */
+    if (rc != SQLITE_OK || now < h->next_prune)
+        return rc;
+    h->next_prune = now + PRUNE_EVERY;
+    rc = prepare(s, &h->prune,
+                 "DELETE FROM history WHERE rowid IN (SELECT rowid FROM history"
+                 " WHERE queue = ?1 AND finished_at < ?2 ORDER BY finished_at LIMIT ?3)");
+    for (uint32_t q = 0; q < h->nkeep && q < s->nqueues && rc == SQLITE_OK; q++) {
+        if (h->keep[q] <= 0)
+            continue;
+        const wq_store_queue *sq = s->queues[q];
+        sqlite3_bind_text(h->prune, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
+        sqlite3_bind_double(h->prune, 2, now - h->keep[q]);
+        sqlite3_bind_int(h->prune, 3, PRUNE_ROWS);
+        rc = wq_store_run(h->prune);
+        *rows += (uint64_t)sqlite3_changes(s->db);
+    }
+    if (h->prune)
+        sqlite3_clear_bindings(h->prune);
+    return rc;
+}
+
+void wq_store_clear_history(wq_store *s, int committed)
+{
+    struct wq_store_history *h = s->history;
+    if (!h || !committed)
+        return; /* not committed: the next flush writes them again */
+    for (size_t i = 0; i < h->n; i++) {
+        wq_free(h->rows[i].key);
+        wq_free(h->rows[i].result);
+        wq_free(h->rows[i].error);
+    }
+    h->n = 0;
+}
+
+void wq_store_history_free(wq_store *s)
+{
+    struct wq_store_history *h = s->history;
+    if (!h)
+        return;
+    wq_store_clear_history(s, 1);
+    sqlite3_finalize(h->ins);
+    sqlite3_finalize(h->prune);
+    wq_free(h->rows);
+    wq_free(h->keep);
+    wq_free(h);
+    s->history = NULL;
+}
+
+int64_t wq_store_history_reran(wq_store_queue *sq, double since)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(sq->s->db,
+                           "SELECT count(DISTINCT h.key) FROM history h"
+                           " WHERE h.queue = ?1 AND h.state = 'done' AND h.finished_at >= ?2"
+                           " AND EXISTS (SELECT 1 FROM history p WHERE p.queue = h.queue"
+                           "  AND p.key = h.key AND p.state = 'done' AND p.finished_at < ?2)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
+    sqlite3_bind_double(st, 2, since);
+    int64_t n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    sqlite3_finalize(st);
+    return n;
+}

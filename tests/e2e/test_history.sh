@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The history of finished runs in the state file (SPEC 11, issue 28 item 1: its
+# SQLite half) and the re-run note of issue 31: every run that ends done, dead,
+# cancelled or removed leaves a row in table history (read back with sqlite3)
+# with its times, attempts, runner, result or error; history = 0 keeps none;
+# rows older than the queue's history are pruned while the runner runs; a
+# one-shot run that ran keys again which an earlier run of the file had
+# finished says so once, unless the queue has keep_done.
+. "$(dirname "$0")/lib.sh"
+
+jobs=$(script jobs.lua <<'LUA'
+local hist = tonumber(os.getenv("HIST") or "86400")
+local keep = tonumber(os.getenv("KEEP") or "0")
+local gate = false
+local q = wq.queue("files", {max_retries = 1, history = hist, keep_done = keep,
+    limiter = wq.limiter.exponential(0.01, 0.01),
+    handler = function(key, payload, job)
+        if key == "bad" then error("broken " .. job.attempt) end
+        if key == "flaky" and job.attempt == 1 then error("once") end
+        if key == "slow" then while not gate do wq.sleep(0.01) end end
+        if key == "r" then return {rows = 3} end
+    end})
+for i = 1, 3 do q:add("f" .. i) end
+q:add("r"); q:add("bad"); q:add("flaky"); q:add("slow")
+q:add_after("later", 3600)
+q:remove("later")
+wq.sleep(0.1)
+q:cancel("slow")
+q:wait_idle()
+wq.exit(0)
+LUA
+)
+t0=$(date +%s.%N)
+run --db "$TMP/h.db" "$jobs"
+expect_rc 0 "the run"
+t1=$(date +%s.%N)
+h() { sqlite3 "$TMP/h.db" "$1"; }
+expect_eq "$(h "SELECT key, state, attempts, coalesce(result, '-'), coalesce(error, '-') FROM history ORDER BY key")" \
+"bad|dead|2|-|$TMP/jobs.lua:7: broken 2
+f1|done|1|-|-
+f2|done|1|-|-
+f3|done|1|-|-
+flaky|done|2|-|-
+later|removed|0|-|-
+r|done|1|{\"rows\":3}|-
+slow|cancelled|1|-|cancelled" "a row per finished run: state, attempts, result or error"
+expect_eq "$(h "SELECT count(*) FROM history WHERE added_at BETWEEN $t0 AND $t1 AND finished_at BETWEEN $t0 AND $t1
+  AND (started_at BETWEEN added_at AND finished_at OR (state = 'removed' AND started_at IS NULL))")" 8 \
+    "times: added <= started <= finished, within the run (a removed item never started)"
+expect_eq "$(h "SELECT DISTINCT runner FROM history")" "$(hostname):$(h "SELECT 0" >/dev/null; sed -n 's/.*started (pid \([0-9]*\)).*/\1/p' <<<"$ERR")" \
+    "the runner: host:pid"
+expect_not_in "$ERR" "note:" "a first run: nothing was finished before"
+
+run --db "$TMP/h.db" "$jobs"
+expect_in "$ERR" "wqrun: note: queue 'files' ran 5 key(s) again that an earlier run of this state file had finished; with keep_done = SECONDS a re-run skips" \
+    "a re-run that redid finished keys says so, once, with the option"
+expect_count "$ERR" "note:" 1 "once"
+expect_eq "$(h "SELECT count(*) FROM history")" 16 "its runs are in the history too"
+
+KEEP=3600 run --db "$TMP/h2.db" "$jobs"
+KEEP=3600 run --db "$TMP/h2.db" "$jobs"
+expect_not_in "$ERR" "note:" "with keep_done: skipped, no note"
+
+HIST=0 run --db "$TMP/h3.db" "$jobs"
+expect_rc 0 "history = 0"
+expect_eq "$(sqlite3 "$TMP/h3.db" "SELECT count(*) FROM history")" 0 "history = 0: no rows"
+
+# pruning while running: history = 1 s, a runner adding an item every 0.2 s
+prune=$(script prune.lua <<'LUA'
+local q = wq.queue("p", {history = 1, handler = function() end})
+local n = 0
+wq.every(0.2, function() n = n + 1; q:add("k" .. n) end)
+wq.sleep(4)
+wq.exit(0)
+LUA
+)
+run --db "$TMP/p.db" "$prune"
+expect_rc 0 "the pruning run"
+rows=$(sqlite3 "$TMP/p.db" "SELECT count(*) FROM history")
+old=$(sqlite3 "$TMP/p.db" "SELECT count(*) FROM history WHERE finished_at < (SELECT max(finished_at) FROM history) - 2.5")
+check "rows were written ($rows)" test "$rows" -ge 3
+expect_eq "$old" 0 "rows older than history (1 s) plus a prune interval are gone"
+check "and the recent ones stay ($rows < 19)" test "$rows" -lt 19
+finish
