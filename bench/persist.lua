@@ -4,6 +4,8 @@
 -- N jobs (default 1,000,000), keys tostring(1..N) as in bench/jobs.lua.
 -- PAYLOAD: bytes of string payload per job (default 0: no payload).
 -- KEEP_DONE (environment): keep_done seconds for mode run (default: none).
+-- HISTORY (environment): the queue's history option for mode run (default: the queue's own,
+-- a day; 0 turns it off).
 -- MODE:
 --   run      add all N to a queue with a no-op handler (1 worker), then wait
 --            until the handler has run every one; prints the add, run and
@@ -55,7 +57,8 @@ local payload = PAYLOAD > 0 and string.rep("x", PAYLOAD) or nil
 if MODE == "run" then
     -- KEEP_DONE=seconds in the environment: the completed-job memory too.
     local keep = tonumber(os.getenv("KEEP_DONE") or "")
-    local q = wq.queue("persist", {handler = function() end, keep_done = keep})
+    local history = tonumber(os.getenv("HISTORY") or "")
+    local q = wq.queue("persist", {handler = function() end, keep_done = keep, history = history})
     collectgarbage()
     local c0 = loop_cpu()
     local t0 = wq.now()

@@ -281,7 +281,8 @@ if SHOTS:
     driver.save_screenshot(os.path.join(SHOTS, "dashboard-overview.png"))
 
 # ------------------------------------------------------------------ schedules and held groups
-driver.get(BASE + "/#/queue/mail")
+# #/queues/NAME (as the API spells it) is the queue's page too, not the overview
+driver.get(BASE + "/#/queues/mail")
 
 
 def sched_row(name):
@@ -293,6 +294,7 @@ def group_row(name):
 
 
 wait("the schedules of mail", lambda: sched_row("digest") and sched_row("beat"))
+ok("#/queues/mail shows mail's page")
 status, api_sched = api("GET", "/queues/mail/schedules")
 api_sched = {x["name"]: x for x in api_sched["schedules"]}
 digest = steady(lambda: {f: cell(sched_row("digest"), f) for f in ("name", "spec", "key", "next", "last")})
