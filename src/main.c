@@ -30,6 +30,7 @@ static void usage(FILE *f)
           "       wqrun retry --db PATH|URL QUEUE (KEY | --all)\n"
           "       wqrun purge-dead --db PATH|URL QUEUE\n"
           "       wqrun trigger --db PATH|URL QUEUE SCHEDULE\n"
+          "       wqrun history --db PATH QUEUE [--limit N] [--before ID] [--json]\n"
           "       wqrun items --db PATH|URL QUEUE [--state S] [--limit N] [--json]\n"
           "       wqrun show --db PATH|URL QUEUE KEY [--json]\n"
           "       wqrun dead --db PATH|URL QUEUE [--limit N] [--json]\n"
@@ -133,6 +134,11 @@ static int subcommand(const char *cmd, int argc, char **argv)
             return wq_pg_cli_add(argc, argv, stdout, stderr);
         if (strcmp(cmd, "trigger") == 0)
             return wq_pg_cli_trigger(argc, argv, stdout, stderr);
+        if (strcmp(cmd, "history") == 0) {
+            fprintf(stderr, "wqrun: history: PostgreSQL keeps no history yet (a state file "
+                            "does: docs/state-file.md)\n");
+            return 1;
+        }
         if (strcmp(cmd, "status") == 0)
             return wq_pg_cli_status(argc, argv, stdout, stderr);
         return wq_pg_cli_op(cmd, argc, argv, stdout, stderr);
@@ -155,6 +161,8 @@ static int subcommand(const char *cmd, int argc, char **argv)
         return wq_store_cli_add(argc, args);
     if (strcmp(cmd, "trigger") == 0)
         return wq_store_cli_trigger_io(argc, args, stdout, stderr);
+    if (strcmp(cmd, "history") == 0)
+        return wq_store_cli_history_io(argc, args, stdout, stderr);
     if (strcmp(cmd, "status") == 0)
         return wq_store_cli_status(argc, args);
     return wq_store_cli_op(cmd, argc, args);
@@ -181,12 +189,25 @@ static const struct command {
     const char *name;
     int (*run)(const char *cmd, int argc, char **argv); /* argv after the name */
 } commands[] = {
-    {"add", subcommand},      {"status", subcommand},     {"pause", subcommand},
-    {"resume", subcommand},   {"remove", subcommand},     {"cancel", subcommand},
-    {"retry", subcommand},    {"purge-dead", subcommand}, {"items", subcommand},
-    {"show", subcommand},     {"dead", subcommand},       {"trigger", subcommand},
-    {"migrate", migrate_cmd}, {"runners", runners_cmd},   {"add-flow", subcommand},
-    {"flows", subcommand},    {"flow", subcommand},       {NULL, NULL},
+    {"add", subcommand},
+    {"status", subcommand},
+    {"pause", subcommand},
+    {"resume", subcommand},
+    {"remove", subcommand},
+    {"cancel", subcommand},
+    {"retry", subcommand},
+    {"purge-dead", subcommand},
+    {"items", subcommand},
+    {"show", subcommand},
+    {"dead", subcommand},
+    {"trigger", subcommand},
+    {"history", subcommand},
+    {"migrate", migrate_cmd},
+    {"runners", runners_cmd},
+    {"add-flow", subcommand},
+    {"flows", subcommand},
+    {"flow", subcommand},
+    {NULL, NULL},
 };
 
 static const struct command *find_command(const char *name)

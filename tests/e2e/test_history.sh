@@ -57,6 +57,27 @@ expect_in "$ERR" "wqrun: note: queue 'files' ran 5 key(s) again that an earlier 
 expect_count "$ERR" "note:" 1 "once"
 expect_eq "$(h "SELECT count(*) FROM history")" 16 "its runs are in the history too"
 
+# wqrun history: newest first, paged; show answers from the last run once not pending
+run history --db "$TMP/h.db" files --limit 3
+expect_rc 0 "wqrun history"
+expect_eq "$(printf '%s\n' "$OUT" | awk 'NR > 1 && $1 != "..." { print $1 }' | tr '\n' ' ')" "16 15 14 " \
+    "the newest 3 rows, newest first"
+last=$(printf '%s\n' "$OUT" | awk 'NR == 4 { print $1 }')
+expect_in "$OUT" "... more: --before $last" "it says how to get the next page"
+run history --db "$TMP/h.db" files --limit 2 --before "$last" --json
+expect_eq "$(printf '%s' "$OUT" | python3 -c 'import json,sys; print([r["id"] for r in json.load(sys.stdin)])')" \
+    "[13, 12]" "--before ID --json: the next page"
+run show --db "$TMP/h.db" files r --json
+expect_eq "$(printf '%s' "$OUT" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["state"], d["result"])')" \
+    "done {'rows': 3}" "show: a finished key (no keep_done) answers from its last run, with its result"
+run show --db "$TMP/h.db" files slow
+expect_in "$OUT" "state        cancelled" "show: a cancelled key"
+run history --db "$TMP/h.db" nosuch
+expect_eq "$OUT" "ID        KEY                       STATE      FINISHED (UTC)       ATTEMPTS      TOOK  ERROR OR RESULT" \
+    "an unknown queue: an empty listing"
+run history --db "$TMP/h.db"
+expect_rc 2 "history without QUEUE: usage"
+
 KEEP=3600 run --db "$TMP/h2.db" "$jobs"
 KEEP=3600 run --db "$TMP/h2.db" "$jobs"
 expect_not_in "$ERR" "note:" "with keep_done: skipped, no note"

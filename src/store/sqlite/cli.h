@@ -18,6 +18,8 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err);
 /* wqrun trigger --db PATH QUEUE SCHEDULE: the schedule's add now, as an inbox row (its next
  * time unchanged); exit status. */
 int wq_store_cli_trigger_io(int argc, char **argv, FILE *out, FILE *err);
+/* wqrun history --db PATH QUEUE [--limit N] [--before ID] [--json]: exit status. */
+int wq_store_cli_history_io(int argc, char **argv, FILE *out, FILE *err);
 int wq_store_cli_status_io(int argc, char **argv, FILE *out, FILE *err);
 
 /* `wqrun CMD --db PATH QUEUE ...`: argv after CMD. Returns the exit code (0, 1, 2 bad usage). */

@@ -463,12 +463,31 @@ static int list_items(sqlite3 *db, const char *path, const wq_cli_args *a, FILE 
 
 /* What the file holds of the key: pending wins, else the later of its done memory and its dead
  * letter (as the runner answers q:item). A file of version 1 has no done memory nor groups. */
+/* A flow's node of the key: blocked (rank 0) or its last finished one (rank 2, version 5). */
+#define FLOW_UNION                                                                                 \
+    "UNION ALL SELECT CASE WHEN n.state = 'blocked' THEN 0 ELSE 2 END, n.state, n.key,"            \
+    " n.payload, n.priority, n.grp, NULL, NULL, NULL,"                                             \
+    " CASE WHEN n.state = 'done' THEN n.finished_at END, n.result, n.error, NULL,"                 \
+    " CASE WHEN n.state = 'dead' THEN n.finished_at END,"                                          \
+    " CASE WHEN n.state = 'blocked' THEN n.waits END, n.flow"                                      \
+    " FROM (SELECT * FROM flow_nodes WHERE queue = ?1 AND key = ?2"                                \
+    " AND state IN ('blocked', 'done', 'dead') ORDER BY state = 'blocked' DESC,"                   \
+    " finished_at DESC LIMIT 1) AS n"
+/* Else its last finished run (rank 3, version 6): done, dead, cancelled or removed. */
+#define HISTORY_UNION                                                                              \
+    " UNION ALL SELECT 3, h.state, h.key, NULL, NULL, NULL, NULL, NULL, NULL,"                     \
+    " CASE WHEN h.state = 'done' THEN h.finished_at END, h.result, h.error,"                       \
+    " CASE WHEN h.state <> 'done' THEN h.attempts END,"                                            \
+    " CASE WHEN h.state <> 'done' THEN h.finished_at END, NULL, NULL"                              \
+    " FROM (SELECT * FROM history WHERE queue = ?1 AND key = ?2 ORDER BY id DESC LIMIT 1) AS h"
+
 static int show_key(sqlite3 *db, const char *path, const wq_cli_args *a, FILE *out, FILE *err)
 {
+    static const char flows_only[] = FLOW_UNION, flows_history[] = FLOW_UNION HISTORY_UNION;
     int version = wq_schema_version(db);
-    char sql[4096];
+    char sql[6144];
     /* pending (rank 0), else the later of a dead letter and a done memory (rank 1), else a
-     * flow's node: blocked (rank 0) or its last finished one (rank 2, version 5) */
+     * flow's node (rank 0 or 2), else the key's last finished run (rank 3) */
     snprintf(
         sql, sizeof sql,
         "SELECT state, key, payload, priority, grp, attempt, last_error, " UTC("ready_at") ", " UTC("finished_at") ", result, error, attempts, " UTC(
@@ -565,16 +584,9 @@ static int show_key(sqlite3 *db, const char *path, const wq_cli_args *a, FILE *o
                        " finished_at, result, NULL, NULL, NULL, NULL, NULL FROM done"
                        " WHERE queue = ?1 AND key = ?2"
                      : "",
-        version >= 5
-            ? "UNION ALL SELECT CASE WHEN n.state = 'blocked' THEN 0 ELSE 2 END, n.state, n.key,"
-              " n.payload, n.priority, n.grp, NULL, NULL, NULL,"
-              " CASE WHEN n.state = 'done' THEN n.finished_at END, n.result, n.error, NULL,"
-              " CASE WHEN n.state = 'dead' THEN n.finished_at END,"
-              " CASE WHEN n.state = 'blocked' THEN n.waits END, n.flow"
-              " FROM (SELECT * FROM flow_nodes WHERE queue = ?1 AND key = ?2"
-              " AND state IN ('blocked', 'done', 'dead') ORDER BY state = 'blocked' DESC,"
-              " finished_at DESC LIMIT 1) AS n"
-            : "");
+        version >= 6   ? flows_history
+        : version >= 5 ? flows_only
+                       : "");
     sqlite3_stmt *st = prep(db, sql, a);
     int rc = st ? sqlite3_step(st) : SQLITE_ERROR;
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
