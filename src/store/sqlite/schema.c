@@ -194,7 +194,7 @@ static const char v4_to_v5[] =
 static const char v5_to_v6[] =
     "ALTER TABLE dead ADD COLUMN traceback TEXT; -- the last failure's Lua traceback, or NULL\n"
     "CREATE TABLE history(             -- finished runs, kept for the queue's history seconds\n"
-    "  id INTEGER PRIMARY KEY,\n"
+    "  id INTEGER PRIMARY KEY,        -- in the order they finished (no other index: an append)\n"
     "  queue TEXT NOT NULL,\n"
     "  key TEXT NOT NULL,\n"
     "  state TEXT NOT NULL,           -- 'done', 'dead', 'cancelled' or 'removed'\n"
@@ -205,9 +205,7 @@ static const char v5_to_v6[] =
     "  runner TEXT,                   -- host:pid of the runner\n"
     "  result TEXT,                   -- a done run's result (JSON), NULL: none\n"
     "  error TEXT                     -- a dead run's error\n"
-    ");\n"
-    "CREATE INDEX history_key ON history(queue, key, finished_at);\n"
-    "CREATE INDEX history_time ON history(queue, finished_at);\n";
+    ");\n";
 
 /* migrations[v] brings a file from version v to v + 1. */
 static const char *const migrations[WQ_STORE_VERSION] = {schema_v1, v1_to_v2, v2_to_v3,
