@@ -187,6 +187,10 @@ typedef struct wq_queue_ops {
      * how many groups hold items back, or a WQ_E* code. */
     int64_t (*held_groups)(void *q, size_t max, void (*fn)(void *ud, const wq_group_view *g),
                            void *ud);
+    /* The queue's history newest first (below id before, 0: the newest; at most limit rows),
+     * each to fn: the number, WQ_ENOENT when nothing keeps it, or another WQ_E* code. */
+    int (*history)(void *q, int64_t before, size_t limit,
+                   void (*fn)(void *ud, const wq_history_view *v), void *ud);
     /* Any of the actions above on a backend that applies them itself (wq_bq_op): 0 and fn is
      * called with the answer, WQ_BACKEND_LOCAL (use the members above), or a WQ_E* code. */
     int (*op)(void *q, const wq_bop *op, wq_bop_fn fn, void *ud);

@@ -15,6 +15,7 @@
 #include "store/backend.h"
 
 #include "host/commands.h"
+#include "host/http_history.h"
 #include "host/http_int.h"
 #include "host/json.h"
 
@@ -864,7 +865,8 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
         R_DEAD,
         R_RETRY,
         R_SCHEDULES,
-        R_GROUPS
+        R_GROUPS,
+        R_HISTORY
     } route;
     if (!*rest || strcmp(rest, "/") == 0)
         route = R_QUEUE;
@@ -886,6 +888,8 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
         route = R_SCHEDULES;
     else if (strcmp(rest, "/groups") == 0)
         route = R_GROUPS;
+    else if (strcmp(rest, "/history") == 0)
+        route = R_HISTORY;
     else
         return 0;
     int allowed;
@@ -893,7 +897,8 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
     switch (route) {
     case R_QUEUE:
     case R_SCHEDULES:
-    case R_GROUPS: allowed = get, allow = "GET, HEAD"; break;
+    case R_GROUPS:
+    case R_HISTORY: allowed = get, allow = "GET, HEAD"; break;
     case R_PAUSE:
     case R_RESUME:
     case R_CANCEL:
@@ -966,6 +971,7 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
     case R_RETRY: retry(h, req, hq, key, keylen); break;
     case R_SCHEDULES: get_schedules(h, req, hq, query); break;
     case R_GROUPS: get_groups(h, req, hq, query); break;
+    case R_HISTORY: wq_http_history(h, req, hq, query); break;
     }
     free(key);
     return 1;

@@ -571,6 +571,15 @@ static void fill_view(lqueue *lq, const wq_item_info *info, wq_item_view *v)
     v->grouplen = info->grouplen;
 }
 
+int lqops_history(void *q, int64_t before, size_t limit,
+                  void (*fn)(void *ud, const wq_history_view *v), void *ud)
+{
+    lqueue *lq = q;
+    if (!lq->bq) /* in memory: nothing outlives the run, no history is kept */
+        return WQ_ENOENT;
+    return wq_bq_history_list(lq->bq, before, limit, fn, ud);
+}
+
 int lqops_items(void *q, const wq_items_query *qry, void (*fn)(void *ud, const wq_item_view *it),
                 void *ud)
 {

@@ -34,6 +34,9 @@ int lqops_remove(void *q, const char *key, size_t len);
 int lqops_cancel(void *q, const char *key, size_t len);
 int lqops_retry(void *q, const char *key, size_t len);
 int lqops_purge_dead(void *q);
+/* The queue's history from its backend (wq_queue_ops.history). */
+int lqops_history(void *q, int64_t before, size_t limit,
+                  void (*fn)(void *ud, const wq_history_view *v), void *ud);
 int lqops_items(void *q, const wq_items_query *qry, void (*fn)(void *ud, const wq_item_view *it),
                 void *ud);
 int lqops_dead(void *q, void (*fn)(void *ud, const wq_dead_view *d), void *ud);

@@ -1748,6 +1748,7 @@ static const wq_queue_ops lqueue_ops = {
     .dead = lqops_dead,
     .item = lqops_item,
     .schedules = lcron_list,
+    .history = lqops_history,
     .held_groups = op_held_groups,
     .op = lqops_op,
 };

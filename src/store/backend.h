@@ -153,6 +153,20 @@ typedef struct wq_history_row {
     double keep;       /* the queue's history option: seconds a row is kept */
 } wq_history_row;
 
+/* A history row as read back (strings valid for the call). */
+typedef struct wq_history_view {
+    int64_t id; /* in the order the runs finished */
+    const char *key;
+    size_t keylen;
+    const char *state;                        /* "done", "dead", "cancelled" or "removed" */
+    double added_at, started_at, finished_at; /* 0: unknown / never started */
+    int64_t attempts;
+    const char *runner;
+    const char *result; /* JSON text or NULL */
+    size_t rlen;
+    const char *error;
+} wq_history_view;
+
 /* The longest traceback kept with a dead letter (bytes; cut at a character's end). */
 #define WQ_TRACEBACK_MAX 4096
 
@@ -497,6 +511,10 @@ struct wq_backend_ops {
     /* How many keys of the queue finished (done) since `since` (Unix seconds) and also before
      * it: a batch run again that redid finished work. -1 when unknown (NULL: not kept). */
     int64_t (*reran)(wq_bqueue *bq, double since);
+    /* The queue's history, newest first: at most limit rows with an id below before (0: the
+     * newest), each to fn. The number, or a WQ_E* code (NULL: not kept). */
+    int (*history_list)(wq_bqueue *bq, int64_t before, size_t limit,
+                        void (*fn)(void *ud, const wq_history_view *v), void *ud);
     /* Completed-job memory (SPEC 7.2). */
     void (*done_put)(wq_bqueue *bq, const char *key, size_t len, double finished_at,
                      const char *result, size_t rlen);
@@ -679,6 +697,13 @@ static inline void wq_bq_history(wq_bqueue *bq, const wq_history_row *r)
 {
     if (bq->b->ops->history)
         bq->b->ops->history(bq, r);
+}
+/* WQ_ENOENT when the backend keeps no history. */
+static inline int wq_bq_history_list(wq_bqueue *bq, int64_t before, size_t limit,
+                                     void (*fn)(void *ud, const wq_history_view *v), void *ud)
+{
+    return bq->b->ops->history_list ? bq->b->ops->history_list(bq, before, limit, fn, ud)
+                                    : WQ_ENOENT;
 }
 static inline int64_t wq_bq_reran(wq_bqueue *bq, double since)
 {

@@ -490,6 +490,34 @@ if driver.execute_script("return document.documentElement.scrollWidth > window.i
 ok("a queue's groups and schedules fit a phone's width too")
 driver.set_window_size(1280, 900)
 
+# ------------------------------------------------------------------ recent runs (the history)
+driver.get(BASE + "/#/queue/fast")
+
+
+def history_rows():
+    return driver.find_elements(By.CSS_SELECTOR, "#history tbody tr")
+
+
+wait("fast's recent runs", lambda: len(history_rows()) >= 3)
+status, api_hist = api("GET", "/queues/fast/history?limit=20")
+api_keys = [r["key"] for r in api_hist["history"]]
+shown = steady(lambda: [(r.get_attribute("data-key"), r.get_attribute("data-state")) for r in history_rows()])
+if not shown or len(shown) > 20 or any(st != "done" for _, st in shown):
+    fail("fast's recent runs shown as %s" % shown)
+# the page and the API read at different moments: the rows shown are among the newest the API
+# lists, newest first (keys f<n>, n rising)
+if not set(k for k, _ in shown[:5]) & set(api_keys[:25]):
+    fail("fast's recent runs %s are not the API's newest %s" % (shown[:5], api_keys[:5]))
+nums = [int(k[1:]) for k, _ in shown]
+if nums != sorted(nums, reverse=True):
+    fail("fast's recent runs are not newest first: %s" % nums)
+ok("a queue's page lists its recent runs, newest first (%d shown, newest %s)" % (len(shown), shown[0][0]))
+driver.get(BASE + "/#/queue/idle")
+wait("idle's history: k001, removed above with the Remove button",
+     lambda: any(r.get_attribute("data-key") == "k001" and r.get_attribute("data-state") == "removed"
+                 for r in history_rows()))
+ok("an item removed from the page is in its queue's recent runs as removed")
+
 # ------------------------------------------------------------------ --token
 driver.get(TBASE + "/")
 wait("the token prompt", lambda: driver.find_element(By.ID, "auth").is_displayed())

@@ -78,6 +78,35 @@ expect_eq "$OUT" "ID        KEY                       STATE      FINISHED (UTC) 
 run history --db "$TMP/h.db"
 expect_rc 2 "history without QUEUE: usage"
 
+# GET /queues/files/history: the same rows, newest first, paged by next / before
+idle=$(script idle.lua <<'LUA'
+wq.queue("files")
+LUA
+)
+listen_start -- --serve --db "$TMP/h.db" "$idle" || { finish; }
+page1=$(curl -s -m 10 "$BASE/queues/files/history?limit=3")
+expect_eq "$(printf '%s' "$page1" | python3 -c 'import json,sys; d=json.load(sys.stdin); print([r["id"] for r in d["history"]], d["next"])')" \
+    "[16, 15, 14] 14" "GET history?limit=3: the newest 3 and where the next page starts"
+expect_eq "$(curl -s -m 10 "$BASE/queues/files/history?limit=2&before=14" | python3 -c 'import json,sys; d=json.load(sys.stdin); print([r["id"] for r in d["history"]], d["next"])')" \
+    "[13, 12] 12" "before=14: the next page"
+expect_eq "$(curl -s -m 10 "$BASE/queues/files/history?limit=1000" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(len(d["history"]), d["next"])')" \
+    "16 None" "the whole history: no next page"
+expect_eq "$(curl -s -m 10 "$BASE/queues/files/history?limit=2&before=14" | python3 -c 'import json,sys; r=json.load(sys.stdin)["history"][0]; print(sorted(r))')" \
+    "['added_at', 'attempts', 'error', 'finished_at', 'id', 'key', 'result', 'runner', 'started_at', 'state']" \
+    "a run's fields"
+code=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "$BASE/queues/files/history?limit=0")
+expect_eq "$code $(cat "$TMP/body")" "400 {\"error\":\"bad parameter 'limit' (limit: 1 to 1000; before: a row id > 0)\"}" \
+    "limit=0: 400 naming the parameter"
+expect_eq "$(curl -s -m 10 -o /dev/null -w '%{http_code}' -X POST "$BASE/queues/files/history")" 405 "POST: 405"
+kill -TERM "$PID"
+wait_exit "$PID" 20
+listen_start -- --serve "$idle" || { finish; }
+code=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "$BASE/queues/files/history")
+expect_eq "$code" 404 "no state file: 404"
+expect_in "$(cat "$TMP/body")" "only a state file (--db FILE) keeps it" "saying why"
+kill -TERM "$PID"
+wait_exit "$PID" 20
+
 KEEP=3600 run --db "$TMP/h2.db" "$jobs"
 KEEP=3600 run --db "$TMP/h2.db" "$jobs"
 expect_not_in "$ERR" "note:" "with keep_done: skipped, no note"

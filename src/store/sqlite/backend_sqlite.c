@@ -138,6 +138,11 @@ static int64_t q_reran(wq_bqueue *bq, double since)
 {
     return wq_store_history_reran(Q(bq), since);
 }
+static int q_history_list(wq_bqueue *bq, int64_t before, size_t limit,
+                          void (*fn)(void *ud, const wq_history_view *v), void *ud)
+{
+    return wq_store_history_list(Q(bq), before, limit, fn, ud);
+}
 static void q_done_put(wq_bqueue *bq, const char *key, size_t len, double finished_at,
                        const char *result, size_t rlen)
 {
@@ -266,6 +271,7 @@ const wq_backend_ops wq_sqlite_ops = {
     .dead = q_dead,
     .history = q_history,
     .reran = q_reran,
+    .history_list = q_history_list,
     .undead = q_undead,
     .done_put = q_done_put,
     .done_del = q_done_del,

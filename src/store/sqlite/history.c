@@ -271,3 +271,39 @@ int64_t wq_store_history_reran(wq_store_queue *sq, double since)
     sqlite3_finalize(st);
     return n;
 }
+
+int wq_store_history_list(wq_store_queue *sq, int64_t before, size_t limit,
+                          void (*fn)(void *ud, const wq_history_view *v), void *ud)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(sq->s->db,
+                           "SELECT id, key, state, added_at, started_at, finished_at, attempts,"
+                           " runner, result, error FROM history"
+                           " WHERE queue = ?1 AND (?2 = 0 OR id < ?2) ORDER BY id DESC LIMIT ?3",
+                           -1, &st, NULL) != SQLITE_OK)
+        return WQ_EIO;
+    sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, before);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)limit);
+    int n = 0, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *key = (const char *)sqlite3_column_text(st, 1);
+        const char *result = (const char *)sqlite3_column_text(st, 8);
+        wq_history_view v = {.id = sqlite3_column_int64(st, 0),
+                             .key = key ? key : "",
+                             .keylen = (size_t)sqlite3_column_bytes(st, 1),
+                             .state = (const char *)sqlite3_column_text(st, 2),
+                             .added_at = sqlite3_column_double(st, 3),
+                             .started_at = sqlite3_column_double(st, 4),
+                             .finished_at = sqlite3_column_double(st, 5),
+                             .attempts = sqlite3_column_int64(st, 6),
+                             .runner = (const char *)sqlite3_column_text(st, 7),
+                             .result = result,
+                             .rlen = result ? (size_t)sqlite3_column_bytes(st, 8) : 0,
+                             .error = (const char *)sqlite3_column_text(st, 9)};
+        fn(ud, &v);
+        n++;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? n : WQ_EIO;
+}

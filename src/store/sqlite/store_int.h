@@ -448,5 +448,8 @@ void wq_store_clear_history(wq_store *s, int committed);
 void wq_store_history_free(wq_store *s);
 /* Keys of the queue done since `since` that were done before it too; -1 when unknown. */
 int64_t wq_store_history_reran(wq_store_queue *sq, double since);
+/* The queue's rows newest first, below id before (0: from the newest): the number or WQ_EIO. */
+int wq_store_history_list(wq_store_queue *sq, int64_t before, size_t limit,
+                          void (*fn)(void *ud, const wq_history_view *v), void *ud);
 
 #endif
