@@ -37,8 +37,8 @@ static void on_run(void *ud, const wq_history_view *v)
         p->nomem = 1;
         return;
     }
-    json_object *result = NULL;
-    if (v->result && !wq_json_parse(v->result, v->rlen, &result) && !result)
+    json_object *result = NULL; /* stays NULL (null) when there is none, or it is not JSON */
+    if (v->result && wq_json_parse(v->result, v->rlen, &result))
         result = NULL;
     json_object_object_add(o, "id", json_object_new_int64(v->id));
     json_object_object_add(o, "key", json_object_new_string_len(v->key, (int)v->keylen));
