@@ -494,28 +494,31 @@ driver.set_window_size(1280, 900)
 driver.get(BASE + "/#/queue/fast")
 
 
-def history_rows():
-    return driver.find_elements(By.CSS_SELECTOR, "#history tbody tr")
+def history_now():
+    """The recent runs shown, read in one go (a refresh may replace the table between reads)."""
+    return driver.execute_script("return Array.from(document.querySelectorAll('#history tbody tr'))"
+                                 ".map(r => [r.dataset.key, r.dataset.state])")
 
 
-wait("fast's recent runs", lambda: len(history_rows()) >= 3)
-status, api_hist = api("GET", "/queues/fast/history?limit=20")
-api_keys = [r["key"] for r in api_hist["history"]]
-shown = steady(lambda: [(r.get_attribute("data-key"), r.get_attribute("data-state")) for r in history_rows()])
-if not shown or len(shown) > 20 or any(st != "done" for _, st in shown):
-    fail("fast's recent runs shown as %s" % shown)
-# the page and the API read at different moments: the rows shown are among the newest the API
-# lists, newest first (keys f<n>, n rising)
-if not set(k for k, _ in shown[:5]) & set(api_keys[:25]):
-    fail("fast's recent runs %s are not the API's newest %s" % (shown[:5], api_keys[:5]))
-nums = [int(k[1:]) for k, _ in shown]
-if nums != sorted(nums, reverse=True):
-    fail("fast's recent runs are not newest first: %s" % nums)
+def history_good():
+    """The runs shown when they are what they should be: done, newest first, at most 20, among
+    the newest the API lists (the page and the API read at different moments); else None."""
+    shown = history_now()
+    if not shown or len(shown) > 20 or any(st != "done" for _, st in shown):
+        return None
+    nums = [int(k[1:]) for k, _ in shown]
+    if nums != sorted(nums, reverse=True):
+        return None
+    status, api_hist = api("GET", "/queues/fast/history?limit=20")
+    api_keys = [r["key"] for r in api_hist["history"]]
+    return shown if set(k for k, _ in shown[:5]) & set(api_keys[:25]) else None
+
+
+shown = wait("fast's recent runs: done, newest first, as the API lists them", history_good, 15)
 ok("a queue's page lists its recent runs, newest first (%d shown, newest %s)" % (len(shown), shown[0][0]))
 driver.get(BASE + "/#/queue/idle")
 wait("idle's history: k001, removed above with the Remove button",
-     lambda: any(r.get_attribute("data-key") == "k001" and r.get_attribute("data-state") == "removed"
-                 for r in history_rows()))
+     lambda: ["k001", "removed"] in history_now(), 15)
 ok("an item removed from the page is in its queue's recent runs as removed")
 
 # ------------------------------------------------------------------ --token
