@@ -32,7 +32,8 @@ run migrate --db "$UP"
 expect_eq "$OUT" 'schema "wqrun" created (version 10)' "a new schema is version 10"
 # What version 10 added (queues.unique_adds, dead.traceback; add()'s unique_add default NULL), taken away
 # again with every older version set below.
-V9="alter table wqrun.queues drop column unique_adds; alter table wqrun.dead drop column traceback;"
+V9="alter table wqrun.queues drop column unique_adds; alter table wqrun.dead drop column traceback;
+  alter table wqrun.runners drop column locked_at;"
 # What version 9 added (flows), taken away again with every older version set below.
 V8="$V9 drop table wqrun.flow_deps, wqrun.flow_nodes, wqrun.flows cascade; drop sequence wqrun.flow_ids;
   alter table wqrun.jobs drop column node;"

@@ -87,6 +87,32 @@ kill -TERM "$S" "$O"
 wait_exit "$S" 10
 wait_exit "$O" 10
 
+# ---- a database younger than the lease: a killed runner is still taken over at once --
+# The lock-based detection used to wait until the postmaster was older than the lease (after
+# a database restart, runners take their locks again only once they reconnect). A runner that
+# took its lock since the database started (registered then, or re-locked since) and no longer
+# holds it is dead now, however young the database. --lease 86400: older than any test cluster.
+DB=$(pg_fresh_db)
+: >"$LOG"
+pg_bg y1 --quiet --serve --runner-name Y1 --lease 86400 --db "$DB" "$LUA" "$LOG" Y1 5
+Y1=$BG_PID
+check "Y1 is registered" pg_wait "$DB" "select count(*) from wqrun.runners" 1 10
+pg_psql "$DB" "select wqrun.add('t', 'y' || i, '{\"s\": 30}') from generate_series(1, 3) i" >/dev/null
+check "Y1 starts all 3" wait_for "$LOG" "start Y1 " 3 10
+pg_bg y2 --quiet --serve --runner-name Y2 --lease 86400 --db "$DB" "$LUA" "$LOG" Y2 5
+Y2=$BG_PID
+check "Y2 is registered" pg_wait "$DB" "select count(*) from wqrun.runners" 2 10
+expect_eq "$(pg_psql "$DB" "select pg_postmaster_start_time() > now() - interval '86400 s'")" t \
+    "the database is younger than the lease"
+t_kill=$(now)
+{ kill -9 "$Y1"; wait "$Y1"; } 2>/dev/null
+check "Y2 starts all 3 (no wait for the day-long lease)" wait_for "$LOG" "start Y2 " 3 10
+delay=$(awk -v t="$t_kill" '$1 == "start" && $2 == "Y2" { d = $5 - t; if (d > m) m = d } END { printf "%.3f", m }' "$LOG")
+expect_between "$delay" 0 2.999 "taken over within 3 s of the kill"
+echo "young database: Y1's items started on Y2 ${delay}s after the kill"
+kill -TERM "$Y2"
+wait_exit "$Y2" 10
+
 # ---- a job that kills every runner that runs it: dead-lettered ------------------
 DB=$(pg_fresh_db)
 KLOG=$TMP/kill.log

@@ -178,7 +178,10 @@ const wq_pg_stmt wq_pg_stmts[PGS_COUNT] = {
                        "FROM @S.levels l WHERE l.queue = $1"},
     [PGS_CLAIM_GROUPED] = {"wq_claim_grouped", "SELECT * FROM @S.claim($1, $2::integer, $3)"},
     [PGS_SWEEP] = {"wq_sweep", "SELECT @S.sweep($1)"},
-    [PGS_RELOCK] = {"wq_relock", "SELECT pg_try_advisory_lock($1, $2::integer)"},
+    [PGS_RELOCK] = {"wq_relock", "WITH l AS (SELECT pg_try_advisory_lock($1, $2::integer) AS ok),\n"
+                                 "  u AS (UPDATE @S.runners SET locked_at = now()\n"
+                                 "    WHERE id = $2::bigint AND (SELECT ok FROM l) RETURNING 1)\n"
+                                 "SELECT ok FROM l"},
     [PGS_DEFINE] = {"wq_define",
                     "INSERT INTO @S.queues AS q (name, max_retries, keep_done, defined_by,\n"
                     "    g_conc, g_rate, g_burst, q_rate, q_burst, unique_adds)\n"

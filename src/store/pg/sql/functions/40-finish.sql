@@ -201,7 +201,10 @@ BEGIN
   RETURN NEXT;
 END $fn$;
 -- reap: runners that died (their session lock is gone: killed, connection reset) or went
--- silent past their lease give their running items back. For the log of the runner that reaps:
+-- silent past their lease give their running items back. A missing lock means death only for
+-- a runner that took it since the database (re)started: at registration (started_at) or after
+-- a reconnect (locked_at); one that has not taken it again yet after a restart keeps its items
+-- until its lease runs out (a database restart never causes a takeover). For the log of the runner that reaps:
 -- o_taken items given back and o_dead dead-lettered (their runner died with them 5 times in a
 -- row), the dead runners ("name (id N)"), and the first 10 keys of each kind ("queue 'key'", by
 -- ", ").
@@ -215,7 +218,8 @@ BEGIN
   SELECT array_agg(r.id) INTO v_dead FROM (
     SELECT r.id FROM @S.runners r
      WHERE r.heartbeat_at < now() - make_interval(secs => r.lease)
-        OR (pg_postmaster_start_time() < now() - make_interval(secs => r.lease)
+        OR ((pg_postmaster_start_time() < now() - make_interval(secs => r.lease)
+             OR greatest(r.started_at, r.locked_at) > pg_postmaster_start_time())
             AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory'
                  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
                  AND l.classid = p_class::oid AND l.objid = r.id::oid AND l.objsubid = 2

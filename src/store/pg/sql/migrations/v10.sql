@@ -5,6 +5,9 @@
 ALTER TABLE @S.queues ADD COLUMN unique_adds boolean;
 -- A dead letter keeps its last failure's Lua traceback (finish() takes it after the message).
 ALTER TABLE @S.dead ADD COLUMN traceback text;
+-- When a runner took its lock again after a reconnect (a database restart): reap() trusts the
+-- lock of a runner that took it since the database started (see 40-finish.sql).
+ALTER TABLE @S.runners ADD COLUMN locked_at timestamptz;
 DROP FUNCTION IF EXISTS @S.add(text, text, jsonb, double precision, integer, text, boolean,
   boolean);
 -- reap() tells whom it reaped and which keys (for the reaping runner's log)
