@@ -87,6 +87,8 @@ LAST_CMD="the runner (its stderr)"
 expect_in "$ERR" "lost the connection to PostgreSQL" "the runner logs the lost connection"
 expect_in "$ERR" "reconnected to PostgreSQL" "and that it reconnected"
 expect_eq "$(pg_psql "$DB" "select value from wqrun.counters where name = 'takeovers'")" 0 "a restart shorter than the lease causes no takeover"
+expect_eq "$(pg_psql "$DB" "select count(*) from wqrun.runners where locked_at > pg_postmaster_start_time()")" 1 \
+    "the runner took its lock again since the restart (runners.locked_at): from now on a lost lock is its death"
 check "the runner still runs" kill -0 "$PID"
 # Requests sent while the database was unreachable for sure: from 0.2 s after
 # the restart returned (the server went down before) to 0.2 s before
