@@ -321,31 +321,31 @@ static void clear_deadline(lua_State *L, wq_task *t)
 }
 
 /*
- * keep_done: the key succeeded; a string or JSON-representable table it
- * returned (at W_RES) is its result.
+ * The result of a success, for keep_done and the history: the JSON text of a string or
+ * JSON-representable table the handler returned (at W_RES) in *r, else NULL. Returns the
+ * number of values it pushed (the text, or the encoder's message), for the caller to pop once
+ * done with *r. One that cannot be encoded is logged when keep_done would have kept it.
  */
-static void remember(lua_State *L, lqueue *lq, const char *key, size_t klen, int nres)
+static int push_result(lua_State *L, lqueue *lq, const char *key, size_t klen, int nres,
+                       const char **r, size_t *rlen)
 {
+    *r = NULL;
+    *rlen = 0;
     int t = nres >= 1 ? lua_type(L, W_RES) : LUA_TNIL;
-    if (t != LUA_TSTRING && t != LUA_TTABLE) {
-        lqueue_remember_done(lq, key, klen, NULL, 0);
-        return;
-    }
+    if (t != LUA_TSTRING && t != LUA_TTABLE)
+        return 0;
     int status = wq_ljson_encode(L, W_RES);
     if (status == LUA_ERRMEM)
         lua_error(L);
-    if (status != LUA_OK) {
+    if (status == LUA_OK) {
+        *r = lua_tolstring(L, -1, rlen);
+    } else if (lq->keep_done > 0) {
         char shown[WQ_SHOWN_KEY];
         wq_show_key(shown, key, klen);
         wq_host_log(lq->host, "wqrun: %s: the result of '%s' is not kept: %s", lq->name, shown,
                     lua_tostring(L, -1));
-        lqueue_remember_done(lq, key, klen, NULL, 0);
-    } else {
-        size_t rlen;
-        const char *r = lua_tolstring(L, -1, &rlen);
-        lqueue_remember_done(lq, key, klen, r, rlen);
     }
-    lua_pop(L, 1);
+    return 1;
 }
 
 /*
@@ -386,28 +386,6 @@ static void outcome_retry(lua_State *L, lqueue *lq, int idx)
     const char *msg = lua_tostring(L, -1);
     outcome_failure(L, lq, msg ? msg : "failed", 0, delay);
     lua_pop(L, 1);
-}
-
-/* The history row of a success: its result, a string or JSON-representable table it returned
- * (at W_RES; anything else is none). */
-static void history_done(lua_State *L, lqueue *lq, wq_task *t, const char *key, size_t klen,
-                         int nres)
-{
-    int64_t attempts = lworker_failures(lq, key, klen) + 1;
-    int type = nres >= 1 ? lua_type(L, W_RES) : LUA_TNIL;
-    const char *r = NULL;
-    size_t rlen = 0;
-    if (type == LUA_TSTRING || type == LUA_TTABLE) {
-        int status = wq_ljson_encode(L, W_RES);
-        if (status == LUA_ERRMEM)
-            lua_error(L);
-        if (status == LUA_OK)
-            r = lua_tolstring(L, -1, &rlen);
-    }
-    lworker_history(lq, key, klen, WQ_HIST_DONE, t->job_added, t->job_started, attempts, r, rlen,
-                    NULL);
-    if (type == LUA_TSTRING || type == LUA_TTABLE)
-        lua_pop(L, 1);
 }
 
 static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
@@ -467,12 +445,21 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
         outcome_failure(L, lq, err, 0, -1);
     } else {
         lq->nsuccess++;
-        if (lq->bq && lq->history > 0)
-            history_done(L, lq, t, key, klen, nres);
+        int history = lq->bq && lq->history > 0;
+        int64_t attempts = history ? lworker_failures(lq, key, klen) + 1 : 0;
         lworker_forget(lq, key, klen);
         clear_dead(L, lq, key, klen);
-        if (lq->keep_done > 0)
-            remember(L, lq, key, klen, nres);
+        if (history || lq->keep_done > 0) { /* the result encoded once for both */
+            const char *r;
+            size_t rlen;
+            int pushed = push_result(L, lq, key, klen, nres, &r, &rlen);
+            if (history)
+                lworker_history(lq, key, klen, WQ_HIST_DONE, t->job_added, t->job_started, attempts,
+                                r, rlen, NULL);
+            if (lq->keep_done > 0)
+                lqueue_remember_done(lq, key, klen, r, rlen);
+            lua_pop(L, pushed);
+        }
         if (lflow_is_node(lq, key, klen))
             lflow_result(L, lq, key, klen, W_RES, nres);
     }

@@ -102,14 +102,6 @@ static int prepare(wq_store *s, int i, sqlite3_stmt **out)
     return SQLITE_OK;
 }
 
-static void bind_time(sqlite3_stmt *st, int i, double t)
-{
-    if (t > 0)
-        sqlite3_bind_double(st, i, t);
-    else
-        sqlite3_bind_null(st, i);
-}
-
 static void bind_text(sqlite3_stmt *st, int i, const char *s, size_t len)
 {
     if (s)
@@ -148,7 +140,7 @@ static int write_flow(wq_store *s, const wq_flow *fl, uint64_t *rows)
     sqlite3_bind_text(st, 1, fl->id, -1, SQLITE_STATIC);
     sqlite3_bind_double(st, 2, fl->keep);
     sqlite3_bind_double(st, 3, fl->created_at);
-    bind_time(st, 4, fl->finished_at);
+    wq_store_bind_time(st, 4, fl->finished_at);
     sqlite3_bind_int64(st, 5, fl->unfinished);
     sqlite3_bind_int(st, 6, fl->cancelled);
     rc = wq_store_run(st);
@@ -181,7 +173,7 @@ static int write_node(wq_store *s, const wq_fnode *n, int created, uint64_t *row
         sqlite3_bind_int64(st, 13, n->cause);
     else
         sqlite3_bind_null(st, 13);
-    bind_time(st, 14, n->finished_at);
+    wq_store_bind_time(st, 14, n->finished_at);
     rc = wq_store_run(st);
     sqlite3_clear_bindings(st);
     (*rows)++;

@@ -119,14 +119,6 @@ int wq_store_history_dirty(const wq_store *s)
     return s->history && s->history->n > 0;
 }
 
-static void bind_time(sqlite3_stmt *st, int i, double t)
-{
-    if (t > 0)
-        sqlite3_bind_double(st, i, t);
-    else
-        sqlite3_bind_null(st, i);
-}
-
 static int prepare(wq_store *s, sqlite3_stmt **st, const char *sql)
 {
     if (*st)
@@ -142,8 +134,8 @@ static void bind_row(struct wq_store_history *h, wq_store *s, sqlite3_stmt *st, 
     sqlite3_bind_text(st, base + 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
     sqlite3_bind_text64(st, base + 2, x->key, x->keylen, SQLITE_STATIC, SQLITE_UTF8);
     sqlite3_bind_text(st, base + 3, state_names[x->state], -1, SQLITE_STATIC);
-    bind_time(st, base + 4, x->added_at);
-    bind_time(st, base + 5, x->started_at);
+    wq_store_bind_time(st, base + 4, x->added_at);
+    wq_store_bind_time(st, base + 5, x->started_at);
     sqlite3_bind_double(st, base + 6, x->finished_at);
     sqlite3_bind_int64(st, base + 7, x->attempts);
     sqlite3_bind_text(st, base + 8, h->runner, -1, SQLITE_STATIC);
@@ -242,34 +234,35 @@ void wq_store_history_free(wq_store *s)
     s->history = NULL;
 }
 
-int64_t wq_store_history_reran(wq_store_queue *sq, double since)
+/* The one integer sql answers for the queue (?1) and the time since (?2), or -1. */
+static int64_t queue_count(wq_store_queue *sq, const char *sql, double since)
 {
     sqlite3_stmt *st;
-    /* A first run of the file (nothing finished before it) ends at once: the oldest rows come
-     * first in id order, so this stops at the first earlier one. */
-    if (sqlite3_prepare_v2(sq->s->db,
-                           "SELECT EXISTS (SELECT 1 FROM history WHERE queue = ?1"
-                           " AND state = 'done' AND finished_at < ?2)",
-                           -1, &st, NULL) != SQLITE_OK)
-        return -1;
-    sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
-    sqlite3_bind_double(st, 2, since);
-    int before = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
-    sqlite3_finalize(st);
-    if (before <= 0)
-        return before;
-    /* one pass over the table (no index on the key), grouped */
-    if (sqlite3_prepare_v2(sq->s->db,
-                           "SELECT count(*) FROM (SELECT key FROM history"
-                           " WHERE queue = ?1 AND state = 'done' GROUP BY key"
-                           " HAVING min(finished_at) < ?2 AND max(finished_at) >= ?2)",
-                           -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(sq->s->db, sql, -1, &st, NULL) != SQLITE_OK)
         return -1;
     sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
     sqlite3_bind_double(st, 2, since);
     int64_t n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
     sqlite3_finalize(st);
     return n;
+}
+
+int64_t wq_store_history_reran(wq_store_queue *sq, double since)
+{
+    /* A first run of the file (nothing finished before it) ends at once: the oldest rows come
+     * first in id order, so this stops at the first earlier one. */
+    int64_t before = queue_count(sq,
+                                 "SELECT EXISTS (SELECT 1 FROM history WHERE queue = ?1"
+                                 " AND state = 'done' AND finished_at < ?2)",
+                                 since);
+    if (before <= 0)
+        return before;
+    /* one pass over the table (no index on the key), grouped */
+    return queue_count(sq,
+                       "SELECT count(*) FROM (SELECT key FROM history"
+                       " WHERE queue = ?1 AND state = 'done' GROUP BY key"
+                       " HAVING min(finished_at) < ?2 AND max(finished_at) >= ?2)",
+                       since);
 }
 
 int wq_store_history_list(wq_store_queue *sq, int64_t before, size_t limit,

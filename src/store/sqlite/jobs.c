@@ -194,14 +194,6 @@ static int prune_slice(wq_store *s, wq_store_queue *sq, uint64_t *rows)
     return rc;
 }
 
-static void bind_time(sqlite3_stmt *st, int i, double t)
-{
-    if (t > 0 && isfinite(t))
-        sqlite3_bind_double(st, i, t);
-    else
-        sqlite3_bind_null(st, i);
-}
-
 static int write_op(wq_store *s, const struct sched_op *o, double now)
 {
     const wq_store_queue *sq = s->queues[o->qidx];
@@ -215,8 +207,8 @@ static int write_op(wq_store *s, const struct sched_op *o, double now)
             sqlite3_bind_text64(st, 5, o->payload, o->paylen, SQLITE_TRANSIENT, SQLITE_UTF8);
         else
             sqlite3_bind_null(st, 5);
-        bind_time(st, 6, o->next_at);
-        bind_time(st, 7, o->last_at);
+        wq_store_bind_time(st, 6, o->next_at);
+        wq_store_bind_time(st, 7, o->last_at);
         sqlite3_bind_text(st, 8, o->tz == WQ_SCHED_LOCAL ? "local" : "utc", -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 9, o->catch_up == WQ_SCHED_CATCH_UP_SKIP ? "skip" : "once", -1,
                           SQLITE_STATIC);

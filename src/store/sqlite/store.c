@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
@@ -160,6 +161,14 @@ int wq_store_data_version(wq_store *s, int64_t *version, const char *what)
     *version = rc == SQLITE_ROW ? sqlite3_column_int64(dv, 0) : 0;
     sqlite3_reset(dv);
     return rc == SQLITE_ROW ? 0 : wq_store_sqlite_fail(s, rc, what);
+}
+
+void wq_store_bind_time(sqlite3_stmt *st, int i, double t)
+{
+    if (t > 0 && isfinite(t))
+        sqlite3_bind_double(st, i, t);
+    else
+        sqlite3_bind_null(st, i);
 }
 
 int wq_store_run(sqlite3_stmt *st)

@@ -306,6 +306,8 @@ int64_t wq_store_mono_ns(void);
 char *wq_store_dup(const char *p, size_t len);
 /* Grows *arr to hold need elements of elem bytes (doubling). 0 or -1. */
 int wq_store_grow(void **arr, size_t *cap, size_t need, size_t elem);
+/* Binds a Unix time to parameter i: NULL for none (<= 0, not finite). */
+void wq_store_bind_time(sqlite3_stmt *st, int i, double t);
 /* Steps a statement that returns no rows and resets it. SQLite result code. */
 int wq_store_run(sqlite3_stmt *st);
 /* The hash of (queue, key) that the pending set's index and the Bloom filter use. */
