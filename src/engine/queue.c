@@ -1227,6 +1227,7 @@ static void fill_info(const wq_queue *q, uint32_t id, wq_item_info *info)
         wq_delay_when(&q->delay, id, &info->ready_at);
     }
     info->added_at = it->add_ns;
+    info->started_at = (it->flags & F_PROCESSING) ? it->get_ns : 0;
     uint32_t gi = group_of(q, id);
     info->group = gi == NIL ? NULL : q->groups->v[gi].name;
     info->grouplen = gi == NIL ? 0 : q->groups->v[gi].namelen;

@@ -70,10 +70,11 @@ typedef struct wq_item_info {
     const char *payload; /* NULL when the key has no payload */
     size_t paylen;
     int32_t priority;
-    unsigned state;    /* WQ_ST_* bits */
-    int64_t ready_at;  /* absolute ns of the pending delayed add (WQ_ST_WAITING) */
-    int64_t added_at;  /* when the key last became dirty (WQ_ST_DIRTY) */
-    const char *group; /* the key's group, NULL for none */
+    unsigned state;     /* WQ_ST_* bits */
+    int64_t ready_at;   /* absolute ns of the pending delayed add (WQ_ST_WAITING) */
+    int64_t added_at;   /* when the key last became dirty (WQ_ST_DIRTY) */
+    int64_t started_at; /* when it was handed out (WQ_ST_PROCESSING), else 0 */
+    const char *group;  /* the key's group, NULL for none */
     size_t grouplen;
 } wq_item_info;
 

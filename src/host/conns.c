@@ -504,6 +504,20 @@ void wq_conns_reply(wq_conns *c, struct evhttp_request *req, int code, const cha
     replying = 0;
 }
 
+void wq_conns_stream_start(struct evhttp_request *req, int code, const char *reason)
+{
+    replying = 1;
+    evhttp_send_reply_start(req, code, reason);
+    replying = 0;
+}
+
+void wq_conns_stream_chunk(struct evhttp_request *req, struct evbuffer *chunk)
+{
+    replying = 1;
+    evhttp_send_reply_chunk(req, chunk);
+    replying = 0;
+}
+
 int wq_conns_count(const wq_conns *c)
 {
     return c->n;

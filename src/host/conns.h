@@ -33,6 +33,10 @@ void wq_conns_answered(wq_conns *c, struct evhttp_request *req);
  * told apart from it. c may be NULL. */
 void wq_conns_reply(wq_conns *c, struct evhttp_request *req, int code, const char *reason,
                     struct evbuffer *body);
+/* Starts a streamed answer (evhttp_send_reply_start) as ours: the connection stays held. */
+void wq_conns_stream_start(struct evhttp_request *req, int code, const char *reason);
+/* A chunk of a streamed answer, as ours. */
+void wq_conns_stream_chunk(struct evhttp_request *req, struct evbuffer *chunk);
 /* Open connections now. */
 int wq_conns_count(const wq_conns *c);
 

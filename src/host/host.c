@@ -17,6 +17,7 @@
 #include "host/keeper.h"
 #include "host/monotime.h"
 #include "host/proc.h"
+#include "host/events.h"
 #include "host/progress.h"
 #include "host/timer.h"
 #include "store/backend.h"
@@ -949,6 +950,7 @@ void wq_host_free(wq_host *h)
     wq_backend_close(h->backend);
     wq_host_flows_close(h); /* after the last commit, which reads it */
     wq_timer_destroy(h);
+    wq_events_free(h); /* after the server and the runtime: no listener is left */
     if (h->timer_ev)
         event_free(h->timer_ev);
     remove_signals(h);

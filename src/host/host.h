@@ -96,6 +96,8 @@ typedef struct wq_item_view {
     double ready_at;        /* Unix seconds of a pending delayed add, 0: none */
     int64_t attempt;        /* the run it would be: failure count + 1 */
     const char *last_error; /* the message of its last failed run, NULL: none */
+    const char *progress;   /* a processing item's latest job:progress (JSON text), NULL: none */
+    size_t progresslen;
 } wq_item_view;
 
 /* Which pending items to list: in key order (bytes), after after_key, at most limit. */
@@ -310,6 +312,10 @@ struct wq_host {
     void *progress; /* the progress line, when shown */
     void *service;  /* start-up line, systemd notifications (service.c) */
     uint64_t handler_timeouts;
+
+    struct wq_events *events; /* who listens for the queues' events (events.c), NULL: none yet */
+    int listeners;            /* streams and key waits listening (wq_events_wanted) */
+    char runner[300];         /* this runner's name in events ("HOST:PID"), "" until asked */
 
     /* Kills the wq.exec children's groups if we die (keeper.c); NULL: none. */
     struct wq_keeper *keeper;

@@ -14,6 +14,7 @@
 #include "engine/queue.h"
 #include "host/dashboard.h"
 #include "host/http_int.h"
+#include "host/http_events.h"
 #include "host/http_flows.h"
 #include "host/http_ops.h"
 #include "host/json.h"
@@ -122,6 +123,16 @@ void wq_http_no_queue(struct evhttp_request *req, const char *name)
 void wq_http_reply_error(struct evhttp_request *req, int code, const char *reason, const char *msg)
 {
     reply_error(req, code, reason, msg);
+}
+
+void wq_http_stream_start(struct evhttp_request *req, int code, const char *reason)
+{
+    wq_conns_stream_start(req, code, reason);
+}
+
+void wq_http_stream_chunk(struct evhttp_request *req, struct evbuffer *chunk)
+{
+    wq_conns_stream_chunk(req, chunk);
 }
 
 void wq_http_not_allowed(struct evhttp_request *req, const char *allow)
@@ -872,6 +883,11 @@ static void handle(struct evhttp_request *req, void *arg)
             get_metrics(h, req);
         else
             wq_http_not_allowed(req, "GET, HEAD");
+    } else if (strcmp(path, "/events") == 0) {
+        if (cmd == EVHTTP_REQ_GET)
+            wq_http_events(h, req, evhttp_uri_get_query(u));
+        else
+            wq_http_not_allowed(req, "GET");
     } else if (strcmp(path, "/runners") == 0) {
         if (get)
             get_runners(h, req);
@@ -1068,6 +1084,7 @@ void wq_http_stop(wq_host *h)
         ar->orphaned = 1; /* their requests go with the server */
     wq_http_ops_stop();
     wq_http_flows_stop();
+    wq_http_events_stop();
     evhttp_free(s->http); /* first: it closes the connections the guard holds */
     wq_conns_free(s->conns);
     conns = NULL;

@@ -27,6 +27,11 @@ void wq_http_not_allowed(struct evhttp_request *req, const char *allow);
 void wq_http_reply_durable(wq_host *h, struct evhttp_request *req, int code, const char *reason,
                            json_object *body);
 
+/* A streamed answer (GET /events): its status and headers, then chunks of body as they come;
+ * the connection stays held (no request deadline) for as long as it streams. */
+void wq_http_stream_start(struct evhttp_request *req, int code, const char *reason);
+void wq_http_stream_chunk(struct evhttp_request *req, struct evbuffer *chunk);
+
 /* Serves HTTP on listener lev (which it takes; wq_http_start binds --listen, the fuzz target a
  * port of its own). 0, or -1 after printing why. */
 int wq_http_serve(wq_host *h, struct evconnlistener *lev);

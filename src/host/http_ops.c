@@ -16,6 +16,7 @@
 
 #include "host/commands.h"
 #include "host/http_history.h"
+#include "host/http_wait.h"
 #include "host/http_int.h"
 #include "host/json.h"
 
@@ -95,6 +96,8 @@ static json_object *item_json(const wq_item_view *it)
     json_object_object_add(o, "attempt", json_object_new_int64(it->attempt));
     json_object_object_add(o, "last_error",
                            it->last_error ? json_object_new_string(it->last_error) : NULL);
+    if (it->progress) /* a processing item's latest job:progress */
+        json_object_object_add(o, "progress", payload_value(it->progress, it->progresslen));
     return o;
 }
 
@@ -822,6 +825,12 @@ static void get_item(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq
     }
 }
 
+void wq_http_item_now(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq, const char *key,
+                      size_t len)
+{
+    get_item(h, req, hq, key, len);
+}
+
 /* ---- routing ---- */
 
 /* Whether rest is prefix + KEY + suffix; the raw key's bounds in *k, *kn. */
@@ -949,10 +958,10 @@ int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const 
     case R_ITEMS: get_items(h, req, hq, query); break;
     case R_CANCEL: cancel(h, req, hq, key, keylen); break;
     case R_KEY:
-        if (get)
-            get_item(h, req, hq, key, keylen);
-        else
+        if (!get)
             remove_item(h, req, hq, key, keylen);
+        else if (!wq_http_item_wait(h, req, hq, key, keylen, query)) /* ?wait=S */
+            get_item(h, req, hq, key, keylen);
         break;
     case R_DEAD:
         if (get) {

@@ -17,6 +17,10 @@
 int wq_http_ops(wq_host *h, struct evhttp_request *req, const char *path, const char *query,
                 enum evhttp_cmd_type cmd);
 
+/* Answers GET /queues/NAME/items/KEY now: what the queue knows of key. */
+void wq_http_item_now(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq, const char *key,
+                      size_t len);
+
 /* The server stops: replies still waiting for the database will answer nobody. */
 void wq_http_ops_stop(void);
 

@@ -15,6 +15,7 @@
 #include "lua/lfailures.h"
 #include "lua/lgroup.h"
 #include "lua/lqueue.h"
+#include "lua/lprogress.h"
 #include "lua/lworker.h"
 #include "lua/lwq.h"
 #include "store/backend.h"
@@ -47,6 +48,8 @@ static int set_paused(lqueue *lq, int paused, const char *how)
             wq_task_wake(t, 0);
     }
     wq_host_log(lq->host, "wqrun: %s: %s%s", lq->name, paused ? "paused" : "resumed", how);
+    if (wq_events_wanted(lq->host))
+        lworker_event(lq, paused ? WQ_LIFE_PAUSED : WQ_LIFE_RESUMED, NULL, 0, 0, NULL, 0, NULL, 0);
     return 1;
 }
 
@@ -133,7 +136,8 @@ int lqops_remove(void *q, const char *key, size_t len)
 {
     lqueue *lq = q;
     wq_item_info info;
-    double added = lq->bq && lq->history > 0 && wq_queue_lookup(lq->q, key, len, &info) == 1
+    double added = ((lq->bq && lq->history > 0) || wq_events_wanted(lq->host)) &&
+                           wq_queue_lookup(lq->q, key, len, &info) == 1
                        ? lqueue_enqueued_at(lq, info.id)
                        : 0;
     int r = wq_queue_remove(lq->q, key, len);
@@ -569,6 +573,8 @@ static void fill_view(lqueue *lq, const wq_item_info *info, wq_item_view *v)
     v->last_error = lfail_last_error(lq, info->key, info->keylen);
     v->group = info->group;
     v->grouplen = info->grouplen;
+    if (lq->progress && (info->state & WQ_ST_PROCESSING))
+        v->progress = lprogress_get(lq, info->key, info->keylen, &v->progresslen);
 }
 
 int lqops_history(void *q, int64_t before, size_t limit,
@@ -645,6 +651,10 @@ static void push_item(lua_State *L, const wq_item_view *v)
     if (v->last_error) {
         lua_pushstring(L, v->last_error);
         lua_setfield(L, -2, "last_error");
+    }
+    if (v->progress) {
+        wq_push_payload(L, v->progress, v->progresslen);
+        lua_setfield(L, -2, "progress");
     }
 }
 

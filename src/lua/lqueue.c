@@ -17,6 +17,8 @@
 #include "lua/ljson.h"
 #include "lua/llimiter.h"
 #include "lua/lqops.h"
+#include "lua/lprogress.h"
+#include "lua/lwait.h"
 #include "lua/lworker.h"
 #include "lua/lwq.h"
 #include "store/backend.h"
@@ -1090,7 +1092,11 @@ static int put(lqueue *lq, const char *key, size_t len, const wq_add_opts *o, in
         if (r != WQ_BACKEND_LOCAL)
             return r < 0 ? r : ADD_NOT_LOCAL; /* the backend answers through fn */
     }
-    return after ? wq_queue_add_after(lq->q, key, len, delay, o) : wq_queue_add(lq->q, key, len, o);
+    int r =
+        after ? wq_queue_add_after(lq->q, key, len, delay, o) : wq_queue_add(lq->q, key, len, o);
+    if (r == 1 && wq_events_wanted(lq->host))
+        lworker_event(lq, WQ_LIFE_ADDED, key, len, 0, NULL, 0, NULL, 0);
+    return r;
 }
 
 /* q:add(key [, payload [, opts]]), q:add_after(key, s, ...), q:add_rate_limited(key, ...). */
@@ -1765,6 +1771,7 @@ void lqueue_close(lqueue *lq)
         w->lq = NULL;
     }
     lq->add_waits = NULL;
+    lprogress_close(lq);
     if (lq->bq)
         wq_bq_detach(lq->bq);
     lq->bq = NULL;
@@ -1824,6 +1831,7 @@ void wq_lua_open_queue(lua_State *L, int internals)
     luaL_setfuncs(L, lgroup_methods, 0);
     luaL_setfuncs(L, lqops_methods, 0);
     luaL_setfuncs(L, lidle_methods, 0);
+    luaL_setfuncs(L, lwait_methods, 0);
     lua_pop(L, 1);
     lua_pushcfunction(L, queue_tostring);
     lua_setfield(L, -2, "__tostring");

@@ -53,6 +53,7 @@ typedef struct lqueue {
     struct lcron *crons;        /* its schedules (lcron.c) */
     int group_of_ref;           /* registry: the group_of option, LUA_NOREF without one */
     struct add_wait *add_waits; /* adds a backend has not answered yet (lqueue.c) */
+    wq_keymap *progress;        /* running keys -> their progress (lprogress.c), NULL: none yet */
     wq_keymap *flow_claims;     /* claimed items of flows' nodes -> their flow, deps (lflow.c) */
     struct {
         int kind; /* LFLOW_DONE, LFLOW_DEAD, 0: nothing stashed */

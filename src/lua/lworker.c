@@ -12,9 +12,11 @@
 
 #include "engine/common.h"
 #include "host/commands.h"
+#include "host/events.h"
 #include "host/timer.h"
 #include "lua/lfailures.h"
 #include "lua/lflow.h"
+#include "lua/lprogress.h"
 #include "lua/ljson.h"
 #include "lua/lwq.h"
 #include "store/backend.h"
@@ -95,6 +97,18 @@ static void call_on_dead(lua_State *L, lqueue *lq, const char *key, size_t len, 
     wq_task_spawn(L, 4, TASK_SPAWN);
 }
 
+/* When key's record was first added and its run started (Unix s; 0: not known, not running). */
+static void run_times(lqueue *lq, const char *key, size_t len, double *added, double *started)
+{
+    wq_item_info info;
+    *added = *started = 0;
+    if (!lq->q || wq_queue_lookup(lq->q, key, len, &info) != 1)
+        return;
+    *added = lqueue_enqueued_at(lq, info.id);
+    if (info.started_at)
+        *started = wq_host_unix(lq->host, info.started_at);
+}
+
 /*
  * A failed run of key: retry through the limiter while the failure count
  * is below max_retries (and the failure is not permanent), else dead-letter
@@ -118,6 +132,9 @@ static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len
         if (retry_in >= 0)
             delay = retry_in;
         lfail_log(lq, key, len, count + 1, err, LFAIL_RETRY, delay);
+        if (wq_events_wanted(lq->host))
+            lworker_event(lq, WQ_LIFE_RETRYING, key, len, count + 1, NULL, 0, err,
+                          (double)delay / 1e9);
         int r = wq_queue_add_after(lq->q, key, len, delay, NULL);
         if (r < 0 && r != WQ_ESHUTDOWN)
             lqueue_raise(L, "retry", r);
@@ -136,11 +153,10 @@ static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len
         trace = lua_tostring(L, -1); /* anchored on the stack until the end of this */
     }
     add_dead(L, lq, key, len, json, jlen, err, trace, count + 1, at);
-    if (lq->bq && lq->history > 0) {
-        wq_task *t = wq_task_of(L);
-        int job = t && t->kind == TASK_WORKER;
-        lworker_history(lq, key, len, WQ_HIST_DEAD, job ? t->job_added : 0,
-                        job ? t->job_started : 0, count + 1, NULL, 0, err);
+    if ((lq->bq && lq->history > 0) || wq_events_wanted(lq->host)) {
+        double added, started;
+        run_times(lq, key, len, &added, &started);
+        lworker_history(lq, key, len, WQ_HIST_DEAD, added, started, count + 1, NULL, 0, err);
     }
     if (lq->bq) {
         wq_dead_row d = {.key = key,
@@ -163,20 +179,55 @@ void lworker_history(lqueue *lq, const char *key, size_t len, wq_hist_state stat
                      double started, int64_t attempts, const char *result, size_t rlen,
                      const char *error)
 {
-    if (!lq->bq || lq->history <= 0)
+    int kept = lq->bq && lq->history > 0, told = wq_events_wanted(lq->host);
+    if (!kept && !told)
         return;
-    wq_history_row r = {.key = key,
-                        .keylen = len,
-                        .state = state,
-                        .added_at = added,
-                        .started_at = started,
-                        .finished_at = wq_host_unix(lq->host, wq_host_now(lq->host)),
-                        .attempts = attempts,
-                        .result = result,
-                        .rlen = rlen,
-                        .error = error,
-                        .keep = lq->history};
-    wq_bq_history(lq->bq, &r);
+    double now = wq_host_unix(lq->host, wq_host_now(lq->host));
+    if (kept) {
+        wq_history_row r = {.key = key,
+                            .keylen = len,
+                            .state = state,
+                            .added_at = added,
+                            .started_at = started,
+                            .finished_at = now,
+                            .attempts = attempts,
+                            .result = result,
+                            .rlen = rlen,
+                            .error = error,
+                            .keep = lq->history};
+        wq_bq_history(lq->bq, &r);
+    }
+    if (told) {
+        static const wq_life_type type[] = {WQ_LIFE_DONE, WQ_LIFE_DEAD, WQ_LIFE_CANCELLED,
+                                            WQ_LIFE_REMOVED};
+        wq_life e = {.type = type[state],
+                     .queue = lq->name,
+                     .key = key,
+                     .keylen = len,
+                     .attempt = state == WQ_HIST_REMOVED ? 0 : attempts,
+                     .data = result,
+                     .datalen = rlen,
+                     .error = error,
+                     .at = now,
+                     .added_at = added,
+                     .started_at = started};
+        wq_events_emit(lq->host, &e);
+    }
+}
+
+void lworker_event(lqueue *lq, wq_life_type type, const char *key, size_t len, int64_t attempt,
+                   const char *data, size_t dlen, const char *error, double retry_in)
+{
+    wq_life e = {.type = type,
+                 .queue = lq->name,
+                 .key = key,
+                 .keylen = len,
+                 .attempt = attempt,
+                 .data = data,
+                 .datalen = dlen,
+                 .error = error,
+                 .retry_in = retry_in};
+    wq_events_emit(lq->host, &e);
 }
 
 /* A key that succeeds loses its dead letter (it was re-added and fixed). */
@@ -394,13 +445,18 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
     size_t klen;
     const char *key = lua_tolstring(L, W_KEY, &klen);
     int nres = lua_gettop(L) - W_RES + 1;
+    if (lq->progress)
+        lprogress_end(lq, key, klen);
     if (t->cancelled) {
         /* Whatever the handler did after the cancel: no retry, no dead letter. */
         t->cancelled = 0;
         lq->ncancelled++;
-        if (lq->bq && lq->history > 0)
-            lworker_history(lq, key, klen, WQ_HIST_CANCELLED, t->job_added, t->job_started,
+        if ((lq->bq && lq->history > 0) || wq_events_wanted(lq->host)) {
+            double added, started;
+            run_times(lq, key, klen, &added, &started);
+            lworker_history(lq, key, klen, WQ_HIST_CANCELLED, added, started,
                             lworker_failures(lq, key, klen) + 1, NULL, 0, "cancelled");
+        }
         lworker_forget(lq, key, klen);
         char shown[WQ_SHOWN_KEY];
         wq_show_key(shown, key, klen);
@@ -445,7 +501,7 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
         outcome_failure(L, lq, err, 0, -1);
     } else {
         lq->nsuccess++;
-        int history = lq->bq && lq->history > 0;
+        int history = (lq->bq && lq->history > 0) || wq_events_wanted(lq->host);
         int64_t attempts = history ? lworker_failures(lq, key, klen) + 1 : 0;
         lworker_forget(lq, key, klen);
         clear_dead(L, lq, key, klen);
@@ -453,9 +509,12 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
             const char *r;
             size_t rlen;
             int pushed = push_result(L, lq, key, klen, nres, &r, &rlen);
-            if (history)
-                lworker_history(lq, key, klen, WQ_HIST_DONE, t->job_added, t->job_started, attempts,
-                                r, rlen, NULL);
+            if (history) {
+                double added, started;
+                run_times(lq, key, klen, &added, &started);
+                lworker_history(lq, key, klen, WQ_HIST_DONE, added, started, attempts, r, rlen,
+                                NULL);
+            }
             if (lq->keep_done > 0)
                 lqueue_remember_done(lq, key, klen, r, rlen);
             lua_pop(L, pushed);
@@ -502,10 +561,9 @@ static int worker_k(lua_State *L, int status, lua_KContext ctx)
         }
         if (lq->done_mem) /* remembered once it succeeds: load its slot meanwhile */
             wq_keymap_prefetch(lq->done_mem, info.key, info.keylen);
-        if (lq->bq && lq->history > 0) { /* for its history row */
-            t->job_added = lqueue_enqueued_at(lq, info.id);
-            t->job_started = wq_host_unix(lq->host, wq_host_now(lq->host));
-        }
+        if (wq_events_wanted(lq->host))
+            lworker_event(lq, WQ_LIFE_STARTED, info.key, info.keylen,
+                          lworker_failures(lq, info.key, info.keylen) + 1, NULL, 0, NULL, 0);
         lqueue_push_taken(L, lq, &info);                      /* W_KEY, W_JSON */
         t->job_key = lua_tolstring(L, W_KEY, &t->job_keylen); /* for the watchdog */
         lua_pushcfunction(L, msgh);
@@ -515,9 +573,12 @@ static int worker_k(lua_State *L, int status, lua_KContext ctx)
         lqueue_decode_top(L);
         int nargs = 2;
         if (lq->job_arg) { /* handler(key, payload, job) */
-            lua_createtable(L, 0, 3);
+            lua_createtable(L, 0, 5);
             lua_pushinteger(L, lworker_failures(lq, t->job_key, t->job_keylen) + 1);
             lua_setfield(L, -2, "attempt");
+            lua_pushvalue(L, W_KEY);
+            lua_setfield(L, -2, "key");
+            lprogress_set_meta(L); /* job:progress */
             lua_rawgeti(L, LUA_REGISTRYINDEX, lq->ref);
             lua_setfield(L, -2, "queue");
             lua_pushnumber(L, lqueue_enqueued_at(lq, info.id));

@@ -5,6 +5,7 @@
 #ifndef WQ_LWORKER_H
 #define WQ_LWORKER_H
 
+#include "host/events.h"
 #include "lua/lqueue.h"
 
 /* What the restore callbacks need. */
@@ -33,10 +34,15 @@ void lworker_push_dead(lua_State *L, lqueue *lq);
 void lworker_restore_failure(void *ud, const char *key, size_t len, int64_t requeues,
                              const char *last_error);
 void lworker_restore_dead(void *ud, const wq_dead_row *d);
-/* A finished run of key for the queue's history (kept by its backend; nothing without one or
- * with history = 0). added/started: Unix seconds, 0 unknown / never ran. */
+/* A finished run of key: a row of the queue's history (kept by its backend; none without one or
+ * with history = 0) and its event (done, dead, cancelled, removed) for whoever listens.
+ * added/started: Unix seconds, 0 unknown / never ran. */
 void lworker_history(lqueue *lq, const char *key, size_t len, wq_hist_state state, double added,
                      double started, int64_t attempts, const char *result, size_t rlen,
                      const char *error);
+
+/* An event of key's life other than its end, for whoever listens (call at wq_events_wanted). */
+void lworker_event(lqueue *lq, wq_life_type type, const char *key, size_t len, int64_t attempt,
+                   const char *data, size_t dlen, const char *error, double retry_in);
 
 #endif

@@ -38,9 +38,8 @@ struct wq_task {
     struct lqueue *queue;       /* worker: its queue */
     const char *job_key;        /* worker: the key of the job it runs, NULL between jobs */
     size_t job_keylen;
-    double job_added, job_started; /* worker: its job's first add and its start (Unix s) */
-    int cancelled;                 /* worker: an operator cancelled the job it runs */
-    wq_task *anext, *aprev;        /* every live task, for teardown */
+    int cancelled;          /* worker: an operator cancelled the job it runs */
+    wq_task *anext, *aprev; /* every live task, for teardown */
     int id;
 };
 

@@ -515,6 +515,9 @@ struct wq_backend_ops {
      * newest), each to fn. The number, or a WQ_E* code (NULL: not kept). */
     int (*history_list)(wq_bqueue *bq, int64_t before, size_t limit,
                         void (*fn)(void *ud, const wq_history_view *v), void *ud);
+    /* The latest progress of running key (JSON text; at most once a second per job), NULL:
+     * the backend keeps none. */
+    void (*progress)(wq_bqueue *bq, const char *key, size_t len, const char *json, size_t n);
     /* Completed-job memory (SPEC 7.2). */
     void (*done_put)(wq_bqueue *bq, const char *key, size_t len, double finished_at,
                      const char *result, size_t rlen);
@@ -697,6 +700,12 @@ static inline void wq_bq_history(wq_bqueue *bq, const wq_history_row *r)
 {
     if (bq->b->ops->history)
         bq->b->ops->history(bq, r);
+}
+static inline void wq_bq_progress(wq_bqueue *bq, const char *key, size_t len, const char *json,
+                                  size_t n)
+{
+    if (bq->b->ops->progress)
+        bq->b->ops->progress(bq, key, len, json, n);
 }
 /* WQ_ENOENT when the backend keeps no history. */
 static inline int wq_bq_history_list(wq_bqueue *bq, int64_t before, size_t limit,

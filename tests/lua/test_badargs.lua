@@ -322,6 +322,8 @@ local SIGNATURES = {
     ["queue:item"] = {fn = "item", p("key", "k", KEY)},
     ["queue:forget_done"] = {fn = "forget_done", p("key", "k", KEY)},
     ["queue:name"] = {fn = "name"},
+    -- nil (no timeout) is valid, but would wait for ever for a pending key
+    ["queue:wait"] = {fn = "wait", p("key", "k", KEY), p("timeout", 0, set("0"), {skip = {["nil"] = true}})},
     ["queue:wait_idle"] = {fn = "wait_idle", p("timeout", 0, set("0"), {skip = {["nil"] = true}})},
     ["queue:dead"] = {fn = "dead"},
     ["queue:schedule"] = {

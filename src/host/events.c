@@ -1,0 +1,297 @@
+/*
+ * The queues' events to their listeners (events.h): a list of stream
+ * subscriptions and a hash of key waits. Listeners may come and go from
+ * inside a listener's call (a stream cut off, a wait answered and another
+ * begun): one gone during an emit is only marked, and freed after it.
+ */
+#include "host/events.h"
+
+#include "engine/common.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct wq_events_sub {
+    char *queue; /* NULL: every queue */
+    void (*fn)(void *ud, const wq_life *e);
+    void *ud;
+    int gone;
+    wq_events_sub *next;
+};
+
+struct wq_events_wait {
+    uint64_t hash;
+    char *queue, *key;
+    size_t keylen;
+    void (*fn)(void *ud, const wq_life *e);
+    void *ud;
+    int gone;
+    wq_events_wait *next, *prev; /* in its bucket */
+};
+
+struct wq_events {
+    wq_events_sub *subs;
+    wq_events_wait **buckets; /* nbuckets, a power of two */
+    size_t nbuckets, nwaits;
+    int emitting; /* an emit is under way: what goes is only marked */
+    int swept;    /* something was marked gone meanwhile */
+    uint64_t seq; /* events emitted */
+};
+
+static const char *const names[WQ_LIFE_NTYPES] = {"added",  "started", "progress",  "retrying",
+                                                  "done",   "dead",    "cancelled", "removed",
+                                                  "paused", "resumed"};
+
+const char *wq_life_name(wq_life_type t)
+{
+    return (unsigned)t < WQ_LIFE_NTYPES ? names[t] : "?";
+}
+
+int wq_life_ends(wq_life_type t)
+{
+    return t == WQ_LIFE_DONE || t == WQ_LIFE_DEAD || t == WQ_LIFE_CANCELLED || t == WQ_LIFE_REMOVED;
+}
+
+static wq_events *state(wq_host *h)
+{
+    if (!h->events)
+        h->events = calloc(1, sizeof *h->events);
+    return h->events;
+}
+
+const char *wq_events_runner(wq_host *h)
+{
+    if (!h->runner[0]) {
+        if (h->opts.runner_name) {
+            snprintf(h->runner, sizeof h->runner, "%s", h->opts.runner_name);
+        } else {
+            char host[256] = "";
+            gethostname(host, sizeof host - 1);
+            snprintf(h->runner, sizeof h->runner, "%s:%ld", host, (long)getpid());
+        }
+    }
+    return h->runner;
+}
+
+/* FNV-1a of queue, a NUL, and key. */
+static uint64_t hash_of(const char *queue, const char *key, size_t len)
+{
+    uint64_t x = 1469598103934665603ULL;
+    for (const char *p = queue; *p; p++)
+        x = (x ^ (unsigned char)*p) * 1099511628211ULL;
+    x *= 1099511628211ULL;
+    for (size_t i = 0; i < len; i++)
+        x = (x ^ (unsigned char)key[i]) * 1099511628211ULL;
+    return x;
+}
+
+/* ---- subscriptions ---- */
+
+wq_events_sub *wq_events_subscribe(wq_host *h, const char *queue,
+                                   void (*fn)(void *ud, const wq_life *e), void *ud)
+{
+    wq_events *ev = state(h);
+    wq_events_sub *s = ev ? calloc(1, sizeof *s) : NULL;
+    if (!s)
+        return NULL;
+    if (queue && !(s->queue = strdup(queue))) {
+        free(s);
+        return NULL;
+    }
+    s->fn = fn;
+    s->ud = ud;
+    s->next = ev->subs;
+    ev->subs = s;
+    h->listeners++;
+    return s;
+}
+
+void wq_events_unsubscribe(wq_host *h, wq_events_sub *s)
+{
+    if (!s || s->gone)
+        return;
+    s->gone = 1;
+    h->listeners--;
+    wq_events *ev = h->events;
+    if (ev->emitting) {
+        ev->swept = 1;
+        return;
+    }
+    for (wq_events_sub **p = &ev->subs; *p; p = &(*p)->next)
+        if (*p == s) {
+            *p = s->next;
+            break;
+        }
+    free(s->queue);
+    free(s);
+}
+
+/* ---- key waits ---- */
+
+static int grow(wq_events *ev)
+{
+    size_t n = ev->nbuckets ? ev->nbuckets * 2 : 64;
+    wq_events_wait **b = calloc(n, sizeof *b);
+    if (!b)
+        return -1;
+    for (size_t i = 0; i < ev->nbuckets; i++) {
+        wq_events_wait *w = ev->buckets[i];
+        while (w) {
+            wq_events_wait *next = w->next;
+            size_t j = w->hash & (n - 1);
+            w->prev = NULL;
+            w->next = b[j];
+            if (b[j])
+                b[j]->prev = w;
+            b[j] = w;
+            w = next;
+        }
+    }
+    free(ev->buckets);
+    ev->buckets = b;
+    ev->nbuckets = n;
+    return 0;
+}
+
+wq_events_wait *wq_events_wait_key(wq_host *h, const char *queue, const char *key, size_t len,
+                                   void (*fn)(void *ud, const wq_life *e), void *ud)
+{
+    wq_events *ev = state(h);
+    if (!ev)
+        return NULL;
+    /* not while an emit walks a bucket (a longer chain for a while is fine) */
+    if (ev->nwaits + 1 > ev->nbuckets * 2 && (!ev->emitting || !ev->nbuckets) && grow(ev) < 0 &&
+        !ev->nbuckets)
+        return NULL;
+    wq_events_wait *w = calloc(1, sizeof *w);
+    if (!w || !(w->queue = strdup(queue)) || !(w->key = malloc(len ? len : 1))) {
+        if (w)
+            free(w->queue);
+        free(w);
+        return NULL;
+    }
+    memcpy(w->key, key, len);
+    w->keylen = len;
+    w->hash = hash_of(queue, key, len);
+    w->fn = fn;
+    w->ud = ud;
+    size_t j = w->hash & (ev->nbuckets - 1);
+    w->next = ev->buckets[j];
+    if (w->next)
+        w->next->prev = w;
+    ev->buckets[j] = w;
+    ev->nwaits++;
+    h->listeners++;
+    return w;
+}
+
+static void wait_free(wq_events *ev, wq_events_wait *w)
+{
+    size_t j = w->hash & (ev->nbuckets - 1);
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        ev->buckets[j] = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    ev->nwaits--;
+    free(w->queue);
+    free(w->key);
+    free(w);
+}
+
+void wq_events_unwait(wq_host *h, wq_events_wait *w)
+{
+    if (!w || w->gone)
+        return;
+    w->gone = 1;
+    h->listeners--;
+    wq_events *ev = h->events;
+    if (ev->emitting)
+        ev->swept = 1;
+    else
+        wait_free(ev, w);
+}
+
+/* ---- emitting ---- */
+
+/* Frees what was marked gone during an emit. */
+static void sweep(wq_events *ev)
+{
+    ev->swept = 0;
+    for (wq_events_sub **p = &ev->subs; *p;) {
+        wq_events_sub *s = *p;
+        if (s->gone) {
+            *p = s->next;
+            free(s->queue);
+            free(s);
+        } else {
+            p = &s->next;
+        }
+    }
+    for (size_t i = 0; i < ev->nbuckets; i++) {
+        wq_events_wait *w = ev->buckets[i];
+        while (w) {
+            wq_events_wait *next = w->next;
+            if (w->gone)
+                wait_free(ev, w);
+            w = next;
+        }
+    }
+}
+
+void wq_events_emit(wq_host *h, const wq_life *e)
+{
+    wq_events *ev = h->events;
+    if (!ev || h->listeners <= 0)
+        return;
+    wq_life x = *e;
+    if (!x.at)
+        x.at = wq_host_unix(h, wq_host_now(h));
+    if (!x.runner)
+        x.runner = wq_events_runner(h);
+    x.seq = ++ev->seq;
+    int outer = !ev->emitting;
+    ev->emitting = 1;
+    for (wq_events_sub *s = ev->subs; s; s = s->next)
+        if (!s->gone && (!s->queue || strcmp(s->queue, x.queue) == 0))
+            s->fn(s->ud, &x);
+    if (x.key && wq_life_ends(x.type) && ev->nwaits) {
+        uint64_t hash = hash_of(x.queue, x.key, x.keylen);
+        for (wq_events_wait *w = ev->buckets[hash & (ev->nbuckets - 1)]; w; w = w->next) {
+            if (w->gone || w->hash != hash || w->keylen != x.keylen ||
+                memcmp(w->key, x.key, x.keylen) != 0 || strcmp(w->queue, x.queue) != 0)
+                continue;
+            w->gone = 1; /* told once: gone before its call */
+            h->listeners--;
+            ev->swept = 1;
+            w->fn(w->ud, &x);
+        }
+    }
+    if (outer) {
+        ev->emitting = 0;
+        if (ev->swept)
+            sweep(ev);
+    }
+}
+
+void wq_events_free(wq_host *h)
+{
+    wq_events *ev = h->events;
+    if (!ev)
+        return;
+    while (ev->subs) {
+        wq_events_sub *s = ev->subs;
+        ev->subs = s->next;
+        free(s->queue);
+        free(s);
+    }
+    for (size_t i = 0; i < ev->nbuckets; i++)
+        while (ev->buckets[i])
+            wait_free(ev, ev->buckets[i]);
+    free(ev->buckets);
+    free(ev);
+    h->events = NULL;
+    h->listeners = 0;
+}
