@@ -7,7 +7,11 @@
 #include "host/events.h"
 
 #include "engine/common.h"
+#include "host/json.h"
 
+#include <json-c/json_object.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -86,6 +90,14 @@ static uint64_t hash_of(const char *queue, const char *key, size_t len)
     return x;
 }
 
+/* The first listener came, or the last went: on a shared database, every runner's events
+ * come (or stop). */
+static void listeners_changed(wq_host *h, int before)
+{
+    if ((before > 0) != (h->listeners > 0) && h->backend && wq_backend_shared(h->backend))
+        wq_backend_listen(h->backend, h->listeners > 0);
+}
+
 /* ---- subscriptions ---- */
 
 wq_events_sub *wq_events_subscribe(wq_host *h, const char *queue,
@@ -104,6 +116,7 @@ wq_events_sub *wq_events_subscribe(wq_host *h, const char *queue,
     s->next = ev->subs;
     ev->subs = s;
     h->listeners++;
+    listeners_changed(h, h->listeners - 1);
     return s;
 }
 
@@ -113,6 +126,7 @@ void wq_events_unsubscribe(wq_host *h, wq_events_sub *s)
         return;
     s->gone = 1;
     h->listeners--;
+    listeners_changed(h, h->listeners + 1);
     wq_events *ev = h->events;
     if (ev->emitting) {
         ev->swept = 1;
@@ -183,6 +197,7 @@ wq_events_wait *wq_events_wait_key(wq_host *h, const char *queue, const char *ke
     ev->buckets[j] = w;
     ev->nwaits++;
     h->listeners++;
+    listeners_changed(h, h->listeners - 1);
     return w;
 }
 
@@ -207,11 +222,157 @@ void wq_events_unwait(wq_host *h, wq_events_wait *w)
         return;
     w->gone = 1;
     h->listeners--;
+    listeners_changed(h, h->listeners + 1);
     wq_events *ev = h->events;
     if (ev->emitting)
         ev->swept = 1;
     else
         wait_free(ev, w);
+}
+
+/* ---- as JSON (the event streams, the relay between runners) ---- */
+
+static void put_string(struct evbuffer *b, const char *s, size_t n)
+{
+    evbuffer_add(b, "\"", 1);
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        evbuffer_add(b, s + run, i - run);
+        run = i + 1;
+        if (c == '"')
+            evbuffer_add(b, "\\\"", 2);
+        else if (c == '\\')
+            evbuffer_add(b, "\\\\", 2);
+        else if (c == '\n')
+            evbuffer_add(b, "\\n", 2);
+        else if (c == '\t')
+            evbuffer_add(b, "\\t", 2);
+        else
+            evbuffer_add_printf(b, "\\u%04x", c);
+    }
+    evbuffer_add(b, s + run, n - run);
+    evbuffer_add(b, "\"", 1);
+}
+
+static void put_time(struct evbuffer *b, const char *name, double t)
+{
+    if (t > 0)
+        evbuffer_add_printf(b, ",\"%s\":%.6f", name, t);
+}
+
+int wq_life_json(struct evbuffer *b, const wq_life *e, size_t max)
+{
+    size_t at = evbuffer_get_length(b);
+    evbuffer_add_printf(b, "{\"event\":\"%s\",\"queue\":", wq_life_name(e->type));
+    put_string(b, e->queue, strlen(e->queue));
+    if (e->key) {
+        evbuffer_add(b, ",\"key\":", 7);
+        put_string(b, e->key, e->keylen);
+    }
+    if (e->attempt > 0)
+        evbuffer_add_printf(b, ",\"attempt\":%lld", (long long)e->attempt);
+    evbuffer_add(b, ",\"runner\":", 10);
+    put_string(b, e->runner, strlen(e->runner));
+    put_time(b, "at", e->at);
+    put_time(b, "added_at", e->added_at);
+    put_time(b, "started_at", e->started_at);
+    if (e->error) {
+        evbuffer_add(b, ",\"error\":", 9);
+        put_string(b, e->error, strlen(e->error));
+    }
+    if (e->type == WQ_LIFE_RETRYING && isfinite(e->retry_in))
+        evbuffer_add_printf(b, ",\"retry_in\":%.3f", e->retry_in);
+    if (e->data) {
+        size_t len = evbuffer_get_length(b) - at;
+        if (max && len + e->datalen + 14 > max) {
+            evbuffer_add(b, ",\"truncated\":true", 17);
+        } else {
+            evbuffer_add_printf(b, ",\"%s\":", e->type == WQ_LIFE_PROGRESS ? "progress" : "result");
+            evbuffer_add(b, e->data, e->datalen);
+        }
+    }
+    return evbuffer_add(b, "}", 1);
+}
+
+/* ---- the relay between the runners of a shared database ---- */
+
+#define RELAY_MAX 7900 /* bytes of one event as relayed (a notification holds 8000) */
+
+static void publish(wq_host *h, const wq_life *e)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (!b)
+        return;
+    if (wq_life_json(b, e, RELAY_MAX) == 0 && evbuffer_get_length(b) <= RELAY_MAX) {
+        size_t n = evbuffer_get_length(b);
+        wq_backend_publish(h->backend, (const char *)evbuffer_pullup(b, -1), n);
+    }
+    evbuffer_free(b);
+}
+
+void wq_events_relay(void *ud, int on)
+{
+    wq_host *h = ud;
+    h->relaying = on;
+}
+
+static const char *str_of(json_object *o, const char *k, size_t *n)
+{
+    json_object *v;
+    if (!json_object_object_get_ex(o, k, &v) || !json_object_is_type(v, json_type_string))
+        return NULL;
+    if (n)
+        *n = (size_t)json_object_get_string_len(v);
+    return json_object_get_string(v);
+}
+
+static double num_of(json_object *o, const char *k)
+{
+    json_object *v;
+    return json_object_object_get_ex(o, k, &v) ? json_object_get_double(v) : 0;
+}
+
+void wq_events_relayed(void *ud, const char *json, size_t n)
+{
+    wq_host *h = ud;
+    if (h->listeners <= 0)
+        return;
+    json_object *o = NULL;
+    if (wq_json_parse(json, n, &o) != NULL || !json_object_is_type(o, json_type_object)) {
+        json_object_put(o);
+        return;
+    }
+    const char *type = str_of(o, "event", NULL), *runner = str_of(o, "runner", NULL);
+    wq_life e = {.queue = str_of(o, "queue", NULL)};
+    int t = 0;
+    while (type && t < WQ_LIFE_NTYPES && strcmp(wq_life_name((wq_life_type)t), type) != 0)
+        t++;
+    /* one of its own comes back too: it was told here already */
+    if (!type || t == WQ_LIFE_NTYPES || !e.queue || !runner ||
+        strcmp(runner, wq_events_runner(h)) == 0) {
+        json_object_put(o);
+        return;
+    }
+    e.type = (wq_life_type)t;
+    e.runner = runner;
+    e.key = str_of(o, "key", &e.keylen);
+    e.attempt = (int64_t)num_of(o, "attempt");
+    e.error = str_of(o, "error", NULL);
+    e.retry_in = num_of(o, "retry_in");
+    e.at = num_of(o, "at");
+    e.added_at = num_of(o, "added_at");
+    e.started_at = num_of(o, "started_at");
+    json_object *v;
+    if (json_object_object_get_ex(o, e.type == WQ_LIFE_PROGRESS ? "progress" : "result", &v)) {
+        e.data = json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN |
+                                                       JSON_C_TO_STRING_NOSLASHESCAPE);
+        e.datalen = strlen(e.data);
+    }
+    wq_events_emit(h, &e);
+    json_object_put(o);
 }
 
 /* ---- emitting ---- */
@@ -243,14 +404,17 @@ static void sweep(wq_events *ev)
 
 void wq_events_emit(wq_host *h, const wq_life *e)
 {
-    wq_events *ev = h->events;
-    if (!ev || h->listeners <= 0)
-        return;
     wq_life x = *e;
     if (!x.at)
         x.at = wq_host_unix(h, wq_host_now(h));
-    if (!x.runner)
+    if (!x.runner) { /* this runner's own */
         x.runner = wq_events_runner(h);
+        if (h->relaying)
+            publish(h, &x);
+    }
+    wq_events *ev = h->events;
+    if (!ev || h->listeners <= 0)
+        return;
     x.seq = ++ev->seq;
     int outer = !ev->emitting;
     ev->emitting = 1;
@@ -265,6 +429,7 @@ void wq_events_emit(wq_host *h, const wq_life *e)
                 continue;
             w->gone = 1; /* told once: gone before its call */
             h->listeners--;
+            listeners_changed(h, h->listeners + 1);
             ev->swept = 1;
             w->fn(w->ud, &x);
         }

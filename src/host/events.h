@@ -12,6 +12,8 @@
 
 #include "host/host.h"
 
+#include <event2/buffer.h>
+
 typedef enum wq_life_type {
     WQ_LIFE_ADDED,
     WQ_LIFE_STARTED,
@@ -54,11 +56,22 @@ typedef struct wq_events wq_events;
 /* Whether anyone listens for queue events (the emitters test this first). */
 static inline int wq_events_wanted(const wq_host *h)
 {
-    return h->listeners > 0;
+    return h->listeners > 0 || h->relaying;
 }
 
-/* Tells the listeners (at wq_events_wanted only; e->at and runner filled in when 0/NULL). */
+/* Tells the listeners (at wq_events_wanted only; e->at and runner filled in when 0/NULL). An
+ * event of this runner's (runner NULL) also goes to the runners of a shared database that
+ * listen. */
 void wq_events_emit(wq_host *h, const wq_life *e);
+
+/* e as one JSON object (no newline): {"event", "queue", "key", "attempt", "runner", "at", ...};
+ * max > 0: a progress or result that would make it longer than max bytes is left out (and
+ * "truncated": true said). 0, or -1 on OOM. */
+int wq_life_json(struct evbuffer *b, const wq_life *e, size_t max);
+
+/* The backend's relay hooks (wq_backend_opts.relayed, .relay; ud: the host). */
+void wq_events_relayed(void *ud, const char *json, size_t n);
+void wq_events_relay(void *ud, int on);
 
 /* A stream's subscription: fn(ud, e) for every event of queue (NULL: all queues). */
 typedef struct wq_events_sub wq_events_sub;

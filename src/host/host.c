@@ -831,6 +831,9 @@ wq_host *wq_host_new(const wq_host_opts *opts)
             .lease = opts->lease,
             .event_base = h->base,
             .tb = {tb_to_unix, tb_to_mono, h},
+            .relayed = wq_events_relayed,
+            .relay = wq_events_relay,
+            .relay_ud = h,
         };
         char err[512];
         if (wq_backend_open(&h->backend, &bo, err, sizeof err) < 0) {

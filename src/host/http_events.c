@@ -20,7 +20,6 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,65 +47,13 @@ static struct {
     struct evbuffer *text;
 } made;
 
-static void put_string(struct evbuffer *b, const char *s, size_t n)
-{
-    evbuffer_add(b, "\"", 1);
-    size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c != '"' && c != '\\')
-            continue;
-        evbuffer_add(b, s + run, i - run);
-        run = i + 1;
-        if (c == '"')
-            evbuffer_add(b, "\\\"", 2);
-        else if (c == '\\')
-            evbuffer_add(b, "\\\\", 2);
-        else if (c == '\n')
-            evbuffer_add(b, "\\n", 2);
-        else if (c == '\t')
-            evbuffer_add(b, "\\t", 2);
-        else
-            evbuffer_add_printf(b, "\\u%04x", c);
-    }
-    evbuffer_add(b, s + run, n - run);
-    evbuffer_add(b, "\"", 1);
-}
-
-static void put_time(struct evbuffer *b, const char *name, double t)
-{
-    if (t > 0)
-        evbuffer_add_printf(b, ",\"%s\":%.6f", name, t);
-}
-
 /* The SSE text of e. */
 static int make(struct evbuffer *b, const wq_life *e)
 {
-    evbuffer_add_printf(b, "event: %s\ndata: {\"event\":\"%s\",\"queue\":", wq_life_name(e->type),
-                        wq_life_name(e->type));
-    put_string(b, e->queue, strlen(e->queue));
-    if (e->key) {
-        evbuffer_add(b, ",\"key\":", 7);
-        put_string(b, e->key, e->keylen);
-    }
-    if (e->attempt > 0)
-        evbuffer_add_printf(b, ",\"attempt\":%lld", (long long)e->attempt);
-    evbuffer_add(b, ",\"runner\":", 10);
-    put_string(b, e->runner, strlen(e->runner));
-    put_time(b, "at", e->at);
-    put_time(b, "added_at", e->added_at);
-    put_time(b, "started_at", e->started_at);
-    if (e->data) {
-        evbuffer_add_printf(b, ",\"%s\":", e->type == WQ_LIFE_PROGRESS ? "progress" : "result");
-        evbuffer_add(b, e->data, e->datalen);
-    }
-    if (e->error) {
-        evbuffer_add(b, ",\"error\":", 9);
-        put_string(b, e->error, strlen(e->error));
-    }
-    if (e->type == WQ_LIFE_RETRYING && isfinite(e->retry_in))
-        evbuffer_add_printf(b, ",\"retry_in\":%.3f", e->retry_in);
-    return evbuffer_add(b, "}\n\n", 3);
+    evbuffer_add_printf(b, "event: %s\ndata: ", wq_life_name(e->type));
+    if (wq_life_json(b, e, 0) < 0)
+        return -1;
+    return evbuffer_add(b, "\n\n", 2);
 }
 
 /* What is written to s's client and not yet taken by it. */

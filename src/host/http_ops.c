@@ -15,6 +15,7 @@
 #include "store/backend.h"
 
 #include "host/commands.h"
+#include "host/events.h"
 #include "host/http_history.h"
 #include "host/http_wait.h"
 #include "host/http_int.h"
@@ -321,8 +322,15 @@ static void remote_answered(void *ud, int result, const char *text)
             else if (result < 0)
                 key_error(req, 404, "no queued or delayed item ", k, rr->keylen, " in queue ",
                           rr->queue, "");
-            else
+            else {
+                wq_life e = {.type = WQ_LIFE_REMOVED,
+                             .queue = rr->queue,
+                             .key = k,
+                             .keylen = rr->keylen}; /* the database removed it: its event */
+                if (wq_events_wanted(rr->h))
+                    wq_events_emit(rr->h, &e);
                 wq_http_reply_json(req, 200, "OK", one("removed", json_object_new_boolean(1)));
+            }
             break;
         case WQ_BOP_CANCEL:
             if (result == WQ_EBUSY)

@@ -77,6 +77,8 @@ void lprogress_end(lqueue *lq, const char *key, size_t len)
     entry *e = find(lq, key, len);
     if (!e)
         return;
+    if (e->told_at && lq->bq) /* a row that stays (run again) shows none */
+        wq_bq_progress(lq->bq, key, len, NULL, 0);
     wq_keymap_del(lq->progress, key, len);
     entry_free(e);
 }

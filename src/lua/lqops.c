@@ -167,7 +167,14 @@ static int keyed_k(lua_State *L, int status, lua_KContext ctx)
 {
     (void)status;
     lqueue_check_answer(L, (const char *)ctx);
-    lua_pushboolean(L, lua_tointeger(L, -2) == 0);
+    int ok = lua_tointeger(L, -2) == 0;
+    lqueue *lq = lqueue_check(L, (const char *)ctx);
+    if (ok && strcmp((const char *)ctx, "remove") == 0 && wq_events_wanted(lq->host)) {
+        size_t len; /* removed from the database: its event (the runner's engine had none) */
+        const char *key = lua_tolstring(L, 2, &len);
+        lworker_event(lq, WQ_LIFE_REMOVED, key, len, 0, NULL, 0, NULL, 0);
+    }
+    lua_pushboolean(L, ok);
     return 1;
 }
 

@@ -219,6 +219,13 @@ static void bq_redefined(void *ud, const wq_queue_def *def, const char *by)
     }
 }
 
+static void bq_added(void *ud, const char *key, size_t len)
+{
+    lqueue *lq = ud;
+    if (wq_events_wanted(lq->host))
+        lworker_event(lq, WQ_LIFE_ADDED, key, len, 0, NULL, 0, NULL, 0);
+}
+
 static void bq_cancel(void *ud, const char *key, size_t len)
 {
     lqueue *lq = ud;
@@ -682,6 +689,7 @@ static int queue_new(lua_State *L)
                                  .paused = bq_paused,
                                  .cancel = bq_cancel,
                                  .redefined = bq_redefined,
+                                 .added = bq_added,
                                  .ud = lq};
         lq->bq = wq_bq_attach(h->backend, name, lq->q, &hooks);
         if (!lq->bq)

@@ -58,6 +58,12 @@ typedef struct wq_backend_opts {
     double lease;            /* seconds; <= 0: the default (15) */
     void *event_base;        /* the host's libevent base (struct event_base *) */
     wq_timebase tb;
+    /* A backend shared by runners relays their events (SPEC 11): another runner's event (one
+     * JSON object, events.h) to relayed; relay(ud, 1) while some runner listens for this one's
+     * (then wq_backend_publish them), relay(ud, 0) once none does. NULL: not wanted. */
+    void (*relayed)(void *ud, const char *json, size_t n);
+    void (*relay)(void *ud, int on);
+    void *relay_ud;
 } wq_backend_opts;
 
 /* One restored row, in queue order (priority, then FIFO), then waiting ones. */
@@ -357,6 +363,9 @@ typedef struct wq_bqueue_hooks {
     /* Another runner started since with other options for the queue (the last one started
      * wins): use def from now on; by names that runner. */
     void (*redefined)(void *ud, const wq_queue_def *def, const char *by);
+    /* An add the backend decided committed and made key pending (for its event; NULL: none
+     * wanted). */
+    void (*added)(void *ud, const char *key, size_t len);
     void *ud;
 } wq_bqueue_hooks;
 
@@ -561,6 +570,11 @@ struct wq_backend_ops {
     /* A flow request (wq_fop): WQ_BACKEND_LOCAL (the runtime's flow set is the authority), or 0
      * and fn is called once the database answered, or a WQ_E* code at once. */
     int (*flow_op)(wq_backend *b, const wq_fop *op, wq_bop_fn fn, void *ud);
+    /* Events between runners (a shared backend; NULL for SQLite): listen(b, 1) while this
+     * runner wants every runner's events (they come to opts.relayed), publish one of its own
+     * (JSON) to the runners that listen. */
+    void (*listen)(wq_backend *b, int on);
+    void (*publish)(wq_backend *b, const char *json, size_t n);
     /* The result of a claimed flow node that succeeded (JSON text, NULL for none): written with
      * its outcome, whatever the queue's keep_done (a shared backend; NULL for SQLite). */
     void (*node_result)(wq_bqueue *bq, const char *key, size_t len, const char *result,
@@ -790,6 +804,16 @@ static inline int wq_bq_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *
     return bq->b->ops->op(bq, op, fn, ud);
 }
 
+static inline void wq_backend_listen(wq_backend *b, int on)
+{
+    if (b && b->ops->listen)
+        b->ops->listen(b, on);
+}
+static inline void wq_backend_publish(wq_backend *b, const char *json, size_t n)
+{
+    if (b && b->ops->publish)
+        b->ops->publish(b, json, n);
+}
 static inline int wq_backend_flow_op(wq_backend *b, const wq_fop *op, wq_bop_fn fn, void *ud)
 {
     return b->ops->flow_op ? b->ops->flow_op(b, op, fn, ud) : WQ_BACKEND_LOCAL;

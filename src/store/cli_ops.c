@@ -247,9 +247,12 @@ int wq_cli_items_row(const wq_cli_args *a, FILE *out, long i, const wq_cli_item 
     char error[ERROR_WIDTH + 1];
     wq_show_line(error, sizeof error, it->last_error ? it->last_error : "-");
     const char *payload = it->payload ? it->payload : "-";
-    fprintf(out, "%-24s  %-10s  %8s  %7s  %-19s  %-*s  %.60s%s\n", key, it->state, it->priority,
+    fprintf(out, "%-24s  %-10s  %8s  %7s  %-19s  %-*s  %.60s%s", key, it->state, it->priority,
             it->attempt, it->ready ? it->ready : "-", ERROR_WIDTH, error, payload,
             strlen(payload) > 60 ? "..." : "");
+    if (it->progress) /* the job's own account of how far it is */
+        fprintf(out, "  progress %.60s%s", it->progress, strlen(it->progress) > 60 ? "..." : "");
+    fputc('\n', out);
     return 0;
 }
 
@@ -287,10 +290,10 @@ int wq_cli_show(const wq_cli_args *a, FILE *out, FILE *err, const wq_cli_key *k)
         return 0;
     }
     wq_show_key(key, k->key, strlen(k->key));
-    static const char *const names[] = {"key",         "state",     "payload",    "priority",
-                                        "group",       "attempt",   "last error", "ready at",
-                                        "finished at", "result",    "attempts",   "failed at",
-                                        "error",       "waits for", "flow",       "traceback"};
+    static const char *const names[] = {
+        "key",        "state",     "payload",     "priority",  "group",    "attempt",
+        "last error", "ready at",  "finished at", "result",    "attempts", "failed at",
+        "error",      "waits for", "flow",        "traceback", "progress"};
     char waits[64];
     if (k->waits)
         snprintf(waits, sizeof waits, "%s dependencies", k->waits);
@@ -309,7 +312,8 @@ int wq_cli_show(const wq_cli_args *a, FILE *out, FILE *err, const wq_cli_key *k)
                             k->error,
                             k->waits ? waits : NULL,
                             k->flow,
-                            k->traceback};
+                            k->traceback,
+                            k->progress};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         field(out, names[i], values[i]);
     return 0;

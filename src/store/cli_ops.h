@@ -63,6 +63,7 @@ int wq_cli_parse(const char *cmd, int argc, char **argv, wq_cli_args *a, FILE *o
 typedef struct wq_cli_item {
     const char *key, *state, *priority, *attempt, *ready, *payload, *json, *last_error;
     const char *traceback; /* a dead letter's, NULL: none */
+    const char *progress;  /* a processing item's job:progress (JSON), NULL: none */
 } wq_cli_item;
 
 /* The listing of `wqrun items` or `wqrun dead`, the same for both backends (a text table, or
@@ -80,6 +81,7 @@ typedef struct wq_cli_key {
         *finished_at, *result, *error, *attempts, *failed_at, *json;
     const char *waits, *flow; /* a flow's node: blocked (dependencies left), its flow */
     const char *traceback;    /* a dead letter's last traceback */
+    const char *progress;     /* a processing item's job:progress (JSON) */
 } wq_cli_key;
 
 /* Prints `wqrun show`'s answer: k as a block of "name  value" lines (or its JSON with --json);

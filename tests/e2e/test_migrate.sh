@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Schema version 1 -> 2 -> 3 -> 4 -> 5 -> 6 end to end (SPEC section 7), through the real wqrun
+# Schema version 1 -> 2 -> 3 -> 4 -> 5 -> 6 -> 7 end to end (SPEC section 7), through the real wqrun
 # binary and the real sqlite3 shell, on copies of tests/store/fixtures/v1.db:
 # a state file written by the wqrun of schema version 1 (made by
 # tests/store/fixtures/make_v1.lua):
 #   - `wqrun status` and `wqrun add` leave it at version 1;
-#   - the first run migrates it in place: user_version 6 (through 2, 3, 4 and 5), every
+#   - the first run migrates it in place: user_version 7 (through 2, 3, 4, 5 and 6), every
 #     version-1 row as it was, items.enqueued_at taken from added_at, the new
 #     tables empty, the inbox with grp and priority;
 #   - the next run restores the items in order with their payloads, the
@@ -61,12 +61,14 @@ LUA
 )
 run --quiet --db "$DB" "$noop"
 expect_rc 0 "a run on the version-1 file"
-expect_eq "$(sql "$DB" "PRAGMA user_version; PRAGMA application_id; PRAGMA journal_mode")" "6
+expect_eq "$(sql "$DB" "PRAGMA user_version; PRAGMA application_id; PRAGMA journal_mode")" "7
 2003923573
-wal" "migrated: user_version 6, still a wqrun state file in WAL mode"
+wal" "migrated: user_version 7, still a wqrun state file in WAL mode"
 expect_eq "$(sql "$DB" "SELECT count(*), sum(traceback IS NULL) FROM dead;
   SELECT count(*) FROM pragma_table_info('dead') WHERE name = 'traceback'")" "$(sql "$DB" "SELECT count(*), count(*) FROM dead")
 1" "version 6: dead.traceback, NULL for the letters written before"
+expect_eq "$(sql "$DB" "SELECT count(*) FROM items WHERE progress IS NULL")" \
+    "$(sql "$DB" "SELECT count(*) FROM items")" "version 7: items.progress, NULL for every item"
 expect_eq "$(sql "$DB" "$V1_ROWS")" "$before" "every version-1 row and column is as it was"
 expect_eq "$(sql "$DB" "SELECT count(*), sum(enqueued_at = added_at), count(grp) FROM items")" \
     "12 12 0" "items.enqueued_at is the row's added_at; no groups"
@@ -94,7 +96,7 @@ hi processing 5 - 1
 a queued 0 - 1" "the pending view has grp and enqueued_at"
 migrated=$(sql "$DB" "SELECT * FROM items ORDER BY queue, key")
 run --quiet --db "$DB" "$noop"
-expect_eq "$(sql "$DB" "PRAGMA user_version; SELECT * FROM items ORDER BY queue, key")" "6
+expect_eq "$(sql "$DB" "PRAGMA user_version; SELECT * FROM items ORDER BY queue, key")" "7
 $migrated" "a second run changes nothing"
 cp "$DB" "$TMP/migrated.db"
 
@@ -163,11 +165,11 @@ later 1 1" "new rows get enqueued_at (now) and no group"
 # ====================================================== a newer file is refused
 NEWER=$TMP/v7.db
 cp "$TMP/migrated.db" "$NEWER"
-sql "$NEWER" "PRAGMA user_version = 7"
+sql "$NEWER" "PRAGMA user_version = 8"
 cp "$NEWER" "$TMP/v7.orig"
 run --quiet --db "$NEWER" "$noop"
 expect_rc 1 "a version-7 file is refused"
-expect_in "$ERR" "$NEWER is a wqrun state file of version 7, newer than this wqrun understands (6); use a newer wqrun" \
+expect_in "$ERR" "$NEWER is a wqrun state file of version 8, newer than this wqrun understands (7); use a newer wqrun" \
     "the message names the file and both versions"
 check "the refused file is unchanged" cmp -s "$NEWER" "$TMP/v7.orig"
 check "no -wal or -shm file is left" test ! -e "$NEWER-wal" -a ! -e "$NEWER-shm"
@@ -180,7 +182,7 @@ sql "$TMP/migrated.db" "INSERT INTO done(queue, key, finished_at, result) VALUES
                           ('flaky', 'tick', '@every 5m', 'tick', 1700000300, 1700000000, 'utc')"
 TZ=XST-3 run status --db "$TMP/migrated.db"
 expect_rc 0 "status of a version-5 file with schedules"
-expect_in "$OUT" "(version 6, " "status: version 6"
+expect_in "$OUT" "(version 7, " "status: version 7"
 expect_re "$OUT" "^mail +7 +1 +2 +0 +0 +2 +2 " "status: mail has 2 done rows"
 expect_in "$OUT" "schedules:" "status lists the schedules"
 expect_re "$OUT" "^flaky +tick +@every 5m +utc +2023-11-14 22:18:20 +2023-11-15 01:18:20 XST +2023-11-14 22:13:20$" \

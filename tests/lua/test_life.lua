@@ -1,4 +1,4 @@
--- backends: memory (PostgreSQL: see test_pg_life.sh)
+-- backends: memory (PostgreSQL: once the database keeps progress)
 -- A job's life (SPEC 11): q:wait(key [, timeout]) returns a run's end (done,
 -- dead, cancelled, removed) without polling, or at the timeout the key's
 -- state now; job:progress(value) shows in q:item and q:items while the job

@@ -190,6 +190,7 @@ static void pg_close(wq_backend *base)
         event_free(b->tick_ev);
     if (b->due_ev)
         event_free(b->due_ev);
+    wq_pgb_events_close(b);
     pgq *q = b->queues;
     while (q) {
         pgq *next = q->next;
@@ -739,6 +740,8 @@ static const wq_backend_ops pg_ops = {
     .op = wq_pgb_op,
     .flow_op = wq_pgb_flow_op,
     .node_result = pg_node_result,
+    .listen = wq_pgb_listen,
+    .publish = wq_pgb_publish,
 };
 
 /* Inserts the runners row and takes its session lock, in one transaction (blocking). */
@@ -817,7 +820,7 @@ int wq_pg_open(wq_backend **out, const wq_backend_opts *opts, char *err, size_t 
     b->cycle_ev = event_new(b->evb, -1, 0, wq_pgb_on_cycle, b);
     b->tick_ev = event_new(b->evb, -1, EV_PERSIST, wq_pgb_on_tick, b);
     b->due_ev = evtimer_new(b->evb, on_due, b);
-    if (!b->cycle_ev || !b->tick_ev || !b->due_ev) {
+    if (!b->cycle_ev || !b->tick_ev || !b->due_ev || wq_pgb_events_open(b, opts) < 0) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
@@ -850,6 +853,7 @@ fail:
         event_free(b->tick_ev);
     if (b->due_ev)
         event_free(b->due_ev);
+    wq_pgb_events_close(b);
     free(b->url);
     free(b);
     return rc;

@@ -482,7 +482,8 @@ static int list_items(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
 #define COL(c) (PQgetisnull(r, t, c) ? NULL : PQgetvalue(r, t, c))
         wq_cli_item it = {COL(0), COL(1), COL(2),
                           COL(3), COL(4), COL(5),
-                          COL(6), COL(7), a->op == WQ_CLI_DEAD ? COL(8) : NULL};
+                          COL(6), COL(7), a->op == WQ_CLI_DEAD ? COL(8) : NULL,
+                          NULL};
 #undef COL
         if (wq_cli_items_row(a, out, i, &it))
             break;
@@ -529,8 +530,8 @@ static int show_key(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
         return 1;
     int found = PQntuples(r) > 0;
 #define COL(c) (!found || PQgetisnull(r, 0, c) ? NULL : PQgetvalue(r, 0, c))
-    wq_cli_key k = {COL(0), COL(1),  COL(2),  COL(3),  COL(4),  COL(5),  COL(6),  COL(7), COL(8),
-                    COL(9), COL(10), COL(11), COL(12), COL(13), COL(14), COL(15), COL(16)};
+    wq_cli_key k = {COL(0), COL(1),  COL(2),  COL(3),  COL(4),  COL(5),  COL(6),  COL(7),  COL(8),
+                    COL(9), COL(10), COL(11), COL(12), COL(13), COL(14), COL(15), COL(16), NULL};
 #undef COL
     int rc = wq_cli_show(a, out, err, found ? &k : NULL);
     PQclear(r);

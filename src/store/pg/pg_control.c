@@ -391,6 +391,7 @@ void wq_pgb_on_tick(evutil_socket_t fd, short what, void *arg)
         wq_pgconn_sync(b->c, NULL, NULL);
         wq_pgb_send_control(b); /* the fallback for a notification missed (reconnect) */
     }
+    wq_pgb_events_tick(b, now);
     if (b->view_wanted && now - b->view_asked > (int64_t)VIEW_IDLE_S * WQ_NS_PER_S)
         b->view_wanted = 0; /* nobody looked for a while: no more passes over jobs */
     if (b->view_wanted && !b->view_flight && now >= b->view_next)
@@ -518,6 +519,8 @@ void wq_pgb_on_notify(void *ud, const char *channel, const char *payload)
 {
     pgb *b = ud;
     (void)channel;
+    if (wq_pgb_events_notified(b, payload))
+        return;
     if (payload[0] == '!') { /* '!control': a pause, resume or cancel (no queue name has '!') */
         b->control_again = 1;
         wq_pgb_kick(b);

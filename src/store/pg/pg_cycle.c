@@ -768,6 +768,8 @@ static void adds_synced(void *ud, int ok)
             if (sent[i].params[3] && what && strcmp(what, "delayed") == 0)
                 wq_pgb_due(q, wq_pgb_real_ns() + (int64_t)(atof(sent[i].params[3]) * 1e9));
         }
+        if (ok && outcome_code(what) == 1 && q->q && q->hooks.added && sent[i].params[1])
+            q->hooks.added(q->hooks.ud, sent[i].params[1], strlen(sent[i].params[1]));
         if (sent[i].fn)
             sent[i].fn(sent[i].ud, ok ? outcome_code(what) : WQ_EIO,
                        ok ? (what ? what : "queued") : b->errmsg);

@@ -234,7 +234,8 @@ struct pgb {
      * reading, and when it was asked for and came back (real ns). */
     double db_clock, txn_clock;
     int64_t db_clock_recv, clock_asked;
-    int clock_in_txn; /* the claim transaction being built has asked for it */
+    int clock_in_txn;       /* the claim transaction being built has asked for it */
+    struct pg_relay *relay; /* events between runners (pg_events.c), NULL: not wanted */
 };
 
 /* An operator action until its transaction has committed. */
@@ -281,6 +282,17 @@ void wq_pgb_lose_claims(pgq *q, const char *why);
 void wq_pgb_free_add(padd *a);
 /* The cycle: adds, then outcomes and claims, one round trip (cycle_ev's callback). */
 void wq_pgb_on_cycle(evutil_socket_t fd, short what, void *arg);
+
+/* pg_events.c: events between runners. */
+int wq_pgb_events_open(pgb *b, const wq_backend_opts *opts);
+void wq_pgb_events_close(pgb *b);
+/* The backend ops listen and publish. */
+void wq_pgb_listen(wq_backend *base, int on);
+void wq_pgb_publish(wq_backend *base, const char *json, size_t n);
+/* A notification that is the relay's ("~" events, "!events:ID"): 1 handled, 0 not the relay's. */
+int wq_pgb_events_notified(pgb *b, const char *payload);
+/* From the tick: announce while listening, stop relaying when nobody announced. */
+void wq_pgb_events_tick(pgb *b, int64_t now);
 
 /* pg_control.c: definitions, pauses and cancels, the outbox, liveness. */
 /* Stores q's definition (at attach, and after a reconnect if it did not get through). */

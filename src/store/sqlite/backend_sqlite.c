@@ -130,6 +130,11 @@ static void q_undead(wq_bqueue *bq, const char *key, size_t len)
 {
     wq_store_undead(Q(bq), key, len);
 }
+static void q_progress(wq_bqueue *bq, const char *key, size_t len, const char *json, size_t n)
+{
+    wq_store_progress_put(Q(bq), key, len, json, n);
+}
+
 static void q_history(wq_bqueue *bq, const wq_history_row *r)
 {
     wq_store_history_put(Q(bq), r);
@@ -270,6 +275,7 @@ const wq_backend_ops wq_sqlite_ops = {
     .failures = q_failures,
     .dead = q_dead,
     .history = q_history,
+    .progress = q_progress,
     .reran = q_reran,
     .history_list = q_history_list,
     .undead = q_undead,

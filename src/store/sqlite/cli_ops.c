@@ -405,6 +405,7 @@ static const char dead_sql[] =
 static int list_items(sqlite3 *db, const char *path, const wq_cli_args *a, FILE *out, FILE *err)
 {
     int v2 = wq_schema_version(db) >= 2; /* items.grp is new in version 2 */
+    int v7 = wq_schema_version(db) >= 7; /* items.progress in version 7 */
     sqlite3_stmt *st;
     char sql[1536];
     if (a->op == WQ_CLI_DEAD) {
@@ -414,16 +415,18 @@ static int list_items(sqlite3 *db, const char *path, const wq_cli_args *a, FILE 
         snprintf(sql, sizeof sql,
                  "SELECT i.key, i.state, i.priority, coalesce(f.requeues, 0) + 1,"
                  " datetime(i.ready_at, 'unixepoch'), i.payload,"
-                 " json_object('key', i.key, 'payload', CASE WHEN i.payload IS NULL THEN NULL"
-                 "  WHEN json_valid(i.payload) THEN json(i.payload) ELSE i.payload END,"
+                 " json_set(json_object('key', i.key, 'payload', CASE WHEN i.payload IS NULL"
+                 "  THEN NULL WHEN json_valid(i.payload) THEN json(i.payload) ELSE i.payload END,"
                  "  'state', i.state, 'priority', i.priority, 'group', %s,"
                  "  'ready_at', i.ready_at, 'attempt', coalesce(f.requeues, 0) + 1,"
-                 "  'last_error', f.last_error), f.last_error"
+                 "  'last_error', f.last_error), CASE WHEN %s IS NOT NULL THEN '$.progress' END,"
+                 "  json(%s)), f.last_error, NULL, %s"
                  " FROM items AS i LEFT JOIN failures AS f ON f.queue = i.queue AND f.key = i.key"
                  " WHERE i.queue = ?1 AND (?2 IS NULL OR i.state = ?2)"
                  " ORDER BY i.state = 'waiting' AND i.ready_at IS NOT NULL, i.priority DESC, i.seq,"
                  "  i.ready_at LIMIT ?3",
-                 v2 ? "i.grp" : "NULL");
+                 v2 ? "i.grp" : "NULL", v7 ? "i.progress" : "NULL", v7 ? "i.progress" : "NULL",
+                 v7 ? "i.progress" : "NULL");
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
         fprintf(err, "wqrun: %s: cannot read %s: %s\n", a->cmd, path, sqlite3_errmsg(db));
         return 1;
@@ -437,9 +440,16 @@ static int list_items(sqlite3 *db, const char *path, const wq_cli_args *a, FILE 
     wq_cli_items_head(a, out);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 #define COL(c) ((const char *)sqlite3_column_text(st, c))
-        wq_cli_item it = {COL(0), COL(1), COL(2),
-                          COL(3), COL(4), COL(5),
-                          COL(6), COL(7), a->op == WQ_CLI_DEAD ? COL(8) : NULL};
+        wq_cli_item it = {COL(0),
+                          COL(1),
+                          COL(2),
+                          COL(3),
+                          COL(4),
+                          COL(5),
+                          COL(6),
+                          COL(7),
+                          a->op == WQ_CLI_DEAD ? COL(8) : NULL,
+                          a->op == WQ_CLI_DEAD ? NULL : COL(9)};
 #undef COL
         if (wq_cli_items_row(a, out, n, &it))
             break;
@@ -596,7 +606,7 @@ static int show_key(sqlite3 *db, const char *path, const wq_cli_args *a, FILE *o
     }
 #define COL(c) ((const char *)sqlite3_column_text(st, c))
     wq_cli_key k = {COL(0), COL(1),  COL(2),  COL(3),  COL(4),  COL(5),  COL(6),  COL(7), COL(8),
-                    COL(9), COL(10), COL(11), COL(12), COL(13), COL(14), COL(15), NULL};
+                    COL(9), COL(10), COL(11), COL(12), COL(13), COL(14), COL(15), NULL,   NULL};
 #undef COL
     /* A dead letter's traceback (version 6), in the text and in the JSON object. */
     sqlite3_stmt *tb = NULL;
@@ -613,7 +623,23 @@ static int show_key(sqlite3 *db, const char *path, const wq_cli_args *a, FILE *o
             k.json = (const char *)sqlite3_column_text(tb, 1);
         }
     }
+    /* A processing item's progress (version 7), in the text and in the JSON object. */
+    sqlite3_stmt *pr = NULL;
+    if (rc == SQLITE_ROW && k.state && strcmp(k.state, "processing") == 0 && version >= 7 &&
+        sqlite3_prepare_v2(db,
+                           "SELECT progress, json_set(?3, '$.progress', json(progress)) FROM items"
+                           " WHERE queue = ?1 AND key = ?2 AND progress IS NOT NULL",
+                           -1, &pr, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(pr, 1, a->queue, -1, SQLITE_STATIC);
+        sqlite3_bind_text(pr, 2, a->key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(pr, 3, k.json, -1, SQLITE_STATIC);
+        if (sqlite3_step(pr) == SQLITE_ROW) {
+            k.progress = (const char *)sqlite3_column_text(pr, 0);
+            k.json = (const char *)sqlite3_column_text(pr, 1);
+        }
+    }
     int r = wq_cli_show(a, out, err, rc == SQLITE_ROW ? &k : NULL);
+    sqlite3_finalize(pr);
     sqlite3_finalize(tb);
     sqlite3_finalize(st);
     return r;

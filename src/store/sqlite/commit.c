@@ -360,7 +360,8 @@ int wq_store_dirty(const wq_store *s)
     if (!s)
         return 0;
     if (s->nents || s->ninbox_del || s->nannounce || s->lost_updates || s->nsched ||
-        wq_store_ops_dirty(s) || wq_store_flows_dirty(s) || wq_store_history_dirty(s))
+        wq_store_ops_dirty(s) || wq_store_flows_dirty(s) || wq_store_history_dirty(s) ||
+        wq_store_progress_dirty(s))
         return 1;
     for (uint32_t i = 0; i < s->nqueues; i++)
         if (s->queues[i]->resync || s->queues[i]->prune)
@@ -860,6 +861,8 @@ static int write_all(struct flush *f)
         rc = wq_store_write_flows(s, &f->rows);
     if (rc == SQLITE_OK)
         rc = wq_store_write_history(s, f->now, &f->rows);
+    if (rc == SQLITE_OK) /* after the items' rows */
+        rc = wq_store_write_progress(s, &f->rows);
     return rc;
 }
 
@@ -902,6 +905,7 @@ int wq_store_flush(wq_store *s)
     note_committed(s);
     wq_store_clear_flows(s, 1);
     wq_store_clear_history(s, 1);
+    wq_store_clear_progress(s, 1);
     s->stats.inbox_consumed += s->ninbox_del;
     wq_store_clear_pending(s, 1);
     if (s->bloom_set > WQ_STORE_BLOOM_BITS / 2)

@@ -207,9 +207,13 @@ static const char v5_to_v6[] =
     "  error TEXT                     -- a dead run's error\n"
     ");\n";
 
+/* Version 6 -> 7: a processing item's latest progress (SPEC 11). */
+static const char v6_to_v7[] =
+    "ALTER TABLE items ADD COLUMN progress TEXT; -- a processing item's job:progress (JSON)\n";
+
 /* migrations[v] brings a file from version v to v + 1. */
-static const char *const migrations[WQ_STORE_VERSION] = {schema_v1, v1_to_v2, v2_to_v3,
-                                                         v3_to_v4,  v4_to_v5, v5_to_v6};
+static const char *const migrations[WQ_STORE_VERSION] = {schema_v1, v1_to_v2, v2_to_v3, v3_to_v4,
+                                                         v4_to_v5,  v5_to_v6, v6_to_v7};
 
 /* Reads application_id, user_version and the number of schema objects. SQLite result code. */
 static int read_header(sqlite3 *db, int *app, int *ver, int *nobj)

@@ -567,6 +567,7 @@ void wq_store_close(wq_store *s)
     finalize_all(s);
     wq_store_flows_free(s);
     wq_store_history_free(s);
+    wq_store_progress_free(s);
     sqlite3_close(s->db);
     close(s->lock_fd); /* after SQLite let go of the file: closing drops this process's locks */
     wq_store_clear_pending(s, 0);

@@ -19,7 +19,7 @@
 /* PRAGMA application_id of a wqrun state file: "wqru". */
 #define WQ_STORE_APP_ID 0x77717275
 /* PRAGMA user_version this build writes and understands. */
-#define WQ_STORE_VERSION 6
+#define WQ_STORE_VERSION 7
 
 /* Ends the message refusing a damaged file: what the user can do about it. */
 #define WQ_STORE_DAMAGED_HINT                                                                      \
@@ -244,6 +244,7 @@ struct wq_store {
     struct wq_store_flows *flows; /* the flow set written behind (flows.c), NULL until used */
     struct wq_store_history
         *history; /* finished runs written behind (history.c), NULL until used */
+    struct wq_store_progress *progress; /* progress written behind (progress.c), NULL: none */
 };
 
 /* ---- schema.c ---- */
@@ -435,6 +436,17 @@ void wq_store_clear_flows(wq_store *s, int committed);
 void wq_store_flows_free(wq_store *s);
 /* Reads the flow tables into fs: the number of nodes, or a WQ_E* code. */
 int wq_store_restore_flows(wq_store *s, wq_flows *fs);
+
+/* ---- progress.c ---- */
+/* The latest progress of processing key (JSON text; NULL: none any more), written with the next
+ * commit after the item's own row. */
+void wq_store_progress_put(wq_store_queue *sq, const char *key, size_t len, const char *json,
+                           size_t n);
+int wq_store_progress_dirty(const wq_store *s);
+int wq_store_write_progress(wq_store *s, uint64_t *rows);
+/* After the commit (committed) or a failed one (the values wait for the next). */
+void wq_store_clear_progress(wq_store *s, int committed);
+void wq_store_progress_free(wq_store *s);
 
 /* ---- history.c ---- */
 

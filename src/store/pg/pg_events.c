@@ -1,0 +1,194 @@
+/*
+ * Events between the runners of one database (SPEC 11: "on PostgreSQL it
+ * carries every runner's events"), on the channel every runner LISTENs to
+ * already. Nothing is sent while nobody listens:
+ *
+ * - a runner with listeners (an event stream, a waiter) announces it with
+ *   the notification "!events:ID" at once and every ANNOUNCE_MS while they
+ *   last; a runner that hears another's announcement relays its own
+ *   events for RELAY_MS from then (so they stop soon after the last
+ *   listener went);
+ * - relayed events are "~" then JSON lines (events.h's wq_life_json), as
+ *   many as fit in one notification's 8000 bytes, sent FLUSH_MS after the
+ *   first, in a transaction of their own;
+ * - every runner hears every "~" notification; one without listeners drops
+ *   it at the first byte, one with listeners hands each line to the host,
+ *   which drops its own.
+ *
+ * A notification is delivered when its transaction commits; the database
+ * serializes notifying commits (POSTGRES.md), which is why events go in
+ * batches and only while someone listens.
+ */
+#include "store/pg/pg_int.h"
+
+#include "store/pg/pg_schema.h"
+#include "store/pg/pgconn.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ANNOUNCE_MS 2000
+#define RELAY_MS 5000
+#define FLUSH_MS 2
+#define PAYLOAD_MAX 7990 /* bytes of one notification's payload (8000 is PostgreSQL's limit) */
+
+struct pg_relay {
+    void (*relayed)(void *ud, const char *json, size_t n);
+    void (*relay)(void *ud, int on);
+    void *ud;
+    int listening;         /* this runner has listeners */
+    int64_t last_announce; /* real ns */
+    int64_t relay_until;   /* real ns until which this runner's events are relayed, 0: not */
+    char *buf;             /* "~" and the lines waiting to be sent */
+    size_t len, cap;
+    struct event *flush_ev;
+};
+
+int wq_pgb_events_open(pgb *b, const wq_backend_opts *opts)
+{
+    if (!opts->relayed)
+        return 0;
+    struct pg_relay *r = calloc(1, sizeof *r);
+    if (!r)
+        return -1;
+    r->relayed = opts->relayed;
+    r->relay = opts->relay;
+    r->ud = opts->relay_ud;
+    b->relay = r;
+    return 0;
+}
+
+void wq_pgb_events_close(pgb *b)
+{
+    struct pg_relay *r = b->relay;
+    if (!r)
+        return;
+    if (r->flush_ev)
+        event_free(r->flush_ev);
+    free(r->buf);
+    free(r);
+    b->relay = NULL;
+}
+
+/* Sends sql (with @L) and its one parameter in a transaction of its own; 0 or -1 (down). */
+static int send1(pgb *b, const char *sql, const char *param)
+{
+    char *s = wq_pg_sql(wq_pgconn_pg(b->c), b->schema, sql);
+    const char *v[1] = {param};
+    int rc = s && wq_pgconn_send(b->c, NULL, s, param ? 1 : 0, v, NULL, NULL) == 0 &&
+                     wq_pgconn_sync(b->c, NULL, NULL) == 0
+                 ? 0
+                 : -1;
+    free(s);
+    return rc;
+}
+
+static void announce(pgb *b)
+{
+    struct pg_relay *r = b->relay;
+    char payload[48];
+    snprintf(payload, sizeof payload, "!events:%lld", (long long)b->runner_id);
+    r->last_announce = wq_pgb_real_ns();
+    if (wq_pgconn_up(b->c))
+        send1(b, "SELECT pg_notify(@L, $1)", payload);
+}
+
+static void flush(pgb *b)
+{
+    struct pg_relay *r = b->relay;
+    if (r->len > 1 && wq_pgconn_up(b->c)) {
+        r->buf[r->len] = '\0';
+        send1(b, "SELECT pg_notify(@L, $1)", r->buf);
+    }
+    r->len = 0; /* not sent while the database is away: events are not kept */
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    flush(arg);
+}
+
+void wq_pgb_listen(wq_backend *base, int on)
+{
+    pgb *b = (pgb *)base;
+    struct pg_relay *r = b->relay;
+    if (!r || r->listening == on)
+        return;
+    r->listening = on;
+    if (on)
+        announce(b);
+}
+
+void wq_pgb_publish(wq_backend *base, const char *json, size_t n)
+{
+    pgb *b = (pgb *)base;
+    struct pg_relay *r = b->relay;
+    if (!r || !r->relay_until || n + 2 > PAYLOAD_MAX)
+        return;
+    if (r->len + n + 1 > PAYLOAD_MAX)
+        flush(b);
+    if (r->cap < PAYLOAD_MAX + 1) {
+        char *nb = realloc(r->buf, PAYLOAD_MAX + 1);
+        if (!nb)
+            return;
+        r->buf = nb;
+        r->cap = PAYLOAD_MAX + 1;
+    }
+    if (r->len == 0)
+        r->buf[r->len++] = '~';
+    else
+        r->buf[r->len++] = '\n';
+    memcpy(r->buf + r->len, json, n);
+    r->len += n;
+    if (!r->flush_ev && !(r->flush_ev = evtimer_new(b->evb, on_flush, b)))
+        return;
+    if (!evtimer_pending(r->flush_ev, NULL)) {
+        struct timeval tv = {0, FLUSH_MS * 1000};
+        evtimer_add(r->flush_ev, &tv);
+    }
+}
+
+int wq_pgb_events_notified(pgb *b, const char *payload)
+{
+    struct pg_relay *r = b->relay;
+    if (payload[0] == '~') {
+        if (!r || !r->listening)
+            return 1;
+        const char *p = payload + 1;
+        while (*p) {
+            const char *nl = strchr(p, '\n');
+            size_t n = nl ? (size_t)(nl - p) : strlen(p);
+            r->relayed(r->ud, p, n);
+            p += n + (nl ? 1 : 0);
+        }
+        return 1;
+    }
+    if (strncmp(payload, "!events:", 8) == 0) {
+        if (r && atoll(payload + 8) != b->runner_id) { /* another runner listens */
+            if (!r->relay_until && r->relay)
+                r->relay(r->ud, 1);
+            r->relay_until = wq_pgb_real_ns() + (int64_t)RELAY_MS * 1000000;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+void wq_pgb_events_tick(pgb *b, int64_t now)
+{
+    struct pg_relay *r = b->relay;
+    if (!r)
+        return;
+    if (r->listening && now - r->last_announce > (int64_t)ANNOUNCE_MS * 1000000)
+        announce(b);
+    if (r->relay_until && now > r->relay_until) {
+        r->relay_until = 0; /* nobody announced for a while */
+        flush(b);
+        if (r->relay)
+            r->relay(r->ud, 0);
+    }
+}
