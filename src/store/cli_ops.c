@@ -8,9 +8,11 @@
 #include "engine/common.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char ops_usage[] =
     "usage: wqrun pause|resume --db PATH|URL QUEUE\n"
@@ -317,4 +319,55 @@ int wq_cli_show(const wq_cli_args *a, FILE *out, FILE *err, const wq_cli_key *k)
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         field(out, names[i], values[i]);
     return 0;
+}
+
+/* ---- wqrun add --wait ---- */
+
+int wq_cli_wait_timeout(const char *s, int wait, double *out, FILE *err, const char *usage_line)
+{
+    char *end;
+    double t = strtod(s, &end);
+    if (!wait) {
+        fprintf(err, "wqrun: add: --timeout needs --wait\n%s", usage_line);
+        return -1;
+    }
+    if (end == s || *end || !(t > 0) || !isfinite(t)) {
+        fprintf(err, "wqrun: add: --timeout needs a number of seconds > 0, not '%s'\n%s", s,
+                usage_line);
+        return -1;
+    }
+    *out = t;
+    return 0;
+}
+
+int wq_cli_wait_end(const char *queue, const char *key, const wq_cli_end *e, FILE *out, FILE *err)
+{
+    char shown[WQ_SHOWN_KEY];
+    wq_show_key(shown, key, strlen(key));
+    if (strcmp(e->state, "done") == 0) {
+        if (e->result)
+            fprintf(out, "%s\n", e->result);
+        return 0;
+    }
+    if (strcmp(e->state, "dead") == 0)
+        fprintf(err, "wqrun: add: %s '%s' is dead after %lld attempt%s: %s\n", queue, shown,
+                (long long)e->attempts, e->attempts == 1 ? "" : "s", e->error ? e->error : "?");
+    else
+        fprintf(err, "wqrun: add: %s '%s' was %s\n", queue, shown, e->state);
+    return 1;
+}
+
+int wq_cli_wait_timeout_end(const char *queue, const char *key, double timeout, FILE *err)
+{
+    char shown[WQ_SHOWN_KEY];
+    wq_show_key(shown, key, strlen(key));
+    fprintf(err, "wqrun: add: %s '%s' did not finish within %g s\n", queue, shown, timeout);
+    return 124;
+}
+
+double wq_cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }

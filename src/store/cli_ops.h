@@ -44,6 +44,23 @@ int wq_cli_priority(const char *s, int32_t *out, FILE *err, const char *usage_li
  * letters): warns on err that the item waits until a script defines the queue. */
 void wq_cli_warn_unknown_queue(FILE *err, const char *queue, const char *where);
 
+/* `wqrun add --wait --timeout S`: parses S (seconds > 0, needs --wait); 0, or -1 after printing
+ * why and usage_line to err. */
+int wq_cli_wait_timeout(const char *s, int wait, double *out, FILE *err, const char *usage_line);
+/* A run's end as `wqrun add --wait` reports it: state ("done", "dead", "cancelled", "removed"),
+ * a done run's result (JSON, NULL: none), a dead run's error, its attempts. */
+typedef struct wq_cli_end {
+    const char *state, *result, *error;
+    int64_t attempts;
+} wq_cli_end;
+/* Prints the end (a done run's result on out, else what happened on err): the exit status, 0
+ * done, 1 not. */
+int wq_cli_wait_end(const char *queue, const char *key, const wq_cli_end *e, FILE *out, FILE *err);
+/* The timeout came first: says so on err; the exit status (124, as timeout(1)'s). */
+int wq_cli_wait_timeout_end(const char *queue, const char *key, double timeout, FILE *err);
+/* Monotonic seconds. */
+double wq_cli_now(void);
+
 /* Whether cmd is one of the operator commands. */
 int wq_cli_is_op(const char *cmd);
 /* The name of op in the SQLite commands table ("pause", "retry_all", ...; NULL for the ones that

@@ -25,7 +25,8 @@
 #include <unistd.h>
 
 static const char add_usage[] = "usage: wqrun add --db PATH QUEUE KEY [PAYLOAD] [--after SECONDS] "
-                                "[--priority N] [--group GROUP] [--unique|--no-unique]\n";
+                                "[--priority N] [--group GROUP] [--unique|--no-unique] "
+                                "[--wait [--timeout SECONDS]]\n";
 static const char status_usage[] = "usage: wqrun status --db PATH\n";
 
 static int usage(FILE *err, const char *usage_line, const char *fmt, ...)
@@ -62,10 +63,78 @@ static int queue_known(sqlite3 *conn, const char *queue)
     return known;
 }
 
+/* The history's last row id (0: none), before an add that --wait waits for. */
+static int64_t last_run(sqlite3 *conn)
+{
+    sqlite3_stmt *st;
+    int64_t id = 0;
+    if (sqlite3_prepare_v2(conn, "SELECT coalesce(max(id), 0) FROM history", -1, &st, NULL) ==
+        SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW)
+            id = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    return id;
+}
+
+/*
+ * `wqrun add --wait`: the first run of the key that ends after row `since` of the history (the
+ * runner writes it in the commit of the outcome), read when the file changes (PRAGMA
+ * data_version: a look costs no read of the tables while nothing was committed). Prints the
+ * result of a done run; the exit status of wq_cli_wait_end.
+ */
+static int wait_end(sqlite3 *conn, const char *db, const char *queue, const char *key,
+                    int64_t since, double timeout, FILE *out, FILE *err)
+{
+    sqlite3_stmt *ver = NULL, *st = NULL;
+    if (sqlite3_prepare_v2(conn, "PRAGMA data_version", -1, &ver, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(conn,
+                           "SELECT state, result, error, attempts FROM history"
+                           " WHERE id > ?1 AND queue = ?2 AND key = ?3 ORDER BY id LIMIT 1",
+                           -1, &st, NULL) != SQLITE_OK) {
+        fprintf(err, "wqrun: add: cannot read %s: %s\n", db, sqlite3_errmsg(conn));
+        sqlite3_finalize(ver);
+        return 1;
+    }
+    sqlite3_bind_int64(st, 1, since);
+    sqlite3_bind_text(st, 2, queue, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, key, -1, SQLITE_STATIC);
+    double start = wq_cli_now();
+    int64_t seen = -1;
+    int status = -1;
+    while (status < 0) {
+        int64_t v = sqlite3_step(ver) == SQLITE_ROW ? sqlite3_column_int64(ver, 0) : -2;
+        sqlite3_reset(ver);
+        if (v != seen) { /* committed since the last look */
+            seen = v;
+            int rc = sqlite3_step(st);
+            if (rc == SQLITE_ROW) {
+                wq_cli_end end = {(const char *)sqlite3_column_text(st, 0),
+                                  (const char *)sqlite3_column_text(st, 1),
+                                  (const char *)sqlite3_column_text(st, 2),
+                                  sqlite3_column_int64(st, 3)};
+                status = wq_cli_wait_end(queue, key, &end, out, err);
+            } else if (rc != SQLITE_DONE && rc != SQLITE_BUSY) {
+                fprintf(err, "wqrun: add: cannot read %s: %s\n", db, sqlite3_errmsg(conn));
+                status = 1;
+            }
+            sqlite3_reset(st);
+        }
+        if (status < 0 && timeout >= 0 && wq_cli_now() - start >= timeout)
+            status = wq_cli_wait_timeout_end(queue, key, timeout, err);
+        if (status < 0)
+            usleep(5000);
+    }
+    sqlite3_finalize(st);
+    sqlite3_finalize(ver);
+    return status;
+}
+
 int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
 {
-    const char *db = NULL, *after_s = NULL, *prio_s = NULL, *group = NULL, *pos[3];
-    int npos = 0, opts_done = 0, unique = 0;
+    const char *db = NULL, *after_s = NULL, *prio_s = NULL, *group = NULL, *timeout_s = NULL,
+               *pos[3];
+    int npos = 0, opts_done = 0, unique = 0, wait = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!opts_done && a[0] == '-' && a[1] && !negative_number(a)) {
@@ -77,11 +146,17 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
                 unique = a[2] == 'u' ? 1 : -1; /* -1: not unique, whatever the queue says */
                 continue;
             }
+            if (strcmp(a, "--wait") == 0) {
+                wait = 1;
+                continue;
+            }
             if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
                 fputs(add_usage, out);
                 return 0;
             }
             int m = wq_cli_option(argc, argv, &i, "--db", &db);
+            if (m == 0)
+                m = wq_cli_option(argc, argv, &i, "--timeout", &timeout_s);
             if (m == 0)
                 m = wq_cli_option(argc, argv, &i, "--after", &after_s);
             if (m == 0)
@@ -122,6 +197,9 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
     int32_t prio = 0;
     if (prio_s && wq_cli_priority(prio_s, &prio, err, add_usage) < 0)
         return 2;
+    double timeout = -1;
+    if (timeout_s && wq_cli_wait_timeout(timeout_s, wait, &timeout, err, add_usage) < 0)
+        return 2;
 
     char msg[1024];
     sqlite3 *conn = NULL;
@@ -138,7 +216,8 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
         int version;
     } needs[] = {{unique != 0, unique > 0 ? "--unique" : "--no-unique", 4},
                  {prio_s != NULL, "--priority", 3},
-                 {group != NULL, "--group", 2}};
+                 {group != NULL, "--group", 2},
+                 {wait, "--wait", 6}};
     for (size_t i = 0; i < sizeof needs / sizeof *needs; i++) {
         if (!needs[i].used || version >= needs[i].version)
             continue;
@@ -162,6 +241,7 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
              : unique   ? ", 0"
                         : "");
     sqlite3_stmt *st;
+    int64_t since = wait ? last_run(conn) : 0; /* the end waited for is a run after this one */
     int rc = sqlite3_prepare_v2(conn, sql, -1, &st, NULL);
     if (rc == SQLITE_OK) {
         sqlite3_bind_text(st, 1, pos[0], -1, SQLITE_STATIC);
@@ -188,6 +268,8 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
     } else if (!queue_known(conn, pos[0])) {
         wq_cli_warn_unknown_queue(err, pos[0], db);
     }
+    if (status == 0 && wait)
+        status = wait_end(conn, db, pos[0], pos[1], since, timeout, out, err);
     if (sqlite3_close(conn) != SQLITE_OK && status == 0) {
         fprintf(err, "wqrun: add: cannot close %s\n", db);
         status = 1;
