@@ -3,14 +3,19 @@
  * Server-Sent Events, one per event:
  *
  *   event: done
- *   data: {"queue":"mail","key":"m-1","attempt":1,"runner":"h:42","at":1795714201.5,...}
+ *   data: {"event":"done","queue":"mail","key":"m-1","attempt":1,"runner":"h:42",...}
  *
+ * The text of an event is made once for all the streams that carry it;
+ * each stream gathers what the loop's turn told it and sends it as one
+ * chunk when the turn ends (a chunk per event costs more than the event).
  * A comment line every PING_S seconds keeps proxies from closing a quiet
- * stream. A client that does not read is cut off, never waited for: once
- * what is written to it and not yet taken passes LIMIT bytes, its socket
- * is shut down and it hears nothing more (evhttp then closes it as a
- * client that went away). The text of an event is made once for all the
- * streams that carry it.
+ * stream.
+ *
+ * A client that does not read is cut off, never waited for: when what was
+ * written to it and not yet taken stays above SOFT bytes for CUT_MS, or
+ * passes HARD at once, its socket is shut down and it hears nothing more
+ * (evhttp then closes the connection as one whose client went away). A
+ * client that keeps up never has more than a turn's events waiting.
  */
 #include "host/http_events.h"
 
@@ -25,7 +30,9 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#define LIMIT (1024 * 1024) /* bytes a stream may have unread before it is cut off */
+#define SOFT (1024 * 1024)      /* unread bytes a stream may have for a while */
+#define HARD (16 * 1024 * 1024) /* ... and never more */
+#define CUT_MS 1000             /* how long above SOFT before the cut */
 #define PING_S 15
 #define STREAM_TIMEOUT (24 * 3600) /* the connection's read/write timeout while it streams */
 
@@ -35,11 +42,16 @@ typedef struct stream {
     struct evhttp_connection *conn;
     wq_events_sub *sub;
     struct event *ping;
-    int cut;
+    struct evbuffer *pending; /* told this turn, sent when it ends */
+    int64_t over_since;       /* real ns its unread bytes went above SOFT, 0: not above */
+    int cut, queued;          /* queued: in the list of streams to send */
     struct stream *next, *prev;
+    struct stream *qnext;
 } stream;
 
-static stream *streams; /* one server per process */
+static stream *streams;      /* one server per process */
+static stream *to_send;      /* streams with something pending */
+static struct event *sender; /* sends them when the turn ends */
 
 /* The text of the event being carried, made once per emit (at its first stream). */
 static struct {
@@ -70,34 +82,64 @@ static void cut_off(stream *s)
     s->cut = 1;
     wq_events_unsubscribe(s->h, s->sub);
     s->sub = NULL;
+    evbuffer_drain(s->pending, evbuffer_get_length(s->pending));
     struct bufferevent *bev = evhttp_connection_get_bufferevent(s->conn);
     evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
     if (fd >= 0)
         shutdown(fd, SHUT_RDWR); /* evhttp closes it as a client that went away */
 }
 
-static void send_text(stream *s, struct evbuffer *text)
+/* Sends what s gathered, or cuts it off if its client does not keep up. */
+static void send_pending(stream *s)
 {
-    if (s->cut)
+    size_t n = evbuffer_get_length(s->pending);
+    if (s->cut || !n)
         return;
-    if (unread(s) > LIMIT) {
-        cut_off(s);
-        return;
+    size_t u = unread(s);
+    if (u + n > SOFT) {
+        int64_t now = wq_real_now();
+        if (!s->over_since)
+            s->over_since = now;
+        if (u + n > HARD || now - s->over_since > (int64_t)CUT_MS * 1000000) {
+            cut_off(s);
+            return;
+        }
+    } else {
+        s->over_since = 0;
     }
-    struct evbuffer *b = evbuffer_new();
-    if (!b || evbuffer_add_buffer_reference(b, text) < 0) {
-        if (b)
-            evbuffer_free(b);
-        cut_off(s); /* out of memory: a gap it would not know of is worse */
-        return;
+    wq_http_stream_chunk(s->req, s->pending); /* takes its contents */
+}
+
+static void on_send(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    while (to_send) {
+        stream *s = to_send;
+        to_send = s->qnext;
+        s->queued = 0;
+        send_pending(s);
     }
-    wq_http_stream_chunk(s->req, b);
-    evbuffer_free(b);
+}
+
+/* s has something to send at the end of this turn. */
+static void mark(stream *s)
+{
+    if (s->queued)
+        return;
+    s->queued = 1;
+    s->qnext = to_send;
+    to_send = s;
+    if (sender)
+        event_active(sender, 0, 0);
 }
 
 static void on_event(void *ud, const wq_life *e)
 {
     stream *s = ud;
+    if (s->cut)
+        return;
     if (made.seq != e->seq || !made.text) {
         if (!made.text && !(made.text = evbuffer_new()))
             return;
@@ -107,7 +149,12 @@ static void on_event(void *ud, const wq_life *e)
             return;
         made.seq = e->seq;
     }
-    send_text(s, made.text);
+    size_t n = evbuffer_get_length(made.text);
+    if (evbuffer_add(s->pending, evbuffer_pullup(made.text, (ssize_t)n), n) < 0) {
+        cut_off(s); /* out of memory: a gap it would not know of is worse */
+        return;
+    }
+    mark(s);
 }
 
 static void on_ping(evutil_socket_t fd, short what, void *arg)
@@ -115,12 +162,8 @@ static void on_ping(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     stream *s = arg;
-    struct evbuffer *b = evbuffer_new();
-    if (!b)
-        return;
-    evbuffer_add(b, ": ping\n\n", 8);
-    send_text(s, b);
-    evbuffer_free(b);
+    evbuffer_add(s->pending, ": ping\n\n", 8);
+    send_pending(s);
 }
 
 static void stream_free(stream *s)
@@ -131,9 +174,17 @@ static void stream_free(stream *s)
         streams = s->next;
     if (s->next)
         s->next->prev = s->prev;
+    if (s->queued) /* out of the list of streams to send */
+        for (stream **p = &to_send; *p; p = &(*p)->qnext)
+            if (*p == s) {
+                *p = s->qnext;
+                break;
+            }
     wq_events_unsubscribe(s->h, s->sub);
     if (s->ping)
         event_free(s->ping);
+    if (s->pending)
+        evbuffer_free(s->pending);
     free(s);
 }
 
@@ -141,7 +192,10 @@ static void stream_free(stream *s)
 static void on_close(struct evhttp_connection *conn, void *arg)
 {
     (void)conn;
-    stream_free(arg);
+    stream *s = arg;
+    if (!evhttp_request_get_connection(s->req))
+        evhttp_request_free(s->req); /* left to us by evhttp: nobody will end it */
+    stream_free(s);
 }
 
 void wq_http_events(wq_host *h, struct evhttp_request *req, const char *query)
@@ -161,10 +215,15 @@ void wq_http_events(wq_host *h, struct evhttp_request *req, const char *query)
     }
     stream *s = calloc(1, sizeof *s);
     struct timeval every = {PING_S, 0};
-    if (!s || !(s->ping = event_new(h->base, -1, EV_PERSIST, on_ping, s)) ||
+    if (!sender)
+        sender = event_new(h->base, -1, 0, on_send, NULL);
+    if (!s || !sender || !(s->ping = event_new(h->base, -1, EV_PERSIST, on_ping, s)) ||
+        !(s->pending = evbuffer_new()) ||
         !(s->sub = wq_events_subscribe(h, queue[0] ? queue : NULL, on_event, s))) {
         if (s && s->ping)
             event_free(s->ping);
+        if (s && s->pending)
+            evbuffer_free(s->pending);
         free(s);
         wq_http_reply_error(req, 500, "Internal Server Error", "out of memory");
         return;
@@ -184,12 +243,8 @@ void wq_http_events(wq_host *h, struct evhttp_request *req, const char *query)
     evhttp_add_header(hdr, "X-Accel-Buffering", "no"); /* nginx: pass events on at once */
     wq_http_stream_start(req, 200, "OK");
     event_add(s->ping, &every);
-    struct evbuffer *b = evbuffer_new(); /* something at once: the client knows it is on */
-    if (b) {
-        evbuffer_add(b, ": wqrun events\n\n", 16);
-        send_text(s, b);
-        evbuffer_free(b);
-    }
+    evbuffer_add(s->pending, ": wqrun events\n\n", 16); /* at once: the client knows it is on */
+    send_pending(s);
 }
 
 void wq_http_events_stop(void)
@@ -198,6 +253,12 @@ void wq_http_events_stop(void)
      * told meanwhile. */
     for (stream *s = streams; s; s = s->next)
         s->cut = 1;
+    to_send = NULL;
+    for (stream *s = streams; s; s = s->next)
+        s->queued = 0;
+    if (sender)
+        event_free(sender);
+    sender = NULL;
     if (made.text)
         evbuffer_free(made.text);
     made.text = NULL;
