@@ -580,8 +580,8 @@ static void pg_history(wq_bqueue *bq, const wq_history_row *r)
         return;
     if (r->state == WQ_HIST_CANCELLED)
         c->hcancel = 1;
-    else if (r->state == WQ_HIST_DONE)
-        set_result(c, r->result, r->rlen);
+    else if (r->state == WQ_HIST_DONE && r->result && !c->result)
+        set_result(c, r->result, r->rlen); /* none: nothing to send (a NULL in p_done) */
 }
 
 /* The queue's history (GET /queues/NAME/history) is read through op (WQ_BOP_HISTORY). */

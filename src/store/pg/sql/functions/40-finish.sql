@@ -60,22 +60,27 @@ BEGIN
         FROM unnest(p_keys, p_done) AS u(key, res) WHERE u.res IS NOT NULL;
     END IF;
   END IF;
-  WITH g AS (DELETE FROM @S.jobs j WHERE j.ctid = ANY (ARRAY(SELECT x.ctid
-        FROM unnest(p_keys, p_kinds) AS u(key, kind),
-          LATERAL (SELECT y.ctid FROM @S.jobs y WHERE y.queue = p_queue AND y.key = u.key
+  -- Run as a one-shot plan (EXECUTE ... USING): its parameters are constants to the planner,
+  -- so the fence `token = ANY ($4)` is a hashed lookup per row. A cached generic plan tested
+  -- each row against the whole array: the batch's size squared (a batch of thousands, when
+  -- the database falls behind, spent most of its time there, and fell further behind).
+  EXECUTE $q$WITH g AS (DELETE FROM @S.jobs j WHERE j.ctid = ANY (ARRAY(SELECT x.ctid
+        FROM unnest($2, $3) AS u(key, kind),
+          LATERAL (SELECT y.ctid FROM @S.jobs y WHERE y.queue = $1 AND y.key = u.key
                    LIMIT 1) x
        WHERE u.kind IN (0, 1)))
-      AND j.token = ANY (p_tokens) AND j.running AND NOT j.dirty AND j.delay_at IS NULL
+      AND j.token = ANY ($4) AND j.running AND NOT j.dirty AND j.delay_at IS NULL
       RETURNING j.key, j.grp, j.node, j.enqueued_at, j.claimed_at, j.requeues),
     h AS (INSERT INTO @S.history (queue, key, state, added_at, started_at, finished_at,
             attempts, runner, result)
-          SELECT p_queue, g.key, 'done', g.enqueued_at, g.claimed_at, v_now, g.requeues + 1,
-                 v_runner, nullif(v_res -> g.key, 'null'::jsonb)
-            FROM g WHERE p_hist)
+          SELECT $1, g.key, 'done', g.enqueued_at, g.claimed_at, $6, g.requeues + 1,
+                 $7, nullif($8 -> g.key, 'null'::jsonb)
+            FROM g WHERE $5)
   SELECT coalesce(array_agg(g.key), '{}'), array_agg(g.grp) FILTER (WHERE g.grp IS NOT NULL),
          array_agg(g.node) FILTER (WHERE g.node IS NOT NULL),
-         array_agg(g.key) FILTER (WHERE g.node IS NOT NULL)
-    INTO v_gone, v_grps, v_fn, v_fk FROM g;
+         array_agg(g.key) FILTER (WHERE g.node IS NOT NULL) FROM g$q$
+    INTO v_gone, v_grps, v_fn, v_fk
+    USING p_queue, p_keys, p_kinds, p_tokens, p_hist, v_now, v_runner, v_res;
   n := cardinality(v_gone);
   IF v_fn IS NOT NULL THEN -- flow nodes done, with their results
     SELECT array_agg(false), array_agg(NULL::text),
