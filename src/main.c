@@ -30,7 +30,7 @@ static void usage(FILE *f)
           "       wqrun retry --db PATH|URL QUEUE (KEY | --all)\n"
           "       wqrun purge-dead --db PATH|URL QUEUE\n"
           "       wqrun trigger --db PATH|URL QUEUE SCHEDULE\n"
-          "       wqrun history --db PATH QUEUE [--limit N] [--before ID] [--json]\n"
+          "       wqrun history --db PATH|URL QUEUE [--limit N] [--before ID] [--json]\n"
           "       wqrun items --db PATH|URL QUEUE [--state S] [--limit N] [--json]\n"
           "       wqrun show --db PATH|URL QUEUE KEY [--json]\n"
           "       wqrun dead --db PATH|URL QUEUE [--limit N] [--json]\n"
@@ -134,11 +134,8 @@ static int subcommand(const char *cmd, int argc, char **argv)
             return wq_pg_cli_add(argc, argv, stdout, stderr);
         if (strcmp(cmd, "trigger") == 0)
             return wq_pg_cli_trigger(argc, argv, stdout, stderr);
-        if (strcmp(cmd, "history") == 0) {
-            fprintf(stderr, "wqrun: history: PostgreSQL keeps no history yet (a state file "
-                            "does: docs/state-file.md)\n");
-            return 1;
-        }
+        if (strcmp(cmd, "history") == 0)
+            return wq_pg_cli_history(argc, argv, stdout, stderr);
         if (strcmp(cmd, "status") == 0)
             return wq_pg_cli_status(argc, argv, stdout, stderr);
         return wq_pg_cli_op(cmd, argc, argv, stdout, stderr);

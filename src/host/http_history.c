@@ -1,8 +1,9 @@
 /*
  * GET /queues/NAME/history?limit=N&before=ID: the queue's finished runs from
  * its state file, newest first, a page at a time: {"history": [RUN...],
- * "next": ID or null}; the next page is ?before=ID. A runner without a state
- * file, or on PostgreSQL (which keeps no history yet), answers 404 saying so.
+ * "next": ID or null}; the next page is ?before=ID. On PostgreSQL the database
+ * answers (any runner's runs). A runner without a state file or database
+ * answers 404 saying so.
  */
 #include "host/http_history.h"
 
@@ -90,10 +91,13 @@ static int read_query(struct evhttp_request *req, const char *query, size_t *lim
 
 void wq_http_history(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq, const char *query)
 {
-    (void)h;
     size_t limit = HISTORY_DEFAULT;
     int64_t before = 0;
     if (!read_query(req, query, &limit, &before))
+        return;
+    /* one more than the page: whether there is a next one */
+    wq_bop op = {.kind = WQ_BOP_HISTORY, .before = before, .limit = limit + 1};
+    if (wq_http_remote(h, req, hq, &op, limit))
         return;
     page p = {json_object_new_array(), 0, 0};
     /* one more than the page: whether there is a next one */

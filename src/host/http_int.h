@@ -34,6 +34,11 @@ void wq_http_stream_chunk(struct evhttp_request *req, struct evbuffer *chunk);
 
 /* Serves HTTP on listener lev (which it takes; wq_http_start binds --listen, the fuzz target a
  * port of its own). 0, or -1 after printing why. */
+/* Hands op to a backend that applies it itself (PostgreSQL), answered once the database has:
+ * 1 taken care of (answered now or later), 0 the runtime answers it (http_ops.c). limit: the
+ * page of a listing that asked for one row more. */
+int wq_http_remote(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq, const wq_bop *op,
+                   size_t limit);
 int wq_http_serve(wq_host *h, struct evconnlistener *lev);
 
 /* One queue's summary: name, the q:stats() fields, paused; with a backend shared by runners,

@@ -240,6 +240,16 @@ static void reply_listing(remote_reply *rr, int result, const char *text)
         fill_nulls(arr, dead ? dead_fields : group_fields);
         json_object_object_add(body, dead ? "dead" : "groups", arr);
         json_object_object_add(body, "total", json_object_new_int64(result));
+    } else if (rr->kind == WQ_BOP_HISTORY) { /* as http_history.c answers */
+        json_object *next = NULL;
+        if (json_object_array_length(arr) > rr->limit) { /* one beyond the page */
+            json_object_array_del_idx(arr, rr->limit, json_object_array_length(arr) - rr->limit);
+            json_object *id;
+            if (json_object_object_get_ex(json_object_array_get_idx(arr, rr->limit - 1), "id", &id))
+                next = json_object_get(id);
+        }
+        json_object_object_add(body, "history", arr);
+        json_object_object_add(body, "next", next);
     } else if (rr->kind == WQ_BOP_SCHEDULES) {
         fill_nulls(arr, schedule_fields);
         mark_defined(rr, arr);
@@ -354,7 +364,8 @@ static void remote_answered(void *ud, int result, const char *text)
         case WQ_BOP_ITEMS:
         case WQ_BOP_DEAD:
         case WQ_BOP_SCHEDULES:
-        case WQ_BOP_HELD_GROUPS: reply_listing(rr, result, text ? text : "[]"); break;
+        case WQ_BOP_HELD_GROUPS:
+        case WQ_BOP_HISTORY: reply_listing(rr, result, text ? text : "[]"); break;
         case WQ_BOP_ITEM: reply_key(rr, result, text ? text : "null"); break;
         case WQ_BOP_DONE_INFO:
         case WQ_BOP_FORGET_DONE:
@@ -416,6 +427,12 @@ static int remote(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq, c
     /* answered at once: unreachable, or a key the database cannot hold */
     remote_answered(rr, r, r == WQ_EIO ? "database unavailable" : NULL);
     return 1;
+}
+
+int wq_http_remote(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq, const wq_bop *op,
+                   size_t limit)
+{
+    return remote(h, req, hq, op, limit);
 }
 
 static void get_items(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq,

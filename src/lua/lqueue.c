@@ -698,8 +698,10 @@ static int queue_new(lua_State *L)
          * defines them; one without either (a producer's) takes what the others defined. */
         if (handler == LUA_TFUNCTION || has_max_retries || keep_done > 0 || gopts.has_limit ||
             gopts.has_rate || unique) {
-            wq_queue_def def = {
-                .max_retries = max_retries, .keep_done = keep_done, .unique = unique};
+            wq_queue_def def = {.max_retries = max_retries,
+                                .keep_done = keep_done,
+                                .unique = unique,
+                                .history = history};
             if (gopts.has_limit) {
                 def.group_concurrency = gopts.limit.concurrency;
                 def.group_rate = gopts.limit.rate;

@@ -248,7 +248,8 @@ typedef enum {
     WQ_BOP_CANCEL_AFTER,    /* key: its pending delayed add (q:cancel_after) */
     WQ_BOP_STATS,           /* the queue's pending, running, waiting and dead items (JSON) */
     WQ_BOP_SCHEDULES,       /* the queue's schedules (GET /queues/NAME/schedules) */
-    WQ_BOP_HELD_GROUPS      /* limit: the groups holding back the most items */
+    WQ_BOP_HELD_GROUPS,     /* limit: the groups holding back the most items */
+    WQ_BOP_HISTORY          /* before, limit: the queue's finished runs, newest first */
 } wq_bop_kind;
 
 typedef struct wq_bop {
@@ -260,6 +261,7 @@ typedef struct wq_bop {
     const char *after_key;
     size_t after_len;
     const wq_limit *glimit; /* SET_GROUP_LIMIT */
+    int64_t before;         /* HISTORY: rows with a smaller id (0: from the newest) */
 } wq_bop;
 
 /*
@@ -276,7 +278,10 @@ typedef struct wq_bop {
  * payload, next_at, last_at} (by name; payload, next_at and last_at absent when null);
  * HELD_GROUPS the number of groups holding items back, with text a JSON array of the first
  * `limit` of them, most held first, ties by name: {group, held, queued, running, own,
- * concurrency, rate, burst} (the limits absent when none); or WQ_EIO with text saying why.
+ * concurrency, rate, burst} (the limits absent when none); HISTORY the number of runs, with
+ * text a JSON array of at most `limit` of them with an id below `before`, newest first: {id,
+ * key, state, added_at, started_at, finished_at, attempts, runner, result, error} (null when
+ * none); or WQ_EIO with text saying why.
  */
 typedef void (*wq_bop_fn)(void *ud, int result, const char *text);
 
@@ -316,6 +321,7 @@ typedef struct wq_queue_def {
     double group_rate, group_burst;
     double rate, burst; /* the queue's own rate, 0 for none */
     int unique;         /* adds are unique unless they say otherwise (SPEC 12) */
+    double history;     /* seconds a finished run is kept in the history (SPEC 11), 0: none */
 } wq_queue_def;
 
 /* An item this runner claimed, for the local engine (strings borrowed for the call). */

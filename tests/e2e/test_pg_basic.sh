@@ -25,11 +25,11 @@ q() { pg_psql "$DB" "$1"; }
 # ---- migrate, CLI and SQL adds before any runner -----------------------------
 run migrate --db "$DB"
 expect_rc 0 "migrate (first)"
-expect_eq "$OUT" 'schema "wqrun" created (version 10)' "first migrate creates the schema"
+expect_eq "$OUT" 'schema "wqrun" created (version 11)' "first migrate creates the schema"
 run migrate --db "$DB"
 expect_rc 0 "migrate (second)"
-expect_eq "$OUT" 'schema "wqrun" is up to date (version 10)' "second migrate: up to date"
-expect_eq "$(q "select value from wqrun.meta where key = 'schema_version'")" 10 "meta schema_version"
+expect_eq "$OUT" 'schema "wqrun" is up to date (version 11)' "second migrate: up to date"
+expect_eq "$(q "select value from wqrun.meta where key = 'schema_version'")" 11 "meta schema_version"
 
 run add --db "$DB" q k '{"a":1}'
 expect_rc 0 "wqrun add"
@@ -239,14 +239,14 @@ expect_eq "$(q "select count(*) from wqrun.jobs where key = 'newer'")" 0 "nothin
 # --pg-schema other
 DB3=$(pg_fresh_db)
 run migrate --db "$DB3" --pg-schema other
-expect_eq "$OUT" 'schema "other" created (version 10)' "migrate --pg-schema other"
+expect_eq "$OUT" 'schema "other" created (version 11)' "migrate --pg-schema other"
 run add --db "$DB3" --pg-schema other q o1
 expect_eq "$OUT" queued "wqrun add --pg-schema other"
 run --quiet --pg-schema other --db "$DB3" "$LUA/pg_basic.lua" "$LOG"
 expect_rc 0 "a runner with --pg-schema other drains and exits"
 expect_eq "$(grep -c '^end q o1 ' "$LOG")" 1 "o1 ran from schema other"
 expect_eq "$(pg_psql "$DB3" "select count(*) from pg_namespace where nspname = 'wqrun'")" 0 "no schema wqrun was made"
-expect_eq "$(pg_psql "$DB3" "select count(*) from other.jobs")|$(pg_psql "$DB3" "select value from other.meta")" "0|10" \
+expect_eq "$(pg_psql "$DB3" "select count(*) from other.jobs")|$(pg_psql "$DB3" "select value from other.meta")" "0|11" \
     "schema other holds the tables"
 
 # Concurrent starts on a database without the schema: migrate three times
@@ -260,7 +260,7 @@ for i in 1 2 3; do
 done
 wait "${bgs[@]}"
 LAST_CMD="3 x wqrun migrate at once" OUT=$(cat "$TMP"/mig.*) ERR=""
-expect_eq "$(grep -c 'created (version 10)' "$TMP"/mig.* | awk -F: '{ n += $2 } END { print n }')|$(grep -c 'is up to date (version 10)' "$TMP"/mig.* | awk -F: '{ n += $2 } END { print n }')" \
+expect_eq "$(grep -c 'created (version 11)' "$TMP"/mig.* | awk -F: '{ n += $2 } END { print n }')|$(grep -c 'is up to date (version 11)' "$TMP"/mig.* | awk -F: '{ n += $2 } END { print n }')" \
     "1|2" "three migrates at once: one created, two up to date"
 DB5=$(pg_fresh_db)
 bgs=()
@@ -274,7 +274,7 @@ wait "${bgs[@]}"
 LAST_CMD="4 x wqrun add at once on a database without the schema" OUT=$(cat "$TMP"/cadd.*) ERR=$(cat "$TMP"/cadd-err.*)
 expect_eq "$(cat "$TMP"/cadd.* | sort | uniq -c | awk '{ printf "%s %s,", $1, $2 }')" "4 queued,4 rc=0," "four adds at once: all queued, exit 0"
 expect_eq "$(pg_psql "$DB5" "select string_agg(key, ',' order by key) from wqrun.jobs")|$(pg_psql "$DB5" "select value from wqrun.meta")" \
-    "c1,c2,c3,c4|10" "one schema, four rows"
+    "c1,c2,c3,c4|11" "one schema, four rows"
 
 [ "$FAILED" -gt 0 ] && { echo "--- runs:"; cat "$LOG"; echo "--- runner stderr:"; cat "$TMP/r1.err"; } >&2
 finish

@@ -546,6 +546,15 @@ static void pg_undead(wq_bqueue *bq, const char *key, size_t len)
     (void)len; /* a success clears the dead letter in the database (finish) */
 }
 
+/* What a success leaves (finish's p_done): its result, "null" for none. */
+static void set_result(claim *c, const char *result, size_t rlen)
+{
+    free(c->result);
+    c->result = result && wq_pgb_text_ok(result, rlen) && !json_nul(result, rlen)
+                    ? wq_pgb_dupn(result, rlen)
+                    : strdup("null");
+}
+
 static void pg_done_put(wq_bqueue *bq, const char *key, size_t len, double finished_at,
                         const char *result, size_t rlen)
 {
@@ -555,10 +564,37 @@ static void pg_done_put(wq_bqueue *bq, const char *key, size_t len, double finis
     claim *c = wq_pgb_slot_of(q, key, len, &slot);
     if (!c)
         return; /* not a claim of this runner (a q:get() done of another's?) */
-    free(c->result);
-    c->result = result && wq_pgb_text_ok(result, rlen) && !json_nul(result, rlen)
-                    ? wq_pgb_dupn(result, rlen)
-                    : strdup("null");
+    set_result(c, result, rlen);
+    c->keep = 1;
+}
+
+/* A finished run for the history (SPEC 11): finish() writes the row in the outcome's
+ * transaction, from what the database holds (times, attempts, runner); a success brings its
+ * result (as done_put does), a cancel makes the outcome one. Dead letters come through dead(),
+ * removes through remove(). */
+static void pg_history(wq_bqueue *bq, const wq_history_row *r)
+{
+    pgq *q = (pgq *)bq;
+    uint32_t slot;
+    claim *c = wq_pgb_slot_of(q, r->key, r->keylen, &slot);
+    if (!c || c->sent)
+        return;
+    if (r->state == WQ_HIST_CANCELLED)
+        c->hcancel = 1;
+    else if (r->state == WQ_HIST_DONE && r->result && !c->result)
+        set_result(c, r->result, r->rlen); /* none: nothing to send (a NULL in p_done) */
+}
+
+/* The queue's history (GET /queues/NAME/history) is read through op (WQ_BOP_HISTORY). */
+static int pg_history_list(wq_bqueue *bq, int64_t before, size_t limit,
+                           void (*fn)(void *ud, const wq_history_view *v), void *ud)
+{
+    (void)bq;
+    (void)before;
+    (void)limit;
+    (void)fn;
+    (void)ud;
+    return WQ_ENOENT;
 }
 
 /* A flow node's handler succeeded (SPEC 9): its result goes with its outcome, whatever the
@@ -676,6 +712,8 @@ static void pg_define(wq_bqueue *bq, const wq_queue_def *def)
     q->def = *def;
     if (def->keep_done > 0)
         q->b->keeps_done = 1;
+    if (def->history > 0)
+        q->b->keeps_history = 1;
     q->limited = def->group_concurrency > 0 || def->group_rate > 0 || def->rate > 0;
     q->has_def = 1;
     q->def_sent = 0;
@@ -742,6 +780,8 @@ static const wq_backend_ops pg_ops = {
     .node_result = pg_node_result,
     .listen = wq_pgb_listen,
     .publish = wq_pgb_publish,
+    .history = pg_history,
+    .history_list = pg_history_list,
 };
 
 /* Inserts the runners row and takes its session lock, in one transaction (blocking). */

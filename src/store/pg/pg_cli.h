@@ -25,6 +25,9 @@ int wq_pg_cli_op(const char *cmd, int argc, char **argv, FILE *out, FILE *err);
 /* Connects to url for command cmd and makes sure the schema is there (creating or upgrading
  * it); NULL after printing why. */
 PGconn *wq_pg_cli_connect(const char *cmd, const char *url, const char *schema, FILE *err);
+/* `wqrun history --db URL QUEUE [--limit N] [--before ID] [--json]` (SPEC 11):
+ * pg_cli_history.c. */
+int wq_pg_cli_history(int argc, char **argv, FILE *out, FILE *err);
 /* `wqrun add-flow|flows|flow show|flow cancel --db URL ...` (SPEC 9): pg_cli_flows.c. */
 int wq_pg_cli_flows(const char *cmd, int argc, char **argv, FILE *out, FILE *err);
 

@@ -213,7 +213,7 @@ void wq_pgb_send_define(pgb *b, pgq *q)
 {
     if (!q->has_def || q->def_sent || !b->registered || !wq_pgconn_up(b->c))
         return;
-    char mr[24], kd[40], gc[24], gr[40], gb[40], qr[40], qb[40];
+    char mr[24], kd[40], gc[24], gr[40], gb[40], qr[40], qb[40], hs[40];
     const wq_queue_def *d = &q->def;
     snprintf(mr, sizeof mr, "%lld", (long long)d->max_retries);
     snprintf(kd, sizeof kd, "%.17g", d->keep_done);
@@ -222,9 +222,10 @@ void wq_pgb_send_define(pgb *b, pgq *q)
     snprintf(gb, sizeof gb, "%.17g", d->group_burst);
     snprintf(qr, sizeof qr, "%.17g", d->rate);
     snprintf(qb, sizeof qb, "%.17g", d->burst);
-    const char *v[10] = {
-        q->name, mr, kd, b->runner_name, gc, gr, gb, qr, qb, d->unique ? "true" : "false"};
-    if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_DEFINE].name, NULL, 10, v, define_result, q) == 0 &&
+    snprintf(hs, sizeof hs, "%.17g", d->history);
+    const char *v[11] = {
+        q->name, mr, kd, b->runner_name, gc, gr, gb, qr, qb, d->unique ? "true" : "false", hs};
+    if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_DEFINE].name, NULL, 11, v, define_result, q) == 0 &&
         wq_pgconn_sync(b->c, NULL, NULL) == 0)
         q->def_sent = 1;
 }
@@ -283,6 +284,19 @@ static void prune_synced(void *ud, int ok)
 {
     (void)ok;
     ((pgb *)ud)->prune_flight = 0;
+}
+
+static void hprune_result(void *ud, PGresult *res)
+{
+    pgb *b = ud;
+    b->hprune_more = res && PQresultStatus(res) == PGRES_COMMAND_OK &&
+                     atol(PQcmdTuples(res)) >= 1000; /* a full slice: more may be due */
+}
+
+static void hprune_synced(void *ud, int ok)
+{
+    (void)ok;
+    ((pgb *)ud)->hprune_flight = 0;
 }
 
 /* ---- the outbox (schedules) ---- */
@@ -426,6 +440,16 @@ void wq_pgb_on_tick(evutil_socket_t fd, short what, void *arg)
                            b) == 0 &&
             wq_pgconn_sync(b->c, prune_synced, b) == 0)
             b->prune_flight = 1;
+    }
+    /* The history's rows past their queue's history seconds (SPEC 11): as the memories, a
+     * thousand per short transaction (of every runner keeping history: whoever is up). */
+    if (b->keeps_history && !b->hprune_flight &&
+        (b->hprune_more || now - b->last_hprune > (int64_t)PRUNE_MS * 1000000)) {
+        b->last_hprune = now;
+        if (wq_pgconn_send(b->c, wq_pg_stmts[PGS_PRUNE_HISTORY].name, NULL, 0, NULL, hprune_result,
+                           b) == 0 &&
+            wq_pgconn_sync(b->c, hprune_synced, b) == 0)
+            b->hprune_flight = 1;
     }
     /* Flows finished longer than their keep ago (SPEC 9): rarely, one statement. */
     if (now - b->last_prune_flows > (int64_t)PRUNE_FLOWS_MS * 1000000) {

@@ -253,7 +253,7 @@ static void build_outcomes(pgq *q)
         int have = wq_queue_lookup(q->q, c->key, c->keylen, &info) == 1;
         if (have && (info.state & (WQ_ST_PROCESSING | WQ_ST_QUEUED)))
             continue; /* running, or claimed and not started yet */
-        outcome o = {slot, WQ_PGF_DONE, 0, c->requeues, NULL, NULL, NULL, NULL};
+        outcome o = {slot, WQ_PGF_DONE, 0, c->requeues, NULL, NULL, NULL, NULL, 0};
         if (c->dead) {
             o.kind = WQ_PGF_DEAD;
             o.requeues = c->attempts;
@@ -276,8 +276,11 @@ static void build_outcomes(pgq *q)
         } else if (c->new_requeues == 0) {
             o.kind = WQ_PGF_SUCCESS;
             o.done = c->result; /* the outcome owns it now */
+            o.keep = c->keep;
             c->result = NULL;
         }
+        if (c->hcancel && (o.kind == WQ_PGF_SUCCESS || o.kind == WQ_PGF_DONE))
+            o.kind = WQ_PGF_CANCELLED; /* its history says cancelled */
         if (c->node && (o.kind == WQ_PGF_SUCCESS || o.kind == WQ_PGF_DONE)) {
             /* A flow node's item leaves: done with its result, or cancelled (a cancel was
              * signalled for it and its handler gave no result: it did not succeed). */
@@ -314,7 +317,8 @@ static void release_unstarted(pgq *q)
         if (sent_room(q) < 0)
             return;
         c->sent = 1;
-        q->sent[q->nsent++] = (outcome){i, WQ_PGF_RELEASE, 0, c->requeues, NULL, NULL, NULL, NULL};
+        q->sent[q->nsent++] =
+            (outcome){i, WQ_PGF_RELEASE, 0, c->requeues, NULL, NULL, NULL, NULL, 0};
     }
 }
 
@@ -324,7 +328,7 @@ static int send_finish(pgb *b, pgq *q, wq_pgconn *conn, size_t take)
         return 0;
     sbuf keys = {0}, toks = {0}, kinds = {0}, delays = {0}, reqs = {0}, errs = {0}, pays = {0},
          done = {0}, nres = {0};
-    int any_done = 0, any_nres = 0;
+    int any_done = 0, any_nres = 0, keep = 0;
     sb_str(&keys, "{");
     sb_str(&toks, "{");
     sb_str(&kinds, "{");
@@ -351,6 +355,7 @@ static int send_finish(pgb *b, pgq *q, wq_pgconn *conn, size_t take)
         sb_elem(&pays, o->payload, o->payload ? strlen(o->payload) : 0);
         sb_elem(&done, o->done, o->done ? strlen(o->done) : 0);
         any_done |= o->done != NULL;
+        keep |= o->keep;
         sb_elem(&nres, o->nres, o->nres ? strlen(o->nres) : 0);
         any_nres |= o->nres != NULL;
     }
@@ -368,13 +373,23 @@ static int send_finish(pgb *b, pgq *q, wq_pgconn *conn, size_t take)
         !pays.oom && !done.oom && !nres.oom) {
         char tk[24];
         snprintf(tk, sizeof tk, "%zu", take);
-        const char *v[12] = {q->name, b->runner_id_s,
-                             keys.p,  toks.p,
-                             kinds.p, delays.p,
-                             reqs.p,  errs.p,
-                             pays.p,  any_done ? done.p : NULL,
-                             tk,      any_nres ? nres.p : NULL};
-        r = wq_pgconn_send(conn, wq_pg_stmts[PGS_FINISH].name, NULL, 12, v, finish_result, q);
+        /* the results go for keep_done or the history; done keeps them for keep_done only */
+        int hist = !q->has_def || q->def.history > 0;
+        const char *v[14] = {q->name,
+                             b->runner_id_s,
+                             keys.p,
+                             toks.p,
+                             kinds.p,
+                             delays.p,
+                             reqs.p,
+                             errs.p,
+                             pays.p,
+                             any_done ? done.p : NULL,
+                             tk,
+                             any_nres ? nres.p : NULL,
+                             keep ? "true" : "false",
+                             hist ? "true" : "false"};
+        r = wq_pgconn_send(conn, wq_pg_stmts[PGS_FINISH].name, NULL, 14, v, finish_result, q);
         if (r == 0) {
             q->take_out = take;
             q->handed = 0;
@@ -1084,7 +1099,8 @@ static void hand_back_unknown(pgq *q, PGresult *res, int c0)
                                   .new_requeues = -1,
                                   .sent = 1,
                                   .used = 1};
-        q->sent[q->nsent++] = (outcome){slot, WQ_PGF_RELEASE, 0, requeues, NULL, NULL, NULL, NULL};
+        q->sent[q->nsent++] =
+            (outcome){slot, WQ_PGF_RELEASE, 0, requeues, NULL, NULL, NULL, NULL, 0};
     }
 }
 

@@ -48,7 +48,9 @@ typedef struct claim {
     int dead;             /* dead() was called */
     int64_t attempts;
     uint64_t payhash; /* of the payload as claimed */
-    char *result;     /* keep_done: what its success leaves in done (JSON; "null" for none) */
+    char *result;     /* keep_done or history: its success's result (JSON; "null" for none) */
+    int keep;         /* done_put(): the result stays in done (keep_done), not only in history */
+    int hcancel;      /* the history was told its run was cancelled: the outcome is a cancel */
     /* A flow node (SPEC 9; the claim said its flow): node_result() gives its result (JSON,
      * NULL for none) when its handler succeeded; a cancel signal for it makes an outcome
      * without one a cancel (WQ_PGF_CANCELLED). */
@@ -67,8 +69,9 @@ typedef struct outcome {
     int64_t requeues;
     char *err;
     char *payload; /* a new payload (wq.requeue with one), else NULL */
-    char *done;    /* keep_done: what the success leaves in done (taken from the claim) */
+    char *done;    /* keep_done, history: the success's result (taken from the claim) */
     char *nres;    /* a flow node's result (taken from the claim) */
+    int keep;      /* done keeps it (keep_done) */
 } outcome;
 
 typedef struct pgq {
@@ -220,6 +223,9 @@ struct pgb {
     int reregistering;
     int control_flight; /* the paused queues and this runner's signals are being read */
     int keeps_done;     /* a queue of this runner keeps done keys: it prunes them too */
+    int keeps_history;  /* a queue of this runner keeps history: it prunes it too */
+    int hprune_flight, hprune_more;
+    int64_t last_hprune;
     /* The database-wide view (db_view), read while someone looks at it: the one shown and
      * the one being read. */
     struct view *view, *view_next_v;

@@ -4,7 +4,8 @@
  * (pg_cli.c) read it with, so that they cannot disagree. A pending item
  * wins; else the later of a done memory (within the queue's keep_done) and
  * a dead letter; else the last finished flow node of the key (its result is kept with its
- * flow whatever keep_done says; a node dead of a dependency has no dead letter).
+ * flow whatever keep_done says; a node dead of a dependency has no dead letter); else the key's
+ * last finished run in the history (SPEC 11).
  */
 #ifndef WQ_PG_ITEM_H
 #define WQ_PG_ITEM_H
@@ -34,7 +35,13 @@
     " extract(epoch FROM n.finished_at)::float8 END, n.result, n.error, NULL,"                     \
     " CASE WHEN n.state = 'dead' THEN extract(epoch FROM n.finished_at)::float8 END, NULL,"        \
     " n.flow, NULL FROM (SELECT * FROM @S.flow_nodes x WHERE x.queue = $1 AND x.key = $2"          \
-    " AND x.state IN ('done', 'dead') ORDER BY x.finished_at DESC LIMIT 1) n) u"                   \
+    " AND x.state IN ('done', 'dead') ORDER BY x.finished_at DESC LIMIT 1) n"                      \
+    " UNION ALL SELECT 3, h.state, h.key, NULL, NULL, NULL, NULL, NULL, NULL,"                     \
+    " CASE WHEN h.state = 'done' THEN extract(epoch FROM h.finished_at)::float8 END, h.result,"    \
+    " h.error, CASE WHEN h.state <> 'done' THEN h.attempts END, CASE WHEN h.state <> 'done'"       \
+    " THEN extract(epoch FROM h.finished_at)::float8 END, NULL, NULL, NULL"                        \
+    " FROM (SELECT * FROM @S.history x WHERE x.queue = $1 AND x.key = $2"                          \
+    " ORDER BY x.id DESC LIMIT 1) h) u"                                                            \
     " ORDER BY rank, coalesce(failed_at, finished_at) DESC LIMIT 1) k"
 
 /* One row: 1 and the JSON object of the key (fields absent when null), or 0 and 'null'. */

@@ -102,6 +102,7 @@ static void op_result(void *ud, PGresult *res)
     case WQ_BOP_DEAD:
     case WQ_BOP_SCHEDULES:
     case WQ_BOP_HELD_GROUPS:
+    case WQ_BOP_HISTORY:
         o->result = atoi(v);
         o->text = strdup(PQgetvalue(res, 0, 1));
         if (!o->text) {
@@ -265,6 +266,16 @@ int wq_pgb_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
                                                                        "t.grp"
                                                                        " LEFT JOIN @S.queues q ON "
                                                                        "q.name = $1) x",
+        /* The history (SPEC 11): newest first, by its primary key (queue, id). */
+        [WQ_BOP_HISTORY] =
+            "SELECT count(*), coalesce(jsonb_agg(x.o ORDER BY x.id DESC), '[]')::text FROM ("
+            "SELECT id, jsonb_build_object('id', id, 'key', key, 'state', state,"
+            " 'added_at', extract(epoch FROM added_at)::float8,"
+            " 'started_at', extract(epoch FROM started_at)::float8,"
+            " 'finished_at', extract(epoch FROM finished_at)::float8, 'attempts', attempts,"
+            " 'runner', runner, 'result', result, 'error', error) AS o FROM @S.history"
+            " WHERE queue = $1 AND ($2::bigint = 0 OR id < $2::bigint)"
+            " ORDER BY id DESC LIMIT $3::bigint) x",
     };
     if (!fn)
         return 0; /* asked only whether the database applies it: it does */
@@ -300,7 +311,7 @@ int wq_pgb_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
                     op->kind == WQ_BOP_SCHEDULES
                 ? 1
                 : 2;
-    char conc[24] = "0", rate[40] = "0", burst[40] = "0";
+    char conc[24] = "0", rate[40] = "0", burst[40] = "0", before[24];
     if (op->kind == WQ_BOP_SET_GROUP_LIMIT) {
         if (op->glimit) {
             snprintf(conc, sizeof conc, "%u", op->glimit->concurrency);
@@ -317,6 +328,11 @@ int wq_pgb_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
         v[2] = op->after_key, len[2] = after_len;
         v[3] = lim, len[3] = strlen(lim);
         n = 4;
+    } else if (op->kind == WQ_BOP_HISTORY) {
+        snprintf(before, sizeof before, "%lld", (long long)op->before);
+        v[1] = before, len[1] = strlen(before);
+        v[2] = lim, len[2] = strlen(lim);
+        n = 3;
     } else if (op->kind == WQ_BOP_DEAD || op->kind == WQ_BOP_HELD_GROUPS) {
         v[1] = lim, len[1] = strlen(lim);
         n = 2;

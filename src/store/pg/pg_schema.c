@@ -98,7 +98,8 @@ const wq_pg_stmt wq_pg_stmts[PGS_COUNT] = {
     [PGS_CLAIM_FROM] = {"wq_claim_from", claim_from_sql},
     [PGS_FINISH] =
         {"wq_finish",
-         "SELECT * FROM @S.finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::integer, $12)"},
+         "SELECT * FROM @S.finish($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::integer, $12,\n"
+         "  $13::boolean, $14::boolean)"},
     [PGS_ADD_MANY] = {"wq_add_many", "SELECT @S.add_many($1::jsonb)"},
     [PGS_HEARTBEAT] = {"wq_heartbeat", "UPDATE @S.runners SET heartbeat_at = now(), done = $2\n"
                                        "  WHERE id = $1 RETURNING id"},
@@ -184,15 +185,16 @@ const wq_pg_stmt wq_pg_stmts[PGS_COUNT] = {
                                  "SELECT ok FROM l"},
     [PGS_DEFINE] = {"wq_define",
                     "INSERT INTO @S.queues AS q (name, max_retries, keep_done, defined_by,\n"
-                    "    g_conc, g_rate, g_burst, q_rate, q_burst, unique_adds)\n"
+                    "    g_conc, g_rate, g_burst, q_rate, q_burst, unique_adds, history)\n"
                     "  VALUES ($1, $2, nullif($3::float8, 0), $4, nullif($5::integer, 0),\n"
                     "    nullif($6::float8, 0), nullif($7::float8, 0), nullif($8::float8, 0),\n"
-                    "    nullif($9::float8, 0), nullif($10::boolean, false))\n"
+                    "    nullif($9::float8, 0), nullif($10::boolean, false), $11::float8)\n"
                     "  ON CONFLICT (name) DO UPDATE SET max_retries = EXCLUDED.max_retries,\n"
                     "    keep_done = EXCLUDED.keep_done, defined_by = EXCLUDED.defined_by,\n"
                     "    g_conc = EXCLUDED.g_conc, g_rate = EXCLUDED.g_rate,\n"
                     "    g_burst = EXCLUDED.g_burst, q_rate = EXCLUDED.q_rate,\n"
                     "    q_burst = EXCLUDED.q_burst, unique_adds = EXCLUDED.unique_adds,\n"
+                    "    history = EXCLUDED.history,\n"
                     "    updated_at = now()\n"
                     /* the definition before this one: none when no runner made it (a
                      * row that a pause, an add or the CLI made first) */
@@ -217,6 +219,16 @@ const wq_pg_stmt wq_pg_stmts[PGS_COUNT] = {
          "      < now() - make_interval(secs => coalesce(q.keep_done, 0)) LIMIT "
          "1000) d\n"
          "  LIMIT 1000))"},
+    /* History rows past their queue's history seconds, a thousand at a time: of each queue
+     * only its oldest thousand (by id, the order they finished in) are looked at, so a queue
+     * whose rows are all young costs one short index walk, never a scan. */
+    [PGS_PRUNE_HISTORY] =
+        {"wq_prune_history",
+         "DELETE FROM @S.history WHERE ctid = ANY (ARRAY(\n"
+         "  SELECT h.ctid FROM @S.queues q CROSS JOIN LATERAL (\n"
+         "    SELECT x.ctid, x.finished_at FROM @S.history x WHERE x.queue = q.name\n"
+         "      ORDER BY x.id LIMIT 1000) h\n"
+         "  WHERE h.finished_at < now() - make_interval(secs => q.history) LIMIT 1000))"},
     /* This runner's signals; those of runners long gone go too (the table stays tiny). */
     [PGS_SIGNALS] = {"wq_signals", "WITH s AS (DELETE FROM @S.signals WHERE runner = $1\n"
                                    "    OR created_at < now() - interval '1 minute' RETURNING *)\n"

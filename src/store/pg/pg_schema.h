@@ -10,7 +10,7 @@
 #include <libpq-fe.h>
 #include <stddef.h>
 
-#define WQ_PG_SCHEMA_VERSION 10
+#define WQ_PG_SCHEMA_VERSION 11
 /* The first key of the runners' session advisory locks: pg_advisory_lock(WQ_PG_LOCK_CLASS, id). */
 #define WQ_PG_LOCK_CLASS 0x77717275 /* "wqru" */
 
@@ -53,10 +53,11 @@ enum {
                      * seconds until its next delayed item */
     PGS_RELOCK,     /* $1 lock class, $2 runner: re-take the runner's lock after a reconnect */
     PGS_DEFINE,     /* $1 queue, $2 max_retries, $3 keep_done, $4 runner, $5-$9 group_limit and
-                     * rate: the values replaced */
+                     * rate, $10 unique, $11 history: the values replaced */
     PGS_QUEUES,     /* every queue: name, paused, max_retries, keep_done, defined_by, limited,
                      * q_rate */
     PGS_PRUNE_DONE, /* expired completed-job memories (at most 1000) */
+    PGS_PRUNE_HISTORY, /* history rows past their queue's history seconds (at most 1000) */
     PGS_CLAIM_GROUPED, /* as PGS_CLAIM, counting group limits and the queue's rate */
     PGS_SWEEP,         /* $1 queue: held items of groups with room made claimable */
     PGS_VIEW_JOBS,     /* per queue and runner: queued, processing, waiting, held, retrying */
@@ -79,7 +80,7 @@ enum {
     WQ_PGF_RETRY = 2,    /* again after a delay (retry or wq.requeue), failure count as given */
     WQ_PGF_DEAD = 3,     /* dead-lettered with the error; attempts in requeues */
     WQ_PGF_RELEASE = 4,  /* handed back unstarted: nothing else changes */
-    WQ_PGF_CANCELLED = 5 /* a flow node cancelled: as a success, its node dead ('cancelled') */
+    WQ_PGF_CANCELLED = 5 /* cancelled: as a success; a flow node's node dead ('cancelled') */
 };
 
 #endif

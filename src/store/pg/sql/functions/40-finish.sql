@@ -8,11 +8,14 @@
 -- array NULL when the batch has none), kept with its node whatever keep_done; kind 5 is a
 -- cancelled node (its item goes as a success's does, its node is dead: 'cancelled'). An item
 -- of a node that leaves its queue finishes its node (flow_finish_all), done or dead; one that
--- stays (re-added while it ran) does not.
+-- stays (re-added while it ran) does not. p_keep: whether p_done's results are kept in `done`
+-- (they may be there for the history alone). p_hist: the runner keeps history (SPEC 11): every
+-- run that ends done, dead or cancelled leaves a row in `history` (a cancel is kind 5 for any
+-- item), in this transaction; a success's result is its p_done element.
 CREATE OR REPLACE FUNCTION @S.finish(p_queue text, p_runner bigint, p_keys text[], p_tokens bigint[],
     p_kinds smallint[], p_delays double precision[], p_requeues integer[], p_errors text[],
     p_payloads jsonb[], p_done jsonb[] DEFAULT NULL, p_take integer DEFAULT 0,
-    p_results jsonb[] DEFAULT NULL)
+    p_results jsonb[] DEFAULT NULL, p_keep boolean DEFAULT true, p_hist boolean DEFAULT false)
 RETURNS TABLE (o_stale integer, o_key text, o_payload jsonb, o_priority integer, o_token bigint,
     o_requeues integer, o_enqueued double precision, o_grp text, o_run_at double precision,
     o_seq bigint, o_flow text, o_deps jsonb) LANGUAGE plpgsql AS $fn$
@@ -24,6 +27,8 @@ DECLARE
   v_hand tid[]; v_hg text[]; v_nc bigint := 0; v_node bigint; v_fk text[];
   v_fn bigint[]; v_fd boolean[]; v_fr jsonb[]; v_fe text[];
   v_msg text; v_tb text; v_at integer;
+  v_runner text; v_res jsonb; v_added timestamptz; v_started timestamptz; v_req integer;
+  v_went boolean;
 BEGIN
   PERFORM pg_current_xact_id(); -- ready times: see add()
   v_now := clock_timestamp();
@@ -45,17 +50,37 @@ BEGIN
       LATERAL (SELECT 1 FROM @S.jobs y WHERE y.queue = p_queue AND y.key = s.key
                  AND y.token = ANY (p_tokens) LIMIT 1 FOR UPDATE) x;
   END IF;
-  WITH g AS (DELETE FROM @S.jobs j WHERE j.ctid = ANY (ARRAY(SELECT x.ctid
-        FROM unnest(p_keys, p_kinds) AS u(key, kind),
-          LATERAL (SELECT y.ctid FROM @S.jobs y WHERE y.queue = p_queue AND y.key = u.key
+  -- The history's rows of these successes in one INSERT from what the DELETE returns: the
+  -- results found by key in one JSON object (a join with the arrays could be planned as a
+  -- nested loop: the batch's size squared).
+  IF p_hist THEN
+    SELECT r.name INTO v_runner FROM @S.runners r WHERE r.id = p_runner;
+    IF p_done IS NOT NULL THEN
+      SELECT jsonb_object_agg(u.key, u.res) INTO v_res
+        FROM unnest(p_keys, p_done) AS u(key, res) WHERE u.res IS NOT NULL;
+    END IF;
+  END IF;
+  -- Run as a one-shot plan (EXECUTE ... USING): its parameters are constants to the planner,
+  -- so the fence `token = ANY ($4)` is a hashed lookup per row. A cached generic plan tested
+  -- each row against the whole array: the batch's size squared (a batch of thousands, when
+  -- the database falls behind, spent most of its time there, and fell further behind).
+  EXECUTE $q$WITH g AS (DELETE FROM @S.jobs j WHERE j.ctid = ANY (ARRAY(SELECT x.ctid
+        FROM unnest($2, $3) AS u(key, kind),
+          LATERAL (SELECT y.ctid FROM @S.jobs y WHERE y.queue = $1 AND y.key = u.key
                    LIMIT 1) x
        WHERE u.kind IN (0, 1)))
-      AND j.token = ANY (p_tokens) AND j.running AND NOT j.dirty AND j.delay_at IS NULL
-      RETURNING j.key, j.grp, j.node)
+      AND j.token = ANY ($4) AND j.running AND NOT j.dirty AND j.delay_at IS NULL
+      RETURNING j.key, j.grp, j.node, j.enqueued_at, j.claimed_at, j.requeues),
+    h AS (INSERT INTO @S.history (queue, key, state, added_at, started_at, finished_at,
+            attempts, runner, result)
+          SELECT $1, g.key, 'done', g.enqueued_at, g.claimed_at, $6, g.requeues + 1,
+                 $7, nullif($8 -> g.key, 'null'::jsonb)
+            FROM g WHERE $5)
   SELECT coalesce(array_agg(g.key), '{}'), array_agg(g.grp) FILTER (WHERE g.grp IS NOT NULL),
          array_agg(g.node) FILTER (WHERE g.node IS NOT NULL),
-         array_agg(g.key) FILTER (WHERE g.node IS NOT NULL)
-    INTO v_gone, v_grps, v_fn, v_fk FROM g;
+         array_agg(g.key) FILTER (WHERE g.node IS NOT NULL) FROM g$q$
+    INTO v_gone, v_grps, v_fn, v_fk
+    USING p_queue, p_keys, p_kinds, p_tokens, p_hist, v_now, v_runner, v_res;
   n := cardinality(v_gone);
   IF v_fn IS NOT NULL THEN -- flow nodes done, with their results
     SELECT array_agg(false), array_agg(NULL::text),
@@ -66,7 +91,7 @@ BEGIN
   IF v_dead AND n > 0 THEN
     DELETE FROM @S.dead d WHERE d.queue = p_queue AND d.key = ANY (v_gone);
   END IF;
-  IF p_done IS NOT NULL AND n > 0 THEN
+  IF p_done IS NOT NULL AND p_keep AND n > 0 THEN
     INSERT INTO @S.done AS d (queue, key, finished_at, result)
       SELECT p_queue, u.key, v_now, nullif(u.res, 'null'::jsonb)
         FROM unnest(p_keys, p_kinds, p_done) AS u(key, kind, res)
@@ -85,7 +110,15 @@ BEGIN
     IF k IN (0, 1, 3, 5) THEN -- nothing else pending: the row goes
       DELETE FROM @S.jobs j WHERE j.queue = p_queue AND j.key = o.key
         AND j.token = o.token AND j.running AND NOT j.dirty AND j.delay_at IS NULL
-        RETURNING j.payload, j.grp, j.node INTO v_payload, v_grp, v_node;
+        RETURNING j.payload, j.grp, j.node, j.enqueued_at, j.claimed_at, j.requeues
+          INTO v_payload, v_grp, v_node, v_added, v_started, v_req;
+      v_went := FOUND;
+      -- re-added while it ran: the row stays, this run still ends (the history's times)
+      IF NOT v_went AND p_hist THEN
+        SELECT j.enqueued_at, j.claimed_at, j.requeues INTO v_added, v_started, v_req
+          FROM @S.jobs j WHERE j.queue = p_queue AND j.key = o.key AND j.token = o.token
+           AND j.running;
+      END IF;
       -- a dead letter's error: its message, then its traceback (dead.traceback)
       v_at := CASE WHEN k = 3 THEN strpos(o.err, E'\nstack traceback:') ELSE 0 END;
       v_msg := CASE WHEN v_at > 0 THEN left(o.err, v_at - 1) ELSE o.err END;
@@ -96,7 +129,7 @@ BEGIN
         v_fe := v_fe || CASE WHEN k = 3 THEN v_msg WHEN k = 5 THEN 'cancelled' END;
       END IF;
     END IF;
-    IF k NOT IN (0, 1, 3, 5) OR NOT FOUND THEN
+    IF k NOT IN (0, 1, 3, 5) OR NOT v_went THEN
       v_retry := CASE WHEN k = 2 THEN v_now + make_interval(secs => greatest(o.delay, 0)) END;
       UPDATE @S.jobs j SET running = false, runner = NULL, token = NULL, claimed_at = NULL,
           crashes = CASE WHEN k = 4 THEN j.crashes ELSE 0 END,
@@ -126,10 +159,18 @@ BEGIN
           error = EXCLUDED.error, attempts = EXCLUDED.attempts, failed_at = EXCLUDED.failed_at,
           traceback = EXCLUDED.traceback;
       v_dead := true;
-    ELSIF k IN (1, 5) AND v_dead THEN
+    ELSIF (k = 1 OR (k = 5 AND v_node IS NOT NULL)) AND v_dead THEN
       DELETE FROM @S.dead d WHERE d.queue = p_queue AND d.key = o.key;
     END IF;
-    IF k = 1 AND o.res IS NOT NULL THEN
+    IF p_hist AND k IN (0, 1, 3, 5) THEN
+      INSERT INTO @S.history (queue, key, state, added_at, started_at, finished_at, attempts,
+          runner, result, error)
+        VALUES (p_queue, o.key, CASE k WHEN 3 THEN 'dead' WHEN 5 THEN 'cancelled' ELSE 'done' END,
+          v_added, v_started, v_now, CASE WHEN k = 3 THEN o.requeues ELSE v_req + 1 END,
+          v_runner, CASE WHEN k IN (0, 1) THEN nullif(o.res, 'null'::jsonb) END,
+          CASE k WHEN 3 THEN v_msg WHEN 5 THEN 'cancelled' END);
+    END IF;
+    IF k = 1 AND p_keep AND o.res IS NOT NULL THEN
       INSERT INTO @S.done AS d (queue, key, finished_at, result)
         VALUES (p_queue, o.key, v_now, nullif(o.res, 'null'::jsonb))
         ON CONFLICT (queue, key) DO UPDATE SET finished_at = EXCLUDED.finished_at,
@@ -243,7 +284,14 @@ BEGIN
       SELECT x.queue, x.key, x.payload, x.err, x.requeues + 1, now() FROM x
       ON CONFLICT (queue, key) DO UPDATE SET payload = EXCLUDED.payload,
         error = EXCLUDED.error, attempts = EXCLUDED.attempts, failed_at = EXCLUDED.failed_at,
-        traceback = NULL)
+        traceback = NULL),
+    -- the history of queues that keep one: a dead run of the runner that died
+    h AS (INSERT INTO @S.history (queue, key, state, added_at, started_at, finished_at,
+            attempts, runner, error)
+      SELECT x.queue, x.key, 'dead', x.enqueued_at, x.claimed_at, now(), x.requeues + 1,
+             (SELECT r.name FROM @S.runners r WHERE r.id = x.runner), x.err
+        FROM x WHERE EXISTS (SELECT 1 FROM @S.queues q WHERE q.name = x.queue
+                               AND q.history > 0))
   SELECT array_agg(x.queue), array_agg(x.grp), array_agg(x.node) FILTER (WHERE x.node IS NOT NULL),
          array_agg(x.err) FILTER (WHERE x.node IS NOT NULL), array_agg(format('%s %L', x.queue, x.key))
     INTO v_uq, v_ug, v_fn, v_fe, v_dk FROM x;

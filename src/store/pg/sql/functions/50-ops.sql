@@ -28,12 +28,16 @@ BEGIN
 END $fn$;
 -- remove: a pending item that no handler runs; a flow node's item or a blocked node: the
 -- node is dead ('removed'), and so are the nodes that wait for it (70-flows.sql).
+-- In the history of a queue that keeps one (SPEC 11): 'removed', with no runner (none ran it).
 CREATE OR REPLACE FUNCTION @S.remove(p_queue text, p_key text) RETURNS text LANGUAGE plpgsql AS $fn$
-DECLARE v_node bigint;
+DECLARE v_node bigint; v_added timestamptz; v_req integer;
 BEGIN
   DELETE FROM @S.jobs j WHERE j.queue = p_queue AND j.key = p_key AND NOT j.running
-    RETURNING j.node INTO v_node;
+    RETURNING j.node, j.enqueued_at, j.requeues INTO v_node, v_added, v_req;
   IF FOUND THEN
+    INSERT INTO @S.history (queue, key, state, added_at, finished_at, attempts)
+      SELECT p_queue, p_key, 'removed', v_added, clock_timestamp(), v_req
+       WHERE EXISTS (SELECT 1 FROM @S.queues q WHERE q.name = p_queue AND q.history > 0);
     IF v_node IS NOT NULL THEN PERFORM @S.flow_finished(v_node, true, NULL, 'removed'); END IF;
     RETURN 'removed';
   END IF;

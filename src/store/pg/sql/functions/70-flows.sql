@@ -467,7 +467,14 @@ BEGIN
    WHERE n.flow = p_id AND n.state = 'pending' ORDER BY j.queue, j.key FOR UPDATE OF j;
   WITH x AS (DELETE FROM @S.jobs j USING @S.flow_nodes n
               WHERE n.flow = p_id AND n.state = 'pending' AND j.queue = n.queue
-                AND j.key = n.key AND j.node = n.id AND NOT j.running RETURNING j.node)
+                AND j.key = n.key AND j.node = n.id AND NOT j.running
+             RETURNING j.node, j.queue, j.key, j.enqueued_at, j.requeues),
+    -- their queues' history (SPEC 11): cancelled, never started
+    h AS (INSERT INTO @S.history (queue, key, state, added_at, finished_at, attempts, error)
+      SELECT x.queue, x.key, 'cancelled', x.enqueued_at, clock_timestamp(), x.requeues,
+             'flow cancelled'
+        FROM x WHERE EXISTS (SELECT 1 FROM @S.queues q WHERE q.name = x.queue
+                               AND q.history > 0))
   SELECT array_agg(x.node) INTO v_fn FROM x;
   INSERT INTO @S.signals (runner, queue, key, token)
     SELECT j.runner, j.queue, j.key, j.token FROM @S.flow_nodes n
