@@ -5,9 +5,11 @@
 # retry of a dead letter made through the HTTP API show on the page within
 # 500 ms, and a job's progress shows while it runs; the time from the API
 # call to the change in the page is printed. Also: a runner without /events
-# is polled with nothing said, and a stream that drops is opened again.
-# Not skipped when the browser is missing: scripts/deps.sh installs it.
+# is polled with nothing said, and a stream that drops is opened again. On
+# both backends: a state file, then a fresh PostgreSQL database. Not skipped
+# when the browser or the database is missing.
 . "$(dirname "$0")/lib.sh"
+pg_need
 
 PY=/usr/bin/python3
 for f in "$PY" /usr/bin/chromium /usr/bin/chromedriver; do
@@ -47,13 +49,23 @@ end
 wq.queue("other")
 EOF
 )
+
+browse() {
+    setsid "$PY" "$E2E_DIR/dashboard_live.py" "$BASE" &
+    local d=$!
+    PIDS+=("-$d")
+    wait_exit "$d" 120
+    kill -9 -- "-$d" 2>/dev/null
+    expect_eq "$RC" 0 "$1 (tests/e2e/dashboard_live.py; its output is above)"
+}
+
 listen_start -- --serve --db "$TMP/live.db" "$LUA" || finish
+browse "the dashboard's live updates in headless Chromium, on a state file"
+kill -TERM "$PID"
+wait_exit "$PID" 10
 
-setsid "$PY" "$E2E_DIR/dashboard_live.py" "$BASE" &
-DPID=$!
-PIDS+=("-$DPID")
-wait_exit "$DPID" 120
-kill -9 -- "-$DPID" 2>/dev/null
-expect_eq "$RC" 0 "the dashboard's live updates in headless Chromium (tests/e2e/dashboard_live.py; its output is above)"
-
+listen_start -- --serve --db "$(pg_fresh_db)" "$LUA" || finish
+browse "the dashboard's live updates in headless Chromium, on PostgreSQL"
+kill -TERM "$PID"
+wait_exit "$PID" 10
 finish
