@@ -7,7 +7,9 @@ TOKEN. It checks the page against the HTTP API: the numbers of the overview,
 the self-refresh, the rate sparkline, a queue's schedules and the groups its
 limits hold back the most, the queue page (items, paging, dead
 letters with hostile keys and errors shown as text), pause/resume, retry,
-remove, cancel, the error display of a failed action, and the token prompt.
+remove, cancel, the error display of a failed action, the token prompt, and
+the event stream with the token (the live updates themselves:
+dashboard_live.py).
 Prints one line per check; exits 1 on the first failure.
 
 usage: dashboard.py BASE TBASE TOKEN [SCREENSHOT_DIR]
@@ -553,6 +555,20 @@ click("Pause", lambda: driver.find_element(By.ID, "pause") if driver.find_elemen
 wait("jobs paused on the token runner",
      lambda: queues(TBASE, TOKEN)["jobs"].get("paused") in (True, 1))
 ok("actions send the token (Pause worked on the --token runner)")
+
+# The event stream sends it too (read with fetch, which EventSource could not): with the page's
+# own refresh a minute apart, a resume made through the API shows within 2 s.
+driver.get(TBASE + "/?refresh=60#/queue/jobs")
+wait("the event stream open on the --token runner",
+     lambda: driver.execute_script("return document.documentElement.dataset.events") == "open"
+     and driver.find_element(By.ID, "pause").text == "Resume")
+t0 = time.time()
+status, body = api("POST", "/queues/jobs/resume", token=TOKEN, base=TBASE)
+if status != 200:
+    fail("POST /queues/jobs/resume on the --token runner: %s %s" % (status, body))
+wait("the resume shown from the event stream", lambda: driver.find_element(By.ID, "pause").text == "Pause", 2)
+ok("the event stream carries the token: a resume through the API shown after %.2f s (?refresh=60)"
+   % (time.time() - t0))
 
 errs = js_errors()
 if errs:
