@@ -568,6 +568,29 @@ static void pg_done_put(wq_bqueue *bq, const char *key, size_t len, double finis
     c->keep = 1;
 }
 
+/* A running job's progress (SPEC 11): on the job's row while this runner holds its claim (at most
+ * once a second per job; the value as it is now, so nothing waits to go again if lost). */
+static void pg_progress(wq_bqueue *bq, const char *key, size_t len, const char *json, size_t n)
+{
+    pgq *q = (pgq *)bq;
+    pgb *b = q->b;
+    uint32_t slot;
+    claim *c = wq_pgb_slot_of(q, key, len, &slot);
+    if (!c || c->sent || !wq_pgconn_up(b->c))
+        return;
+    char token[24];
+    snprintf(token, sizeof token, "%lld", (long long)c->token);
+    char *value = json ? wq_pgb_dupn(json, n) : NULL;
+    const char *v[4] = {q->name, c->key, token, value};
+    char *sql = wq_pg_sql(wq_pgconn_pg(b->c), b->schema,
+                          "UPDATE @S.jobs SET progress = $4::jsonb WHERE queue = $1 AND key = $2"
+                          " AND token = $3::bigint AND running");
+    if (sql && (!json || value) && wq_pgconn_send(b->c, NULL, sql, 4, v, NULL, NULL) == 0)
+        wq_pgconn_sync(b->c, NULL, NULL);
+    free(sql);
+    free(value);
+}
+
 /* A finished run for the history (SPEC 11): finish() writes the row in the outcome's
  * transaction, from what the database holds (times, attempts, runner); a success brings its
  * result (as done_put does), a cancel makes the outcome one. Dead letters come through dead(),
@@ -782,6 +805,7 @@ static const wq_backend_ops pg_ops = {
     .publish = wq_pgb_publish,
     .history = pg_history,
     .history_list = pg_history_list,
+    .progress = pg_progress,
 };
 
 /* Inserts the runners row and takes its session lock, in one transaction (blocking). */

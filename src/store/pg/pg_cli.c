@@ -463,10 +463,12 @@ static int list_items(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
                   : "SELECT key, CASE WHEN rn IS NULL THEN state ELSE state || ' on ' || rn"
                     " END, priority, attempt,"
                     " to_char(ready_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'),"
-                    " payload::text, jsonb_build_object('key', key, 'payload', payload,"
+                    " payload::text, (jsonb_build_object('key', key, 'payload', payload,"
                     "  'state', state, 'priority', priority, 'group', grp,"
                     "  'ready_at', extract(epoch FROM ready_at), 'attempt', attempt,"
-                    "  'last_error', last_error, 'runner', rn)::text, last_error"
+                    "  'last_error', last_error, 'runner', rn) || CASE WHEN progress IS NOT NULL"
+                    " THEN jsonb_build_object('progress', progress) ELSE '{}' END)::text,"
+                    " last_error, NULL, progress::text"
                     " FROM (SELECT i.*, (SELECT r.name FROM @S.runners r"
                     "  WHERE r.id = i.runner) AS rn FROM @S.items i) i"
                     " WHERE queue = $1 AND ($2::text IS NULL OR state = $2)"
@@ -480,10 +482,16 @@ static int list_items(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
     for (i = 0; i < n; i++) {
         int t = (int)i;
 #define COL(c) (PQgetisnull(r, t, c) ? NULL : PQgetvalue(r, t, c))
-        wq_cli_item it = {COL(0), COL(1), COL(2),
-                          COL(3), COL(4), COL(5),
-                          COL(6), COL(7), a->op == WQ_CLI_DEAD ? COL(8) : NULL,
-                          NULL};
+        wq_cli_item it = {COL(0),
+                          COL(1),
+                          COL(2),
+                          COL(3),
+                          COL(4),
+                          COL(5),
+                          COL(6),
+                          COL(7),
+                          a->op == WQ_CLI_DEAD ? COL(8) : NULL,
+                          a->op == WQ_CLI_DEAD ? NULL : COL(9)};
 #undef COL
         if (wq_cli_items_row(a, out, i, &it))
             break;
@@ -515,7 +523,9 @@ static int show_key(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
                                                 " state, 'payload', payload, 'priority', priority, "
                                                 "'group', \"group\", 'ready_at',"
                                                 " ready_at, 'attempt', attempt, 'last_error', "
-                                                "last_error)"
+                                                "last_error) || CASE WHEN progress IS NOT NULL "
+                                                "THEN jsonb_build_object('progress', progress) "
+                                                "ELSE '{}' END"
                                                 " WHEN state = 'done' THEN "
                                                 "jsonb_build_object('key', key, 'state', state,"
                                                 " 'finished_at', finished_at, 'result', result)"
@@ -523,7 +533,8 @@ static int show_key(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
                                                 "state, 'payload', payload, 'error', error,"
                                                 " 'attempts', attempts, 'failed_at', failed_at,"
                                                 " 'traceback', traceback) "
-                                                "END)::text, waits::text, flow, traceback"
+                                                "END)::text, waits::text, flow, traceback,"
+                                                " progress::text"
                                                 " FROM " WQ_PG_KEY_ROW,
         2, v, err);
     if (!r)
@@ -531,7 +542,7 @@ static int show_key(PGconn *pg, const wq_cli_args *a, FILE *out, FILE *err)
     int found = PQntuples(r) > 0;
 #define COL(c) (!found || PQgetisnull(r, 0, c) ? NULL : PQgetvalue(r, 0, c))
     wq_cli_key k = {COL(0), COL(1),  COL(2),  COL(3),  COL(4),  COL(5),  COL(6),  COL(7),  COL(8),
-                    COL(9), COL(10), COL(11), COL(12), COL(13), COL(14), COL(15), COL(16), NULL};
+                    COL(9), COL(10), COL(11), COL(12), COL(13), COL(14), COL(15), COL(16), COL(17)};
 #undef COL
     int rc = wq_cli_show(a, out, err, found ? &k : NULL);
     PQclear(r);

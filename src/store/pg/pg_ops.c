@@ -171,9 +171,9 @@ int wq_pgb_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
         [WQ_BOP_ITEMS] =
             "SELECT count(*), coalesce(jsonb_agg(x.o ORDER BY x.k), '[]')::text FROM ("
             "SELECT key COLLATE \"C\" AS k, jsonb_build_object('key', key, 'state', state,"
-            " 'priority', priority, 'attempt', attempt)" PG_OPT("payload", "payload")
-                PG_OPT("group", "grp") PG_OPT("last_error", "last_error") PG_OPT(
-                    "runner", "(SELECT r.name FROM @S.runners r WHERE r.id = runner)")
+            " 'priority', priority, 'attempt', attempt)" PG_OPT("payload", "payload") PG_OPT(
+                "group", "grp") PG_OPT("last_error", "last_error") PG_OPT("progress", "progress")
+                PG_OPT("runner", "(SELECT r.name FROM @S.runners r WHERE r.id = runner)")
                     PG_OPT("ready_at",
                            "extract(epoch FROM ready_at)") " AS o FROM @S.items WHERE queue = $1 "
                                                            "AND ($2::text IS NULL OR state = $2)"

@@ -98,7 +98,7 @@ BEGIN
   PERFORM 1 FROM @S.jobs j WHERE j.running AND j.runner = ANY (p_runners)
     ORDER BY j.queue, j.key FOR UPDATE;
   FOR g IN WITH x AS (UPDATE @S.jobs j SET running = false, runner = NULL, token = NULL,
-               claimed_at = NULL,
+               claimed_at = NULL, progress = NULL,
                crashes = CASE WHEN p_crashed THEN j.crashes + 1 ELSE j.crashes END
              WHERE j.running AND j.runner = ANY (p_runners) RETURNING j.queue, j.grp)
 -- queue by queue in name order: concurrent releases lock the groups' and queues' rows in

@@ -136,7 +136,7 @@ BEGIN
           dirty = CASE WHEN k = 4 THEN j.dirty ELSE false END,
           requeues = CASE WHEN k IN (0, 4) THEN j.requeues WHEN k = 2 THEN o.requeues ELSE 0 END,
           last_error = CASE WHEN k IN (0, 4) THEN j.last_error WHEN k = 2 THEN o.err END,
-          payload = coalesce(o.payload, j.payload),
+          payload = coalesce(o.payload, j.payload), progress = NULL,
           -- again: re-added (or a delayed add came due) while running: queued now
           run_at = CASE WHEN k = 4 THEN j.run_at
                         WHEN j.dirty OR j.delay_at <= v_now THEN v_now

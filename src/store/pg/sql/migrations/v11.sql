@@ -16,4 +16,21 @@ CREATE INDEX history_key ON @S.history (queue, key, id);
 -- finish() takes whether the runner keeps done keys (p_keep) and history (p_hist)
 DROP FUNCTION IF EXISTS @S.finish(text, bigint, text[], bigint[], smallint[],
   double precision[], integer[], text[], jsonb[], jsonb[], integer, jsonb[]);
+-- A running item's latest job:progress (SPEC 11), set at most once a second per job by the
+-- runner that runs it, cleared when the run ends; the items view shows it (last column).
+ALTER TABLE @S.jobs ADD COLUMN progress jsonb;
+CREATE OR REPLACE VIEW @S.items AS SELECT queue, key, payload,
+  CASE WHEN running THEN 'processing' WHEN run_at <= clock_timestamp() THEN 'queued'
+    ELSE 'waiting' END AS state,
+  CASE WHEN NOT running AND run_at > clock_timestamp() THEN run_at ELSE delay_at END
+    AS ready_at,
+  priority, grp, enqueued_at, requeues, last_error, requeues + 1 AS attempt, dirty,
+  runner, token, claimed_at, NULL::integer AS waits,
+  CASE WHEN node IS NOT NULL THEN (SELECT n.flow FROM @S.flow_nodes n WHERE n.id = node) END
+    AS flow, progress
+  FROM @S.jobs
+  UNION ALL SELECT n.queue, n.key, n.payload, 'blocked', NULL::timestamptz, n.priority, n.grp,
+    NULL::timestamptz, 0, NULL::text, 1, false, NULL::bigint, NULL::bigint, NULL::timestamptz,
+    n.waits, n.flow, NULL::jsonb
+  FROM @S.flow_nodes n WHERE n.state = 'blocked';
 UPDATE @S.meta SET value = '11' WHERE key = 'schema_version';
