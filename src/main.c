@@ -23,7 +23,7 @@ static void usage(FILE *f)
 {
     fputs("usage: wqrun [options] SCRIPT.lua [ARGS...]\n"
           "       wqrun add --db PATH|URL QUEUE KEY [PAYLOAD] [--after SECONDS] [--priority N]\n"
-          "                 [--group GROUP] [--unique|--no-unique]\n"
+          "                 [--group GROUP] [--unique|--no-unique] [--wait [--timeout SECONDS]]\n"
           "       wqrun status --db PATH|URL\n"
           "       wqrun pause|resume --db PATH|URL QUEUE\n"
           "       wqrun remove|cancel --db PATH|URL QUEUE KEY\n"

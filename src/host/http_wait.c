@@ -33,10 +33,22 @@ typedef struct waiter {
     size_t keylen;
     wq_events_wait *w;
     uint64_t timer;
+    int asking;   /* a shared database is asked whether the key is pending: free after it */
+    int answered; /* the request is answered (or its client left): nothing more to do */
 } waiter;
 
 static void waiter_free(waiter *x)
 {
+    if (x->asking) { /* the database's answer frees it */
+        x->answered = 1;
+        if (x->w)
+            wq_events_unwait(x->h, x->w);
+        x->w = NULL;
+        if (x->timer)
+            wq_timer_stop(x->h, x->timer);
+        x->timer = 0;
+        return;
+    }
     if (x->w)
         wq_events_unwait(x->h, x->w);
     if (x->timer)
@@ -90,7 +102,7 @@ static void on_end(void *ud, const wq_life *e)
     waiter *x = ud;
     x->w = NULL; /* told once: gone */
     release(x);
-    wq_http_reply_json(x->req, 200, "OK", end_json(e));
+    wq_http_reply_durable(x->h, x->req, 200, "OK", end_json(e)); /* once the end is kept */
     waiter_free(x);
 }
 
@@ -118,6 +130,40 @@ static void on_close(struct evhttp_connection *conn, void *arg)
     waiter_free(x);
 }
 
+/* Whether the database's answer (a KEYSTATE object) is a pending state. */
+static int pending(const char *text)
+{
+    json_object *o = NULL, *st;
+    int p = text && !wq_json_parse(text, strlen(text), &o) &&
+            json_object_object_get_ex(o, "state", &st) &&
+            (strcmp(json_object_get_string(st), "queued") == 0 ||
+             strcmp(json_object_get_string(st), "processing") == 0 ||
+             strcmp(json_object_get_string(st), "waiting") == 0 ||
+             strcmp(json_object_get_string(st), "blocked") == 0);
+    json_object_put(o);
+    return p;
+}
+
+/* The shared database said what it holds of the key (the wait registered before it asked). */
+static void on_asked(void *ud, int result, const char *text)
+{
+    waiter *x = ud;
+    x->asking = 0;
+    if (x->answered) { /* ended, timed out or left meanwhile */
+        waiter_free(x);
+        return;
+    }
+    if (result > 0 && pending(text))
+        return; /* the end or the deadline answers */
+    release(x); /* not pending (or unknown): its state now */
+    const wq_hqueue *hq = wq_host_find_queue(x->h, x->queue);
+    if (hq)
+        wq_http_item_now(x->h, x->req, hq, x->key, x->keylen);
+    else
+        wq_http_no_queue(x->req, x->queue);
+    waiter_free(x);
+}
+
 int wq_http_item_wait(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq, const char *key,
                       size_t len, const char *query)
 {
@@ -131,7 +177,9 @@ int wq_http_item_wait(wq_host *h, struct evhttp_request *req, const wq_hqueue *h
         wq_http_reply_error(req, 400, "Bad Request", msg);
         return 1;
     }
-    if (s == 0 || !hq->ops->has || !hq->ops->has(hq->q, key, len))
+    /* On a database shared by runners any runner may run it: the database says. */
+    int shared = h->backend && wq_backend_shared(h->backend) && hq->persist && hq->ops->op;
+    if (s == 0 || (!shared && (!hq->ops->has || !hq->ops->has(hq->q, key, len))))
         return 0; /* not pending here: its state now */
     waiter *x = calloc(1, sizeof *x);
     if (!x || !(x->key = malloc(len ? len : 1))) {
@@ -155,5 +203,15 @@ int wq_http_item_wait(wq_host *h, struct evhttp_request *req, const wq_hqueue *h
     x->conn = evhttp_request_get_connection(req);
     evhttp_connection_set_timeout(x->conn, (int)s + CLIENT_TIMEOUT);
     evhttp_connection_set_closecb(x->conn, on_close, x);
+    if (shared && !hq->ops->has(hq->q, key, len)) { /* registered first: no end is missed */
+        wq_bop op = {.kind = WQ_BOP_ITEM, .key = key, .keylen = len};
+        x->asking = 1;
+        if (hq->ops->op(hq->q, &op, on_asked, x) != 0) {
+            x->asking = 0;
+            release(x);
+            waiter_free(x);
+            return 0; /* answered now, the usual way */
+        }
+    }
     return 1;
 }

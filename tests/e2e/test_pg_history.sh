@@ -191,6 +191,7 @@ expect_eq "$(q "SELECT count(*) FROM wqrun.history WHERE queue = 'files'")" 11 "
 UP=$(pg_fresh_db)
 run migrate --db "$UP"
 pg_psql "$UP" "DROP TABLE wqrun.history; ALTER TABLE wqrun.queues DROP COLUMN history;
+  ALTER TABLE wqrun.jobs DROP COLUMN progress CASCADE;
   UPDATE wqrun.meta SET value = '10' WHERE key = 'schema_version'" >/dev/null
 run migrate --db "$UP"
 expect_eq "$OUT" 'schema "wqrun" upgraded from version 10 to 11' "a version 10 schema is upgraded"

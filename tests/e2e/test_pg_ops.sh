@@ -32,8 +32,10 @@ run migrate --db "$UP"
 expect_eq "$OUT" 'schema "wqrun" created (version 11)' "a new schema is version 11"
 # What version 10 added (queues.unique_adds, dead.traceback; add()'s unique_add default NULL), taken away
 # again with every older version set below.
-# What version 11 added (table history, queues.history), taken away with every older version.
-V10="drop table wqrun.history; alter table wqrun.queues drop column history;"
+# What version 11 added (table history, queues.history, jobs.progress and the items view's column),
+# taken away with every older version.
+V10="drop table wqrun.history; alter table wqrun.queues drop column history;
+  alter table wqrun.jobs drop column progress cascade;"
 V9="$V10 alter table wqrun.queues drop column unique_adds; alter table wqrun.dead drop column traceback;
   alter table wqrun.runners drop column locked_at;"
 # What version 9 added (flows), taken away again with every older version set below.

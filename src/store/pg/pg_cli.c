@@ -117,13 +117,14 @@ static void no_notice(void *arg, const char *message)
 
 static const char add_usage[] =
     "usage: wqrun add --db URL QUEUE KEY [PAYLOAD] [--after SECONDS] "
-    "[--priority N] [--group GROUP] [--unique|--no-unique] [--pg-schema NAME]\n";
+    "[--priority N] [--group GROUP] [--unique|--no-unique] [--wait [--timeout SECONDS]] "
+    "[--pg-schema NAME]\n";
 
 int wq_pg_cli_add(int argc, char **argv, FILE *out, FILE *err)
 {
     const char *db = getenv("WQRUN_DB"), *schema = "wqrun", *after = NULL, *prio = NULL,
-               *group = NULL, *pos[3];
-    int npos = 0, opts_done = 0, unique = 0;
+               *group = NULL, *timeout_s = NULL, *pos[3];
+    int npos = 0, opts_done = 0, unique = 0, wait = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!opts_done && a[0] == '-' && a[1] && !(a[1] >= '0' && a[1] <= '9')) {
@@ -140,7 +141,12 @@ int wq_pg_cli_add(int argc, char **argv, FILE *out, FILE *err)
                 unique = a[2] == 'u' ? 1 : -1; /* neither: the queue's definition decides */
                 continue;
             }
+            if (strcmp(a, "--wait") == 0) {
+                wait = 1;
+                continue;
+            }
             if ((r = wq_cli_option(argc, argv, &i, "--db", &db)) ||
+                (r = wq_cli_option(argc, argv, &i, "--timeout", &timeout_s)) ||
                 (r = wq_cli_option(argc, argv, &i, "--pg-schema", &schema)) ||
                 (r = wq_cli_option(argc, argv, &i, "--after", &after)) ||
                 (r = wq_cli_option(argc, argv, &i, "--priority", &prio)) ||
@@ -166,9 +172,20 @@ int wq_pg_cli_add(int argc, char **argv, FILE *out, FILE *err)
     int32_t p;
     if (prio && wq_cli_priority(prio, &p, err, add_usage) < 0)
         return 2;
+    double timeout = -1;
+    if (timeout_s && wq_cli_wait_timeout(timeout_s, wait, &timeout, err, add_usage) < 0)
+        return 2;
     PGconn *pg = wq_pg_cli_connect("add", db, schema, err);
     if (!pg)
         return 1;
+    char mark[32] = "0";
+    if (wait && wq_pg_cli_wait_begin(pg, schema, pos[0], mark, sizeof mark) < 0) {
+        char msg[600];
+        wq_pg_msg(msg, sizeof msg, PQerrorMessage(pg));
+        fprintf(err, "wqrun: add: cannot listen for the end: %s\n", msg);
+        PQfinish(pg);
+        return 1;
+    }
     PQsetNoticeProcessor(pg, no_notice, NULL); /* its own warning below says it better */
     /* Asked before the add, which makes the queue known by its row. */
     char *kq = wq_pg_sql(pg, schema, "SELECT @S.known_queue($1)");
@@ -195,11 +212,14 @@ int wq_pg_cli_add(int argc, char **argv, FILE *out, FILE *err)
         PGresult *r = q ? PQexecParams(pg, q, 7, NULL, v, NULL, NULL, 0) : NULL;
         free(q);
         if (r && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1) {
-            fprintf(out, "%s\n", PQgetvalue(r, 0, 0));
+            if (!wait) /* with --wait, the result is the answer */
+                fprintf(out, "%s\n", PQgetvalue(r, 0, 0));
             if (unknown)
                 wq_cli_warn_unknown_queue(err, pos[0], wq_pg_describe(pg, NULL));
             rc = 0;
             PQclear(r);
+            if (wait)
+                rc = wq_pg_cli_wait_end(pg, schema, pos[0], pos[1], mark, timeout, out, err);
             break;
         }
         const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;

@@ -31,4 +31,11 @@ int wq_pg_cli_history(int argc, char **argv, FILE *out, FILE *err);
 /* `wqrun add-flow|flows|flow show|flow cancel --db URL ...` (SPEC 9): pg_cli_flows.c. */
 int wq_pg_cli_flows(const char *cmd, int argc, char **argv, FILE *out, FILE *err);
 
+/* `wqrun add --wait` (pg_cli_wait.c): before the add, LISTEN, announce a listener and note the
+ * history's last row (into mark); 0 or -1. After it: waits for the key's end, prints it and
+ * returns the exit status (0 done, 1 not, 124 at the timeout; timeout < 0: none). */
+int wq_pg_cli_wait_begin(PGconn *pg, const char *schema, const char *queue, char *mark, size_t n);
+int wq_pg_cli_wait_end(PGconn *pg, const char *schema, const char *queue, const char *key,
+                       const char *mark, double timeout, FILE *out, FILE *err);
+
 #endif

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# A job's life across the runners of one PostgreSQL database (SPEC 11): GET
+# /events on runner A carries runner B's events (relayed only while someone
+# listens); GET items/KEY?wait= on A answers when B finishes the key;
+# `wqrun add --wait` (no runner of its own) prints the result of whichever
+# runner ran it and exits 0, 1 dead, 124 at the timeout; a running job's
+# progress is on its row (read back with psql) and goes with the run; with
+# nobody listening, no runner sends events.
+. "$(dirname "$0")/lib.sh"
+pg_need
+
+DB=$(pg_fresh_db)
+q() { pg_psql "$DB" "$1"; }
+
+jobs=$(script jobs.lua <<'LUA'
+local who = os.getenv("WHO")
+wq.queue("work", {workers = 2, max_retries = 0, handler = function(key, payload, job)
+    local p = payload or {}
+    if p.on and p.on ~= who then -- not this runner's: hand it back to run elsewhere
+        return wq.requeue(0.05)
+    end
+    if p.progress then job:progress(p.progress) end
+    wq.sleep(p.s or 0)
+    if key:match("^bad") then error("broken") end
+    return {by = who .. "/" .. key}
+end})
+LUA
+)
+
+# A listens (HTTP), B works; B is started first and alone has workers for "on": "B" items
+WHO=B pg_bg B --quiet --serve --runner-name B --db "$DB" "$jobs"
+B_PID=$BG_PID
+listen_start env WHO=A -- --serve --runner-name A --db "$DB" "$jobs"
+check "both runners registered" pg_wait "$DB" "SELECT string_agg(name, ',' ORDER BY name) FROM wqrun.runners" "A,B" 15
+
+# nobody listens yet: the runners send no events (a psql session LISTENs meanwhile)
+"${WQ_PG_BIN:-/usr/lib/postgresql/15/bin}/psql" -X "$DB" -c "LISTEN wqrun" -c "SELECT pg_sleep(3)" \
+    >"$TMP/listen.out" 2>&1 &
+LSN=$!
+sleep 0.5
+for i in 1 2 3 4 5; do curl -s -X POST "$BASE/queues/work/items" -d "{\"key\": \"q$i\", \"payload\": {\"on\": \"B\"}}" >/dev/null; done
+check "B ran them" pg_wait "$DB" "SELECT count(*) FROM wqrun.history WHERE key LIKE 'q_'" 5 15
+wait "$LSN"
+expect_eq "$(grep -c 'payload "~' "$TMP/listen.out")" 0 "no events sent while nobody listens"
+
+curl -sN "$BASE/events?queue=work" >"$TMP/a.sse" 2>/dev/null &
+SSE=$!
+PIDS+=("$SSE")
+wait_for "$TMP/a.sse" ": wqrun events" 1 5 || fail "the stream did not start"
+sleep 0.3 # B hears A's announcement
+post() { curl -s -X POST "$BASE/queues/work/items" -d "$1"; }
+post '{"key": "b1", "payload": {"on": "B", "s": 0.2}}' >/dev/null
+wait_for "$TMP/a.sse" '"event":"done","queue":"work","key":"b1"' 1 15 ||
+    fail "A's stream did not carry B's done"
+expect_in "$(grep '"key":"b1"' "$TMP/a.sse" | grep '"event":"done"')" '"runner":"B"' \
+    "B's event, named as B's, on A's stream"
+expect_in "$(grep '"key":"b1"' "$TMP/a.sse" | grep '"event":"done"')" '"result":{"by":"B/b1"}' \
+    "with its result"
+expect_in "$(grep '"key":"b1"' "$TMP/a.sse" | grep '"event":"started"' | tail -1)" '"runner":"B"' \
+    "and B's started"
+
+# ?wait on A for a key B runs
+post '{"key": "b2", "payload": {"on": "B", "s": 0.5}}' >/dev/null
+t0=$(now)
+out=$(curl -s "$BASE/queues/work/items/b2?wait=20")
+expect_in "$out" '"key":"b2","state":"done"' "?wait= on A: answered with B's end"
+expect_in "$out" '"result":{"by":"B/b2"}' "its result"
+expect_between "$(since "$t0")" 0.3 10 "when the run ended"
+
+# progress on the job's row while it runs, gone with it
+post '{"key": "p1", "payload": {"on": "B", "progress": 60, "s": 3}}' >/dev/null
+check "progress on the row" pg_wait "$DB" \
+    "SELECT state || ' ' || progress::text FROM wqrun.items WHERE key = 'p1'" "processing 60" 15
+expect_in "$(curl -s "$BASE/queues/work/items/p1")" '"progress":60' "GET items/KEY on A shows B's job's progress"
+check "cleared with the run" pg_wait "$DB" "SELECT count(*) FROM wqrun.jobs WHERE key = 'p1'" 0 15
+
+kill "$SSE"
+# wqrun add --wait: no runner of its own
+t0=$(now)
+run add --db "$DB" work w1 '{"on": "B", "s": 0.3}' --wait --timeout 20
+expect_rc 0 "add --wait: done"
+expect_eq "$OUT" '{"by":"B/w1"}' "prints the result of the runner that ran it"
+expect_between "$(since "$t0")" 0.25 10 "after the run"
+run add --db "$DB" work bad1 '{"on": "B"}' --wait --timeout 20
+expect_rc 1 "add --wait: dead"
+expect_in "$ERR" "work 'bad1' is dead after 1 attempt" "saying so"
+run add --db "$DB" work slow '{"on": "B", "s": 30}' --wait --timeout 0.5
+expect_rc 124 "add --wait --timeout: 124"
+run add --db "$DB" work done1 '{"on": "A"}'
+expect_rc 0 "a plain add"
+sleep 1
+# a key that already ended before the wait began answers from its history at once... only for
+# a run after the add: a new add of it runs again
+run add --db "$DB" work done1 '{"on": "A"}' --wait --timeout 20
+expect_rc 0 "add --wait on a key that ran before: its new run"
+expect_eq "$OUT" '{"by":"A/done1"}' "the new run's result"
+
+curl -s -X POST "$BASE/queues/work/items/slow/cancel" >/dev/null
+kill -TERM "$PID" "$B_PID"
+wait_exit "$PID" 20
+wait_exit "$B_PID" 20
+finish
