@@ -75,7 +75,14 @@ def wait(what, cond, timeout=10.0):
 
 
 def cell(css_row, field):
-    return driver.find_element(By.CSS_SELECTOR, css_row + ' [data-field="%s"]' % field).text.strip()
+    # the live page redraws a table when an event comes: an element found may be replaced
+    # before it is read, so the read is tried again on a fresh one
+    for _ in range(50):
+        try:
+            return driver.find_element(By.CSS_SELECTOR, css_row + ' [data-field="%s"]' % field).text.strip()
+        except StaleElementReferenceException:
+            time.sleep(0.02)
+    fail("the %s of %s kept being redrawn" % (field, css_row))
 
 
 opts = webdriver.ChromeOptions()

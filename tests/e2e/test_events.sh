@@ -26,7 +26,9 @@ LUA
 )
 
 # ---- the stream ----
-listen_start -- --serve "$jobs"
+# (under ASan, freed memory waits in a quarantine: kept small, the runner's size below is its own)
+listen_start env ASAN_OPTIONS="${ASAN_OPTIONS:-}:quarantine_size_mb=4:thread_local_quarantine_size_kb=64" \
+    -- --serve "$jobs"
 curl -sN "$BASE/events" >"$TMP/all.sse" 2>/dev/null &
 SSE=$!
 curl -sN "$BASE/events?queue=other" >"$TMP/other.sse" 2>/dev/null &

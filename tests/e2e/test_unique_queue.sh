@@ -18,6 +18,15 @@ end})
 LUA
 )
 
+wait_sql() { # wait_sql DB SQL WANT TIMEOUT: until sqlite3 prints WANT
+    local i
+    for ((i = 0; i < $4 * 20; i++)); do
+        [ "$(sqlite3 "$1" "$2" 2>/dev/null)" = "$3" ] && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
 post() { # post JSON: prints the answer's body
     curl -s -m 10 -X POST -H 'Content-Type: application/json' -d "$1" "$BASE/queues/intake/items"
 }
@@ -35,6 +44,9 @@ backend_case() {
         "$name: \"unique\": false asks for the follow-up run"
     run add --db "$db" intake k '{"n":4}'
     expect_rc 0 "$name: wqrun add of the running key"
+    if [ "$name" = sqlite ]; then # taken from the inbox while the key still runs
+        check "$name: the runner took the inbox row" wait_sql "$db" "SELECT count(*) FROM inbox" 0 10
+    fi
     if [ "$name" = pg ]; then
         expect_eq "$OUT" "skipped: processing" "$name: wqrun add is unique by the queue's definition"
         run add --db "$db" intake k '{"n":5}' --no-unique
