@@ -16,8 +16,15 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The subscriptions to one queue (or, queue NULL, to all): an emit looks at each group once. */
+typedef struct sgroup {
+    char *queue;
+    wq_events_sub *subs;
+    struct sgroup *next;
+} sgroup;
+
 struct wq_events_sub {
-    char *queue; /* NULL: every queue */
+    sgroup *g;
     void (*fn)(void *ud, const wq_life *e);
     void *ud;
     int gone;
@@ -34,8 +41,16 @@ struct wq_events_wait {
     wq_events_wait *next, *prev; /* in its bucket */
 };
 
+/* How many key waits a queue has (a short list: the queues of the waits). */
+typedef struct qwaits {
+    char queue[65];
+    size_t n;
+    struct qwaits *next;
+} qwaits;
+
 struct wq_events {
-    wq_events_sub *subs;
+    sgroup *groups;
+    qwaits *waited;
     wq_events_wait **buckets; /* nbuckets, a power of two */
     size_t nbuckets, nwaits;
     int emitting; /* an emit is under way: what goes is only marked */
@@ -94,27 +109,70 @@ static uint64_t hash_of(const char *queue, const char *key, size_t len)
  * come (or stop). */
 static void listeners_changed(wq_host *h, int before)
 {
+    h->events_gen++;
     if ((before > 0) != (h->listeners > 0) && h->backend && wq_backend_shared(h->backend))
         wq_backend_listen(h->backend, h->listeners > 0);
 }
 
 /* ---- subscriptions ---- */
 
+static int same_queue(const char *a, const char *b)
+{
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+/* Unlinks s from its group (and an empty group from the list) and frees it. */
+static void sub_free(wq_events *ev, wq_events_sub *s)
+{
+    sgroup *g = s->g;
+    for (wq_events_sub **p = &g->subs; *p; p = &(*p)->next)
+        if (*p == s) {
+            *p = s->next;
+            break;
+        }
+    free(s);
+    if (g->subs)
+        return;
+    for (sgroup **p = &ev->groups; *p; p = &(*p)->next)
+        if (*p == g) {
+            *p = g->next;
+            break;
+        }
+    free(g->queue);
+    free(g);
+}
+
 wq_events_sub *wq_events_subscribe(wq_host *h, const char *queue,
                                    void (*fn)(void *ud, const wq_life *e), void *ud)
 {
     wq_events *ev = state(h);
-    wq_events_sub *s = ev ? calloc(1, sizeof *s) : NULL;
-    if (!s)
+    if (!ev)
         return NULL;
-    if (queue && !(s->queue = strdup(queue))) {
-        free(s);
+    sgroup *g = ev->groups;
+    while (g && !same_queue(g->queue, queue))
+        g = g->next;
+    if (!g) {
+        if (!(g = calloc(1, sizeof *g)) || (queue && !(g->queue = strdup(queue)))) {
+            free(g);
+            return NULL;
+        }
+        g->next = ev->groups;
+        ev->groups = g;
+    }
+    wq_events_sub *s = calloc(1, sizeof *s);
+    if (!s) {
+        if (!g->subs) { /* made for it: unlinked again */
+            ev->groups = g->next;
+            free(g->queue);
+            free(g);
+        }
         return NULL;
     }
+    s->g = g;
     s->fn = fn;
     s->ud = ud;
-    s->next = ev->subs;
-    ev->subs = s;
+    s->next = g->subs;
+    g->subs = s;
     h->listeners++;
     listeners_changed(h, h->listeners - 1);
     return s;
@@ -128,17 +186,10 @@ void wq_events_unsubscribe(wq_host *h, wq_events_sub *s)
     h->listeners--;
     listeners_changed(h, h->listeners + 1);
     wq_events *ev = h->events;
-    if (ev->emitting) {
+    if (ev->emitting)
         ev->swept = 1;
-        return;
-    }
-    for (wq_events_sub **p = &ev->subs; *p; p = &(*p)->next)
-        if (*p == s) {
-            *p = s->next;
-            break;
-        }
-    free(s->queue);
-    free(s);
+    else
+        sub_free(ev, s);
 }
 
 /* ---- key waits ---- */
@@ -196,6 +247,16 @@ wq_events_wait *wq_events_wait_key(wq_host *h, const char *queue, const char *ke
         w->next->prev = w;
     ev->buckets[j] = w;
     ev->nwaits++;
+    qwaits *c = ev->waited;
+    while (c && strcmp(c->queue, queue) != 0)
+        c = c->next;
+    if (!c && (c = calloc(1, sizeof *c))) {
+        snprintf(c->queue, sizeof c->queue, "%s", queue);
+        c->next = ev->waited;
+        ev->waited = c;
+    }
+    if (c)
+        c->n++;
     h->listeners++;
     listeners_changed(h, h->listeners - 1);
     return w;
@@ -203,6 +264,15 @@ wq_events_wait *wq_events_wait_key(wq_host *h, const char *queue, const char *ke
 
 static void wait_free(wq_events *ev, wq_events_wait *w)
 {
+    for (qwaits **p = &ev->waited; *p; p = &(*p)->next)
+        if (strcmp((*p)->queue, w->queue) == 0) {
+            qwaits *c = *p;
+            if (--c->n == 0) {
+                *p = c->next;
+                free(c);
+            }
+            break;
+        }
     size_t j = w->hash & (ev->nbuckets - 1);
     if (w->prev)
         w->prev->next = w->next;
@@ -317,6 +387,7 @@ void wq_events_relay(void *ud, int on)
 {
     wq_host *h = ud;
     h->relaying = on;
+    h->events_gen++;
 }
 
 static const char *str_of(json_object *o, const char *k, size_t *n)
@@ -375,20 +446,34 @@ void wq_events_relayed(void *ud, const char *json, size_t n)
     json_object_put(o);
 }
 
+int wq_events_wanted_for(wq_host *h, const char *queue)
+{
+    wq_events *ev = h->events;
+    if (h->relaying)
+        return 1;
+    if (!ev || h->listeners <= 0)
+        return 0;
+    for (sgroup *g = ev->groups; g; g = g->next)
+        if (!g->queue || strcmp(g->queue, queue) == 0)
+            return 1;
+    for (qwaits *c = ev->waited; c; c = c->next)
+        if (strcmp(c->queue, queue) == 0)
+            return 1;
+    return 0;
+}
+
 /* ---- emitting ---- */
 
 /* Frees what was marked gone during an emit. */
 static void sweep(wq_events *ev)
 {
     ev->swept = 0;
-    for (wq_events_sub **p = &ev->subs; *p;) {
-        wq_events_sub *s = *p;
-        if (s->gone) {
-            *p = s->next;
-            free(s->queue);
-            free(s);
-        } else {
-            p = &s->next;
+    for (sgroup *g = ev->groups, *gnext; g; g = gnext) {
+        gnext = g->next; /* g goes with its last subscription */
+        for (wq_events_sub *s = g->subs, *next; s; s = next) {
+            next = s->next;
+            if (s->gone)
+                sub_free(ev, s);
         }
     }
     for (size_t i = 0; i < ev->nbuckets; i++) {
@@ -418,9 +503,11 @@ void wq_events_emit(wq_host *h, const wq_life *e)
     x.seq = ++ev->seq;
     int outer = !ev->emitting;
     ev->emitting = 1;
-    for (wq_events_sub *s = ev->subs; s; s = s->next)
-        if (!s->gone && (!s->queue || strcmp(s->queue, x.queue) == 0))
-            s->fn(s->ud, &x);
+    for (sgroup *g = ev->groups; g; g = g->next)
+        if (!g->queue || strcmp(g->queue, x.queue) == 0)
+            for (wq_events_sub *s = g->subs; s; s = s->next)
+                if (!s->gone)
+                    s->fn(s->ud, &x);
     if (x.key && wq_life_ends(x.type) && ev->nwaits) {
         uint64_t hash = hash_of(x.queue, x.key, x.keylen);
         for (wq_events_wait *w = ev->buckets[hash & (ev->nbuckets - 1)]; w; w = w->next) {
@@ -446,16 +533,26 @@ void wq_events_free(wq_host *h)
     wq_events *ev = h->events;
     if (!ev)
         return;
-    while (ev->subs) {
-        wq_events_sub *s = ev->subs;
-        ev->subs = s->next;
-        free(s->queue);
-        free(s);
+    while (ev->groups) {
+        sgroup *g = ev->groups;
+        ev->groups = g->next;
+        while (g->subs) {
+            wq_events_sub *s = g->subs;
+            g->subs = s->next;
+            free(s);
+        }
+        free(g->queue);
+        free(g);
     }
     for (size_t i = 0; i < ev->nbuckets; i++)
         while (ev->buckets[i])
             wait_free(ev, ev->buckets[i]);
     free(ev->buckets);
+    while (ev->waited) {
+        qwaits *c = ev->waited;
+        ev->waited = c->next;
+        free(c);
+    }
     free(ev);
     h->events = NULL;
     h->listeners = 0;

@@ -59,6 +59,11 @@ static inline int wq_events_wanted(const wq_host *h)
     return h->listeners > 0 || h->relaying;
 }
 
+/* Whether anyone listens for events of queue: a stream of every queue or of it, a wait for one
+ * of its keys, another runner (relaying). Its answer holds while h->events_gen stays (callers
+ * keep it per queue). */
+int wq_events_wanted_for(wq_host *h, const char *queue);
+
 /* Tells the listeners (at wq_events_wanted only; e->at and runner filled in when 0/NULL). An
  * event of this runner's (runner NULL) also goes to the runners of a shared database that
  * listen. */

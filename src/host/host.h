@@ -316,6 +316,7 @@ struct wq_host {
     struct wq_events *events; /* who listens for the queues' events (events.c), NULL: none yet */
     int listeners;            /* streams and key waits listening (wq_events_wanted) */
     int relaying;             /* another runner listens for this one's events (shared db) */
+    uint64_t events_gen;      /* bumped whenever who listens changes (wq_events_wanted_for) */
     char runner[300];         /* this runner's name in events ("HOST:PID"), "" until asked */
 
     /* Kills the wq.exec children's groups if we die (keeper.c); NULL: none. */

@@ -5,9 +5,10 @@
  *   event: done
  *   data: {"event":"done","queue":"mail","key":"m-1","attempt":1,"runner":"h:42",...}
  *
- * The text of an event is made once for all the streams that carry it;
- * each stream gathers what the loop's turn told it and sends it as one
- * chunk when the turn ends (a chunk per event costs more than the event).
+ * The streams that follow the same thing (every queue, or one) share a
+ * feed: the text of the loop turn's events, made once, which each of them
+ * sends by reference (not copied) as one chunk when the turn ends (a chunk
+ * per event costs more than the event).
  * A comment line every PING_S seconds keeps proxies from closing a quiet
  * stream.
  *
@@ -36,28 +37,33 @@
 #define PING_S 15
 #define STREAM_TIMEOUT (24 * 3600) /* the connection's read/write timeout while it streams */
 
+/* The events of this loop turn for the streams of one filter. */
+typedef struct feed {
+    char queue[65]; /* "": every queue */
+    struct evbuffer *turn;
+    uint64_t last_seq; /* the last event added */
+    int nstreams;
+    struct feed *next;
+} feed;
+
 typedef struct stream {
     wq_host *h;
+    feed *f;
     struct evhttp_request *req;
     struct evhttp_connection *conn;
     wq_events_sub *sub;
     struct event *ping;
-    struct evbuffer *pending; /* told this turn, sent when it ends */
+    struct evbuffer *pending; /* its own lines (pings), and the feed's turn when it sends */
     int64_t over_since;       /* real ns its unread bytes went above SOFT, 0: not above */
     int cut, queued;          /* queued: in the list of streams to send */
     struct stream *next, *prev;
     struct stream *qnext;
 } stream;
 
-static stream *streams;      /* one server per process */
+static stream *streams; /* one server per process */
+static feed *feeds;
 static stream *to_send;      /* streams with something pending */
 static struct event *sender; /* sends them when the turn ends */
-
-/* The text of the event being carried, made once per emit (at its first stream). */
-static struct {
-    uint64_t seq; /* 0: none */
-    struct evbuffer *text;
-} made;
 
 /* The SSE text of e. */
 static int make(struct evbuffer *b, const wq_life *e)
@@ -89,10 +95,12 @@ static void cut_off(stream *s)
         shutdown(fd, SHUT_RDWR); /* evhttp closes it as a client that went away */
 }
 
-/* Sends what s gathered, or cuts it off if its client does not keep up. */
-static void send_pending(stream *s)
+/* Sends what s gathered (and, turn set, its feed's turn), or cuts it off if its client does not
+ * keep up. */
+static void send_pending(stream *s, int turn)
 {
-    size_t n = evbuffer_get_length(s->pending);
+    size_t own = evbuffer_get_length(s->pending);
+    size_t n = own + (turn ? evbuffer_get_length(s->f->turn) : 0);
     if (s->cut || !n)
         return;
     size_t u = unread(s);
@@ -107,6 +115,10 @@ static void send_pending(stream *s)
     } else {
         s->over_since = 0;
     }
+    if (turn && n > own && evbuffer_add_buffer_reference(s->pending, s->f->turn) < 0) {
+        cut_off(s); /* out of memory: a gap it would not know of is worse */
+        return;
+    }
     wq_http_stream_chunk(s->req, s->pending); /* takes its contents */
 }
 
@@ -119,8 +131,10 @@ static void on_send(evutil_socket_t fd, short what, void *arg)
         stream *s = to_send;
         to_send = s->qnext;
         s->queued = 0;
-        send_pending(s);
+        send_pending(s, 1);
     }
+    for (feed *f = feeds; f; f = f->next) /* sent (by reference) to every stream of it */
+        evbuffer_drain(f->turn, evbuffer_get_length(f->turn));
 }
 
 /* s has something to send at the end of this turn. */
@@ -140,21 +154,44 @@ static void on_event(void *ud, const wq_life *e)
     stream *s = ud;
     if (s->cut)
         return;
-    if (made.seq != e->seq || !made.text) {
-        if (!made.text && !(made.text = evbuffer_new()))
+    feed *f = s->f;
+    if (f->last_seq != e->seq) { /* the first of its streams told: the feed takes it */
+        f->last_seq = e->seq;
+        if (make(f->turn, e) < 0)
             return;
-        evbuffer_drain(made.text, evbuffer_get_length(made.text));
-        made.seq = 0;
-        if (make(made.text, e) < 0)
-            return;
-        made.seq = e->seq;
-    }
-    size_t n = evbuffer_get_length(made.text);
-    if (evbuffer_add(s->pending, evbuffer_pullup(made.text, (ssize_t)n), n) < 0) {
-        cut_off(s); /* out of memory: a gap it would not know of is worse */
-        return;
     }
     mark(s);
+}
+
+/* The feed for queue ("": every queue), made when none is; NULL on OOM. */
+static feed *feed_for(const char *queue)
+{
+    feed *f = feeds;
+    while (f && strcmp(f->queue, queue) != 0)
+        f = f->next;
+    if (f)
+        return f;
+    if (!(f = calloc(1, sizeof *f)) || !(f->turn = evbuffer_new())) {
+        free(f);
+        return NULL;
+    }
+    snprintf(f->queue, sizeof f->queue, "%s", queue);
+    f->next = feeds;
+    feeds = f;
+    return f;
+}
+
+static void feed_release(feed *f)
+{
+    if (--f->nstreams > 0)
+        return;
+    for (feed **p = &feeds; *p; p = &(*p)->next)
+        if (*p == f) {
+            *p = f->next;
+            break;
+        }
+    evbuffer_free(f->turn);
+    free(f);
 }
 
 static void on_ping(evutil_socket_t fd, short what, void *arg)
@@ -163,7 +200,7 @@ static void on_ping(evutil_socket_t fd, short what, void *arg)
     (void)what;
     stream *s = arg;
     evbuffer_add(s->pending, ": ping\n\n", 8);
-    send_pending(s);
+    send_pending(s, 0);
 }
 
 static void stream_free(stream *s)
@@ -185,6 +222,8 @@ static void stream_free(stream *s)
         event_free(s->ping);
     if (s->pending)
         evbuffer_free(s->pending);
+    if (s->f)
+        feed_release(s->f);
     free(s);
 }
 
@@ -218,12 +257,14 @@ void wq_http_events(wq_host *h, struct evhttp_request *req, const char *query)
     if (!sender)
         sender = event_new(h->base, -1, 0, on_send, NULL);
     if (!s || !sender || !(s->ping = event_new(h->base, -1, EV_PERSIST, on_ping, s)) ||
-        !(s->pending = evbuffer_new()) ||
+        !(s->pending = evbuffer_new()) || !(s->f = feed_for(queue)) || (s->f->nstreams++, 0) ||
         !(s->sub = wq_events_subscribe(h, queue[0] ? queue : NULL, on_event, s))) {
         if (s && s->ping)
             event_free(s->ping);
         if (s && s->pending)
             evbuffer_free(s->pending);
+        if (s && s->f)
+            feed_release(s->f);
         free(s);
         wq_http_reply_error(req, 500, "Internal Server Error", "out of memory");
         return;
@@ -244,7 +285,7 @@ void wq_http_events(wq_host *h, struct evhttp_request *req, const char *query)
     wq_http_stream_start(req, 200, "OK");
     event_add(s->ping, &every);
     evbuffer_add(s->pending, ": wqrun events\n\n", 16); /* at once: the client knows it is on */
-    send_pending(s);
+    send_pending(s, 0);
 }
 
 void wq_http_events_stop(void)
@@ -259,8 +300,4 @@ void wq_http_events_stop(void)
     if (sender)
         event_free(sender);
     sender = NULL;
-    if (made.text)
-        evbuffer_free(made.text);
-    made.text = NULL;
-    made.seq = 0;
 }

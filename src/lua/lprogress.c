@@ -48,7 +48,7 @@ static void tell(entry *e)
     e->told_at = wq_host_now(lq->host);
     if (lq->bq)
         wq_bq_progress(lq->bq, e->key, e->keylen, e->json, e->len);
-    if (wq_events_wanted(lq->host))
+    if (lqueue_told(lq))
         lworker_event(lq, WQ_LIFE_PROGRESS, e->key, e->keylen, e->attempt, e->json, e->len, NULL,
                       0);
 }

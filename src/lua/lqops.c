@@ -48,7 +48,7 @@ static int set_paused(lqueue *lq, int paused, const char *how)
             wq_task_wake(t, 0);
     }
     wq_host_log(lq->host, "wqrun: %s: %s%s", lq->name, paused ? "paused" : "resumed", how);
-    if (wq_events_wanted(lq->host))
+    if (lqueue_told(lq))
         lworker_event(lq, paused ? WQ_LIFE_PAUSED : WQ_LIFE_RESUMED, NULL, 0, 0, NULL, 0, NULL, 0);
     return 1;
 }
@@ -136,7 +136,7 @@ int lqops_remove(void *q, const char *key, size_t len)
 {
     lqueue *lq = q;
     wq_item_info info;
-    double added = ((lq->bq && lq->history > 0) || wq_events_wanted(lq->host)) &&
+    double added = ((lq->bq && lq->history > 0) || lqueue_told(lq)) &&
                            wq_queue_lookup(lq->q, key, len, &info) == 1
                        ? lqueue_enqueued_at(lq, info.id)
                        : 0;
@@ -169,7 +169,7 @@ static int keyed_k(lua_State *L, int status, lua_KContext ctx)
     lqueue_check_answer(L, (const char *)ctx);
     int ok = lua_tointeger(L, -2) == 0;
     lqueue *lq = lqueue_check(L, (const char *)ctx);
-    if (ok && strcmp((const char *)ctx, "remove") == 0 && wq_events_wanted(lq->host)) {
+    if (ok && strcmp((const char *)ctx, "remove") == 0 && lqueue_told(lq)) {
         size_t len; /* removed from the database: its event (the runner's engine had none) */
         const char *key = lua_tolstring(L, 2, &len);
         lworker_event(lq, WQ_LIFE_REMOVED, key, len, 0, NULL, 0, NULL, 0);

@@ -222,7 +222,7 @@ static void bq_redefined(void *ud, const wq_queue_def *def, const char *by)
 static void bq_added(void *ud, const char *key, size_t len)
 {
     lqueue *lq = ud;
-    if (wq_events_wanted(lq->host))
+    if (lqueue_told(lq))
         lworker_event(lq, WQ_LIFE_ADDED, key, len, 0, NULL, 0, NULL, 0);
 }
 
@@ -1104,7 +1104,7 @@ static int put(lqueue *lq, const char *key, size_t len, const wq_add_opts *o, in
     }
     int r =
         after ? wq_queue_add_after(lq->q, key, len, delay, o) : wq_queue_add(lq->q, key, len, o);
-    if (r == 1 && wq_events_wanted(lq->host))
+    if (r == 1 && lqueue_told(lq))
         lworker_event(lq, WQ_LIFE_ADDED, key, len, 0, NULL, 0, NULL, 0);
     return r;
 }

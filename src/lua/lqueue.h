@@ -54,6 +54,8 @@ typedef struct lqueue {
     int group_of_ref;           /* registry: the group_of option, LUA_NOREF without one */
     struct add_wait *add_waits; /* adds a backend has not answered yet (lqueue.c) */
     wq_keymap *progress;        /* running keys -> their progress (lprogress.c), NULL: none yet */
+    uint64_t told_gen;          /* host->events_gen when told was asked last (lqueue_told) */
+    int told;                   /* whether anyone listens for its events, as of told_gen */
     wq_keymap *flow_claims;     /* claimed items of flows' nodes -> their flow, deps (lflow.c) */
     struct {
         int kind; /* LFLOW_DONE, LFLOW_DEAD, 0: nothing stashed */

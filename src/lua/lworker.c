@@ -132,7 +132,7 @@ static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len
         if (retry_in >= 0)
             delay = retry_in;
         lfail_log(lq, key, len, count + 1, err, LFAIL_RETRY, delay);
-        if (wq_events_wanted(lq->host))
+        if (lqueue_told(lq))
             lworker_event(lq, WQ_LIFE_RETRYING, key, len, count + 1, NULL, 0, err,
                           (double)delay / 1e9);
         int r = wq_queue_add_after(lq->q, key, len, delay, NULL);
@@ -153,7 +153,7 @@ static void record_failure(lua_State *L, lqueue *lq, const char *key, size_t len
         trace = lua_tostring(L, -1); /* anchored on the stack until the end of this */
     }
     add_dead(L, lq, key, len, json, jlen, err, trace, count + 1, at);
-    if ((lq->bq && lq->history > 0) || wq_events_wanted(lq->host)) {
+    if ((lq->bq && lq->history > 0) || lqueue_told(lq)) {
         double added, started;
         run_times(lq, key, len, &added, &started);
         lworker_history(lq, key, len, WQ_HIST_DEAD, added, started, count + 1, NULL, 0, err);
@@ -179,7 +179,7 @@ void lworker_history(lqueue *lq, const char *key, size_t len, wq_hist_state stat
                      double started, int64_t attempts, const char *result, size_t rlen,
                      const char *error)
 {
-    int kept = lq->bq && lq->history > 0, told = wq_events_wanted(lq->host);
+    int kept = lq->bq && lq->history > 0, told = lqueue_told(lq);
     if (!kept && !told)
         return;
     double now = wq_host_unix(lq->host, wq_host_now(lq->host));
@@ -451,7 +451,7 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
         /* Whatever the handler did after the cancel: no retry, no dead letter. */
         t->cancelled = 0;
         lq->ncancelled++;
-        if ((lq->bq && lq->history > 0) || wq_events_wanted(lq->host)) {
+        if ((lq->bq && lq->history > 0) || lqueue_told(lq)) {
             double added, started;
             run_times(lq, key, klen, &added, &started);
             lworker_history(lq, key, klen, WQ_HIST_CANCELLED, added, started,
@@ -501,7 +501,7 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
         outcome_failure(L, lq, err, 0, -1);
     } else {
         lq->nsuccess++;
-        int history = (lq->bq && lq->history > 0) || wq_events_wanted(lq->host);
+        int history = (lq->bq && lq->history > 0) || lqueue_told(lq);
         int64_t attempts = history ? lworker_failures(lq, key, klen) + 1 : 0;
         lworker_forget(lq, key, klen);
         clear_dead(L, lq, key, klen);
@@ -561,7 +561,7 @@ static int worker_k(lua_State *L, int status, lua_KContext ctx)
         }
         if (lq->done_mem) /* remembered once it succeeds: load its slot meanwhile */
             wq_keymap_prefetch(lq->done_mem, info.key, info.keylen);
-        if (wq_events_wanted(lq->host))
+        if (lqueue_told(lq))
             lworker_event(lq, WQ_LIFE_STARTED, info.key, info.keylen,
                           lworker_failures(lq, info.key, info.keylen) + 1, NULL, 0, NULL, 0);
         lqueue_push_taken(L, lq, &info);                      /* W_KEY, W_JSON */

@@ -41,6 +41,20 @@ void lworker_history(lqueue *lq, const char *key, size_t len, wq_hist_state stat
                      double started, int64_t attempts, const char *result, size_t rlen,
                      const char *error);
 
+/* Whether anyone listens for lq's events (a stream, a waiter, another runner): two tests while
+ * nothing changed who listens. */
+static inline int lqueue_told(lqueue *lq)
+{
+    wq_host *h = lq->host;
+    if (h->listeners <= 0 && !h->relaying)
+        return 0;
+    if (lq->told_gen != h->events_gen) {
+        lq->told = wq_events_wanted_for(h, lq->name);
+        lq->told_gen = h->events_gen;
+    }
+    return lq->told;
+}
+
 /* An event of key's life other than its end, for whoever listens (call at wq_events_wanted). */
 void lworker_event(lqueue *lq, wq_life_type type, const char *key, size_t len, int64_t attempt,
                    const char *data, size_t dlen, const char *error, double retry_in);

@@ -9,8 +9,8 @@
  *   events for RELAY_MS from then (so they stop soon after the last
  *   listener went);
  * - relayed events are "~" then JSON lines (events.h's wq_life_json), as
- *   many as fit in one notification's 8000 bytes, sent FLUSH_MS after the
- *   first, in a transaction of their own;
+ *   many as fit in one notification's 8000 bytes, sent when the loop's turn
+ *   that told them ends, in a transaction of their own;
  * - every runner hears every "~" notification; one without listeners drops
  *   it at the first byte, one with listeners hands each line to the host,
  *   which drops its own.
@@ -31,7 +31,6 @@
 
 #define ANNOUNCE_MS 2000
 #define RELAY_MS 5000
-#define FLUSH_MS 2
 #define PAYLOAD_MAX 7990 /* bytes of one notification's payload (8000 is PostgreSQL's limit) */
 
 struct pg_relay {
@@ -144,12 +143,9 @@ void wq_pgb_publish(wq_backend *base, const char *json, size_t n)
         r->buf[r->len++] = '\n';
     memcpy(r->buf + r->len, json, n);
     r->len += n;
-    if (!r->flush_ev && !(r->flush_ev = evtimer_new(b->evb, on_flush, b)))
+    if (!r->flush_ev && !(r->flush_ev = event_new(b->evb, -1, 0, on_flush, b)))
         return;
-    if (!evtimer_pending(r->flush_ev, NULL)) {
-        struct timeval tv = {0, FLUSH_MS * 1000};
-        evtimer_add(r->flush_ev, &tv);
-    }
+    event_active(r->flush_ev, 0, 0); /* at the end of this turn (once however many) */
 }
 
 int wq_pgb_events_notified(pgb *b, const char *payload)
