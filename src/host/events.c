@@ -51,6 +51,7 @@ typedef struct qwaits {
 struct wq_events {
     sgroup *groups;
     qwaits *waited;
+    char *announced;          /* what the backend was last told this runner listens for */
     wq_events_wait **buckets; /* nbuckets, a power of two */
     size_t nbuckets, nwaits;
     int emitting; /* an emit is under way: what goes is only marked */
@@ -105,13 +106,74 @@ static uint64_t hash_of(const char *queue, const char *key, size_t len)
     return x;
 }
 
-/* The first listener came, or the last went: on a shared database, every runner's events
- * come (or stop). */
+/* Who listens changed: the queues' cached answers (lqueue_told) are asked again. */
 static void listeners_changed(wq_host *h, int before)
 {
+    (void)before;
     h->events_gen++;
-    if ((before > 0) != (h->listeners > 0) && h->backend && wq_backend_shared(h->backend))
-        wq_backend_listen(h->backend, h->listeners > 0);
+}
+
+/* Appends name to the comma-separated list in buf (n bytes used) unless it is there; 0, or -1
+ * when it does not fit. */
+static int add_name(char *buf, size_t size, size_t *n, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *p = buf; p < buf + *n;) {
+        size_t l = strcspn(p, ",");
+        if (l == len && memcmp(p, name, len) == 0)
+            return 0;
+        p += l + 1;
+    }
+    if (*n + len + 2 > size)
+        return -1;
+    if (*n)
+        buf[(*n)++] = ',';
+    memcpy(buf + *n, name, len + 1);
+    *n += len;
+    return 0;
+}
+
+/* On a shared database, tells the backend what this runner listens for now (when it changed):
+ * every queue, a list of them, or nothing; the other runners relay those events. */
+static void wanted_changed(wq_host *h)
+{
+    wq_events *ev = h->events;
+    if (!ev || !h->backend || !wq_backend_shared(h->backend))
+        return;
+    char buf[4096];
+    size_t n = 0;
+    int all = 0;
+    buf[0] = '\0';
+    for (sgroup *g = ev->groups; g && !all; g = g->next) {
+        int live = 0;
+        for (wq_events_sub *s = g->subs; s && !live; s = s->next)
+            live = !s->gone;
+        if (live && (!g->queue || add_name(buf, sizeof buf, &n, g->queue) < 0))
+            all = 1; /* a stream of every queue (or too many names: all of them) */
+    }
+    for (qwaits *c = ev->waited; c && !all; c = c->next)
+        if (add_name(buf, sizeof buf, &n, c->queue) < 0)
+            all = 1;
+    const char *want = all ? "*" : n ? buf : NULL;
+    if ((!want && !ev->announced) || (want && ev->announced && strcmp(want, ev->announced) == 0))
+        return;
+    free(ev->announced);
+    ev->announced = want ? strdup(want) : NULL;
+    wq_backend_listen(h->backend, want);
+}
+
+/* A wait of queue goes (told, or given up). */
+static void qwaits_drop(wq_events *ev, const char *queue)
+{
+    for (qwaits **p = &ev->waited; *p; p = &(*p)->next)
+        if (strcmp((*p)->queue, queue) == 0) {
+            qwaits *c = *p;
+            if (--c->n == 0) {
+                *p = c->next;
+                free(c);
+            }
+            return;
+        }
 }
 
 /* ---- subscriptions ---- */
@@ -175,6 +237,7 @@ wq_events_sub *wq_events_subscribe(wq_host *h, const char *queue,
     g->subs = s;
     h->listeners++;
     listeners_changed(h, h->listeners - 1);
+    wanted_changed(h);
     return s;
 }
 
@@ -190,6 +253,7 @@ void wq_events_unsubscribe(wq_host *h, wq_events_sub *s)
         ev->swept = 1;
     else
         sub_free(ev, s);
+    wanted_changed(h);
 }
 
 /* ---- key waits ---- */
@@ -259,20 +323,12 @@ wq_events_wait *wq_events_wait_key(wq_host *h, const char *queue, const char *ke
         c->n++;
     h->listeners++;
     listeners_changed(h, h->listeners - 1);
+    wanted_changed(h);
     return w;
 }
 
 static void wait_free(wq_events *ev, wq_events_wait *w)
 {
-    for (qwaits **p = &ev->waited; *p; p = &(*p)->next)
-        if (strcmp((*p)->queue, w->queue) == 0) {
-            qwaits *c = *p;
-            if (--c->n == 0) {
-                *p = c->next;
-                free(c);
-            }
-            break;
-        }
     size_t j = w->hash & (ev->nbuckets - 1);
     if (w->prev)
         w->prev->next = w->next;
@@ -294,10 +350,12 @@ void wq_events_unwait(wq_host *h, wq_events_wait *w)
     h->listeners--;
     listeners_changed(h, h->listeners + 1);
     wq_events *ev = h->events;
+    qwaits_drop(ev, w->queue);
     if (ev->emitting)
         ev->swept = 1;
     else
         wait_free(ev, w);
+    wanted_changed(h);
 }
 
 /* ---- as JSON (the event streams, the relay between runners) ---- */
@@ -449,7 +507,7 @@ void wq_events_relayed(void *ud, const char *json, size_t n)
 int wq_events_wanted_for(wq_host *h, const char *queue)
 {
     wq_events *ev = h->events;
-    if (h->relaying)
+    if (h->relaying && wq_backend_relays(h->backend, queue))
         return 1;
     if (!ev || h->listeners <= 0)
         return 0;
@@ -494,7 +552,7 @@ void wq_events_emit(wq_host *h, const wq_life *e)
         x.at = wq_host_unix(h, wq_host_now(h));
     if (!x.runner) { /* this runner's own */
         x.runner = wq_events_runner(h);
-        if (h->relaying)
+        if (h->relaying && wq_backend_relays(h->backend, x.queue))
             publish(h, &x);
     }
     wq_events *ev = h->events;
@@ -517,14 +575,17 @@ void wq_events_emit(wq_host *h, const wq_life *e)
             w->gone = 1; /* told once: gone before its call */
             h->listeners--;
             listeners_changed(h, h->listeners + 1);
+            qwaits_drop(ev, w->queue);
             ev->swept = 1;
             w->fn(w->ud, &x);
         }
     }
     if (outer) {
         ev->emitting = 0;
-        if (ev->swept)
+        if (ev->swept) {
             sweep(ev);
+            wanted_changed(h);
+        }
     }
 }
 
@@ -548,6 +609,7 @@ void wq_events_free(wq_host *h)
         while (ev->buckets[i])
             wait_free(ev, ev->buckets[i]);
     free(ev->buckets);
+    free(ev->announced);
     while (ev->waited) {
         qwaits *c = ev->waited;
         ev->waited = c->next;

@@ -59,8 +59,9 @@ typedef struct wq_backend_opts {
     void *event_base;        /* the host's libevent base (struct event_base *) */
     wq_timebase tb;
     /* A backend shared by runners relays their events (SPEC 11): another runner's event (one
-     * JSON object, events.h) to relayed; relay(ud, 1) while some runner listens for this one's
-     * (then wq_backend_publish them), relay(ud, 0) once none does. NULL: not wanted. */
+     * JSON object, events.h) to relayed; relay(ud, 1) when what other runners listen for
+     * changed (ask wq_backend_relays which queues, and wq_backend_publish their events),
+     * relay(ud, 0) once none listens. NULL: not wanted. */
     void (*relayed)(void *ud, const char *json, size_t n);
     void (*relay)(void *ud, int on);
     void *relay_ud;
@@ -576,10 +577,12 @@ struct wq_backend_ops {
     /* A flow request (wq_fop): WQ_BACKEND_LOCAL (the runtime's flow set is the authority), or 0
      * and fn is called once the database answered, or a WQ_E* code at once. */
     int (*flow_op)(wq_backend *b, const wq_fop *op, wq_bop_fn fn, void *ud);
-    /* Events between runners (a shared backend; NULL for SQLite): listen(b, 1) while this
-     * runner wants every runner's events (they come to opts.relayed), publish one of its own
-     * (JSON) to the runners that listen. */
-    void (*listen)(wq_backend *b, int on);
+    /* Events between runners (a shared backend; NULL for SQLite): listen(b, queues) while this
+     * runner wants every runner's events of queues ("*": all; a comma-separated list of names;
+     * NULL: none any more), which come to opts.relayed; relays(b, queue): whether another
+     * runner listens for queue's events; publish one of this runner's (JSON) to them. */
+    void (*listen)(wq_backend *b, const char *queues);
+    int (*relays)(wq_backend *b, const char *queue);
     void (*publish)(wq_backend *b, const char *json, size_t n);
     /* The result of a claimed flow node that succeeded (JSON text, NULL for none): written with
      * its outcome, whatever the queue's keep_done (a shared backend; NULL for SQLite). */
@@ -810,10 +813,14 @@ static inline int wq_bq_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *
     return bq->b->ops->op(bq, op, fn, ud);
 }
 
-static inline void wq_backend_listen(wq_backend *b, int on)
+static inline void wq_backend_listen(wq_backend *b, const char *queues)
 {
     if (b && b->ops->listen)
-        b->ops->listen(b, on);
+        b->ops->listen(b, queues);
+}
+static inline int wq_backend_relays(wq_backend *b, const char *queue)
+{
+    return b && b->ops->relays && b->ops->relays(b, queue);
 }
 static inline void wq_backend_publish(wq_backend *b, const char *json, size_t n)
 {

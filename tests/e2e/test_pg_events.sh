@@ -24,6 +24,7 @@ wq.queue("work", {workers = 2, max_retries = 0, handler = function(key, payload,
     if key:match("^bad") then error("broken") end
     return {by = who .. "/" .. key}
 end})
+wq.queue("noise", {handler = who == "B" and function() end or nil})
 LUA
 )
 
@@ -74,6 +75,26 @@ check "progress on the row" pg_wait "$DB" \
 expect_in "$(curl -s "$BASE/queues/work/items/p1")" '"progress":60' "GET items/KEY on A shows B's job's progress"
 check "cleared with the run" pg_wait "$DB" "SELECT count(*) FROM wqrun.jobs WHERE key = 'p1'" 0 15
 
+kill "$SSE"
+
+# only what is listened for is relayed: a stream of work on A, B runs work and noise
+curl -sN "$BASE/events?queue=work" >"$TMP/w.sse" 2>/dev/null &
+SSE=$!
+PIDS+=("$SSE")
+wait_for "$TMP/w.sse" ": wqrun events" 1 5 || fail "the work stream did not start"
+sleep 0.3
+"${WQ_PG_BIN:-/usr/lib/postgresql/15/bin}/psql" -X "$DB" -c "LISTEN wqrun" -c "SELECT pg_sleep(2)" \
+    >"$TMP/listen2.out" 2>&1 &
+LSN=$!
+sleep 0.3
+for i in 1 2 3; do curl -s -X POST "$BASE/queues/noise/items" -d "{\"key\": \"n$i\"}" >/dev/null; done
+post '{"key": "b3", "payload": {"on": "B"}}' >/dev/null
+wait "$LSN"
+check "noise ran" pg_wait "$DB" "SELECT count(*) FROM wqrun.history WHERE queue = 'noise'" 3 15
+expect_in "$(cat "$TMP/listen2.out")" '"queue":"work","key":"b3"' "work's events are relayed"
+expect_eq "$(grep -c '"queue":"noise"' "$TMP/listen2.out")" 0 \
+    "noise's are not: nobody listens for that queue"
+expect_in "$(cat "$TMP/listen2.out")" ":work\" received" "A announced what it listens for: work"
 kill "$SSE"
 # wqrun add --wait: no runner of its own
 t0=$(now)

@@ -802,6 +802,7 @@ static const wq_backend_ops pg_ops = {
     .flow_op = wq_pgb_flow_op,
     .node_result = pg_node_result,
     .listen = wq_pgb_listen,
+    .relays = wq_pgb_relays,
     .publish = wq_pgb_publish,
     .history = pg_history,
     .history_list = pg_history_list,

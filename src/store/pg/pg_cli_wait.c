@@ -2,7 +2,8 @@
  * `wqrun add --wait` on PostgreSQL (SPEC 11): the end of the key's run
  * comes from the runner that finishes it, on any machine, as the events
  * the runners relay (pg_events.c): this command LISTENs on their channel
- * and announces itself as a listener (runner id 0, which no runner has)
+ * and announces itself as a listener of the queue (with minus its
+ * session's pid as its id: no runner has that one)
  * before it adds, so the run that follows is told; every ANNOUNCE_S it
  * says so again while it waits. A key that is no longer pending once the
  * add committed has ended already: its last run is read from the history.
@@ -80,11 +81,24 @@ static int exec_ok(PGconn *pg, const char *schema, const char *sql)
     return ok;
 }
 
+/* Says that this command listens for queue's events, as a runner would. */
+static int announce(PGconn *pg, const char *schema, const char *queue)
+{
+    char payload[96]; /* its id: minus its session's pid (runners' ids are positive) */
+    snprintf(payload, sizeof payload, "!events:-%d:%s", PQbackendPID(pg), queue);
+    char *sql = wq_pg_sql(pg, schema, "SELECT pg_notify(@L, $1)");
+    const char *v[1] = {payload};
+    PGresult *r = sql ? PQexecParams(pg, sql, 1, NULL, v, NULL, NULL, 0) : NULL;
+    free(sql);
+    int ok = r && PQresultStatus(r) == PGRES_TUPLES_OK;
+    PQclear(r);
+    return ok;
+}
+
 int wq_pg_cli_wait_begin(PGconn *pg, const char *schema, const char *queue, char *mark, size_t n)
 {
     history_mark(pg, schema, queue, mark, n);
-    return exec_ok(pg, schema, "LISTEN @S") && exec_ok(pg, schema, "NOTIFY @S, '!events:0'") ? 0
-                                                                                             : -1;
+    return exec_ok(pg, schema, "LISTEN @S") && announce(pg, schema, queue) ? 0 : -1;
 }
 
 /* An end event of queue/key in one relayed line: 1 (and *e, strings in *hold) or 0. */
@@ -144,7 +158,7 @@ int wq_pg_cli_wait_end(PGconn *pg, const char *schema, const char *queue, const 
             return wq_cli_wait_timeout_end(queue, key, timeout, err);
         if (now - announced >= ANNOUNCE_S) {
             announced = now;
-            exec_ok(pg, schema, "NOTIFY @S, '!events:0'");
+            announce(pg, schema, queue);
         }
         double until = next_look < announced + ANNOUNCE_S ? next_look : announced + ANNOUNCE_S;
         if (timeout >= 0 && start + timeout < until)

@@ -3,11 +3,12 @@
  * carries every runner's events"), on the channel every runner LISTENs to
  * already. Nothing is sent while nobody listens:
  *
- * - a runner with listeners (an event stream, a waiter) announces it with
- *   the notification "!events:ID" at once and every ANNOUNCE_MS while they
- *   last; a runner that hears another's announcement relays its own
- *   events for RELAY_MS from then (so they stop soon after the last
- *   listener went);
+ * - a runner with listeners (an event stream, a waiter) announces what it
+ *   listens for, "!events:ID:QUEUES" (QUEUES "*" for every queue, or a
+ *   comma-separated list), at once when that changes and every
+ *   ANNOUNCE_MS while it lasts; a runner that hears another's announcement
+ *   relays its own events of those queues for RELAY_MS from then (so they
+ *   stop soon after the last listener went);
  * - relayed events are "~" then JSON lines (events.h's wq_life_json), as
  *   many as fit in one notification's 8000 bytes, sent when the loop's turn
  *   that told them ends, in a transaction of their own;
@@ -33,13 +34,21 @@
 #define RELAY_MS 5000
 #define PAYLOAD_MAX 7990 /* bytes of one notification's payload (8000 is PostgreSQL's limit) */
 
+/* A runner that listens, as its last announcement said. */
+typedef struct listener {
+    int64_t id;
+    char *queues;  /* "*" or "a,b" */
+    int64_t until; /* real ns: relayed to until then */
+    struct listener *next;
+} listener;
+
 struct pg_relay {
     void (*relayed)(void *ud, const char *json, size_t n);
     void (*relay)(void *ud, int on);
     void *ud;
-    int listening;         /* this runner has listeners */
+    char *want;            /* what this runner listens for (announced), NULL: nothing */
     int64_t last_announce; /* real ns */
-    int64_t relay_until;   /* real ns until which this runner's events are relayed, 0: not */
+    listener *others;      /* the runners that listen (whose events to relay) */
     char *buf;             /* "~" and the lines waiting to be sent */
     size_t len, cap;
     struct event *flush_ev;
@@ -67,6 +76,13 @@ void wq_pgb_events_close(pgb *b)
     if (r->flush_ev)
         event_free(r->flush_ev);
     free(r->buf);
+    free(r->want);
+    while (r->others) {
+        listener *l = r->others;
+        r->others = l->next;
+        free(l->queues);
+        free(l);
+    }
     free(r);
     b->relay = NULL;
 }
@@ -87,8 +103,8 @@ static int send1(pgb *b, const char *sql, const char *param)
 static void announce(pgb *b)
 {
     struct pg_relay *r = b->relay;
-    char payload[48];
-    snprintf(payload, sizeof payload, "!events:%lld", (long long)b->runner_id);
+    char payload[PAYLOAD_MAX];
+    snprintf(payload, sizeof payload, "!events:%lld:%s", (long long)b->runner_id, r->want);
     r->last_announce = wq_pgb_real_ns();
     if (wq_pgconn_up(b->c))
         send1(b, "SELECT pg_notify(@L, $1)", payload);
@@ -111,22 +127,49 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
     flush(arg);
 }
 
-void wq_pgb_listen(wq_backend *base, int on)
+void wq_pgb_listen(wq_backend *base, const char *queues)
 {
     pgb *b = (pgb *)base;
     struct pg_relay *r = b->relay;
-    if (!r || r->listening == on)
+    if (!r || (!queues && !r->want) || (queues && r->want && strcmp(queues, r->want) == 0))
         return;
-    r->listening = on;
-    if (on)
-        announce(b);
+    free(r->want);
+    r->want = queues ? strdup(queues) : NULL;
+    if (r->want && strlen(r->want) > PAYLOAD_MAX - 48) { /* too many names to say: all */
+        free(r->want);
+        r->want = strdup("*");
+    }
+    if (r->want)
+        announce(b); /* at once: the others relay what it now wants before its first end */
+}
+
+/* Whether the comma-separated list holds name. */
+static int listed(const char *list, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *p = list; *p;) {
+        size_t l = strcspn(p, ",");
+        if (l == len && memcmp(p, name, len) == 0)
+            return 1;
+        p += l + (p[l] == ',');
+    }
+    return 0;
+}
+
+int wq_pgb_relays(wq_backend *base, const char *queue)
+{
+    struct pg_relay *r = ((pgb *)base)->relay;
+    for (listener *l = r ? r->others : NULL; l; l = l->next)
+        if (strcmp(l->queues, "*") == 0 || listed(l->queues, queue))
+            return 1;
+    return 0;
 }
 
 void wq_pgb_publish(wq_backend *base, const char *json, size_t n)
 {
     pgb *b = (pgb *)base;
     struct pg_relay *r = b->relay;
-    if (!r || !r->relay_until || n + 2 > PAYLOAD_MAX)
+    if (!r || !r->others || n + 2 > PAYLOAD_MAX)
         return;
     if (r->len + n + 1 > PAYLOAD_MAX)
         flush(b);
@@ -152,7 +195,7 @@ int wq_pgb_events_notified(pgb *b, const char *payload)
 {
     struct pg_relay *r = b->relay;
     if (payload[0] == '~') {
-        if (!r || !r->listening)
+        if (!r || !r->want)
             return 1;
         const char *p = payload + 1;
         while (*p) {
@@ -164,11 +207,29 @@ int wq_pgb_events_notified(pgb *b, const char *payload)
         return 1;
     }
     if (strncmp(payload, "!events:", 8) == 0) {
-        if (r && atoll(payload + 8) != b->runner_id) { /* another runner listens */
-            if (!r->relay_until && r->relay)
-                r->relay(r->ud, 1);
-            r->relay_until = wq_pgb_real_ns() + (int64_t)RELAY_MS * 1000000;
+        char *end;
+        int64_t id = strtoll(payload + 8, &end, 10);
+        if (!r || id == b->runner_id)
+            return 1;
+        const char *queues = *end == ':' ? end + 1 : "*"; /* "!events:ID": every queue */
+        listener *l = r->others;
+        while (l && l->id != id)
+            l = l->next;
+        int changed = !l || strcmp(l->queues, queues) != 0;
+        if (!l && (l = calloc(1, sizeof *l))) {
+            l->id = id;
+            l->next = r->others;
+            r->others = l;
         }
+        if (l && changed) {
+            free(l->queues);
+            if (!(l->queues = strdup(queues)))
+                l->queues = strdup("*");
+        }
+        if (l && l->queues)
+            l->until = wq_pgb_real_ns() + (int64_t)RELAY_MS * 1000000;
+        if (changed && r->relay) /* another runner listens (for other queues now) */
+            r->relay(r->ud, 1);
         return 1;
     }
     return 0;
@@ -179,12 +240,24 @@ void wq_pgb_events_tick(pgb *b, int64_t now)
     struct pg_relay *r = b->relay;
     if (!r)
         return;
-    if (r->listening && now - r->last_announce > (int64_t)ANNOUNCE_MS * 1000000)
+    if (r->want && now - r->last_announce > (int64_t)ANNOUNCE_MS * 1000000)
         announce(b);
-    if (r->relay_until && now > r->relay_until) {
-        r->relay_until = 0; /* nobody announced for a while */
-        flush(b);
+    int gone = 0;
+    for (listener **p = &r->others; *p;) {
+        listener *l = *p;
+        if (now > l->until || !l->queues) { /* it did not say so again: it listens no more */
+            *p = l->next;
+            free(l->queues);
+            free(l);
+            gone = 1;
+        } else {
+            p = &l->next;
+        }
+    }
+    if (gone) {
+        if (!r->others)
+            flush(b);
         if (r->relay)
-            r->relay(r->ud, 0);
+            r->relay(r->ud, r->others != NULL);
     }
 }

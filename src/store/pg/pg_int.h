@@ -293,9 +293,11 @@ void wq_pgb_on_cycle(evutil_socket_t fd, short what, void *arg);
 int wq_pgb_events_open(pgb *b, const wq_backend_opts *opts);
 void wq_pgb_events_close(pgb *b);
 /* The backend ops listen and publish. */
-void wq_pgb_listen(wq_backend *base, int on);
+void wq_pgb_listen(wq_backend *base, const char *queues);
+int wq_pgb_relays(wq_backend *base, const char *queue);
 void wq_pgb_publish(wq_backend *base, const char *json, size_t n);
-/* A notification that is the relay's ("~" events, "!events:ID"): 1 handled, 0 not the relay's. */
+/* A notification that is the relay's ("~" events, "!events:ID:QUEUES"): 1 handled, 0 not the
+ * relay's. */
 int wq_pgb_events_notified(pgb *b, const char *payload);
 /* From the tick: announce while listening, stop relaying when nobody announced. */
 void wq_pgb_events_tick(pgb *b, int64_t now);
