@@ -1,8 +1,12 @@
 /*
- * The queues' events to their listeners (events.h): a list of stream
- * subscriptions and a hash of key waits. Listeners may come and go from
- * inside a listener's call (a stream cut off, a wait answered and another
- * begun): one gone during an emit is only marked, and freed after it.
+ * The queues' events to their listeners (events.h): stream subscriptions
+ * grouped by the queue they follow (or all), and a hash of key waits with a
+ * count per queue, so that a queue nobody listens for is told nothing
+ * (wq_events_wanted_for). Listeners may come and go from inside a
+ * listener's call (a stream cut off, a wait answered and another begun):
+ * one gone during an emit is only marked, and freed after it. On a shared
+ * database the backend is told which queues this runner listens for, and
+ * this runner's events of the queues other runners listen for go to them.
  */
 #include "host/events.h"
 
