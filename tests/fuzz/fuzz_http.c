@@ -105,14 +105,29 @@ static int f_items(void *q, const wq_items_query *qry, void (*fn)(void *, const 
 {
     (void)q;
     (void)qry;
-    wq_item_view it = {"k\x01/\xc3\xa9", 5, "{\"a\":[1,2]}", 11, "queued", 3, "g", 1, 0, 1};
+    wq_item_view it = {.key = "k\x01/\xc3\xa9",
+                       .keylen = 5,
+                       .payload = "{\"a\":[1,2]}",
+                       .paylen = 11,
+                       .state = "queued",
+                       .priority = 3,
+                       .group = "g",
+                       .grouplen = 1,
+                       .attempt = 1,
+                       .progress = "{\"step\":2}",
+                       .progresslen = 10};
     fn(ud, &it);
     return 1;
 }
 static int f_dead(void *q, void (*fn)(void *, const wq_dead_view *), void *ud)
 {
     (void)q;
-    wq_dead_view d = {"d", 1, NULL, 0, "jobs.lua:1: boom\n\ttraceback", 6, 1.5e9};
+    wq_dead_view d = {.key = "d",
+                      .keylen = 1,
+                      .error = "jobs.lua:1: boom",
+                      .traceback = "stack traceback:\n\tjobs.lua:1: in function <jobs.lua:1>",
+                      .attempts = 6,
+                      .failed_at = 1.5e9};
     fn(ud, &d);
     return 1;
 }
