@@ -147,8 +147,13 @@ int wq_pg_cli_wait_end(PGconn *pg, const char *schema, const char *queue, const 
                 fprintf(err, "wqrun: add: %s\n", msg);
                 return 1;
             }
-            if (found) {
+            if (found) { /* jsonb's text has spaces: printed as the relayed result is */
+                json_object *res = e.result ? json_tokener_parse(e.result) : NULL;
+                if (res)
+                    e.result = json_object_to_json_string_ext(
+                        res, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
                 int st = wq_cli_wait_end(queue, key, &e, out, err);
+                json_object_put(res);
                 PQclear(hold);
                 return st;
             }
