@@ -39,7 +39,6 @@
 #define MAX_BATCH_BODY (16 * 1024 * 1024) /* a batch */
 #define MAX_BATCH 10000                   /* items in a batch */
 #define MAX_HEADERS (16 * 1024)
-#define CLIENT_TIMEOUT 10 /* seconds to send a request */
 
 typedef struct http_server {
     struct evhttp *http;
@@ -976,7 +975,7 @@ static int64_t client_deadline(void)
     const char *e = getenv("WQ_TEST_HTTP_DEADLINE_MS");
     if (e && atoi(e) > 0)
         return (int64_t)atoi(e) * 1000000;
-    return (int64_t)CLIENT_TIMEOUT * 1000000000;
+    return (int64_t)WQ_HTTP_CLIENT_TIMEOUT * 1000000000;
 }
 
 const char *wq_http_parse_listen(const char *addr, char *host, size_t size, int *port)
@@ -1026,7 +1025,7 @@ int wq_http_serve(wq_host *h, struct evconnlistener *lev)
     }
     evhttp_set_max_body_size(s->http, MAX_BATCH_BODY);
     evhttp_set_max_headers_size(s->http, MAX_HEADERS);
-    evhttp_set_timeout(s->http, CLIENT_TIMEOUT);
+    evhttp_set_timeout(s->http, WQ_HTTP_CLIENT_TIMEOUT);
     /* Every method evhttp knows reaches the routes, which answer 405 and Allow. */
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |

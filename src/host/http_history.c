@@ -30,18 +30,16 @@ static json_object *time_or_null(double t)
     return t > 0 ? json_object_new_double(t) : NULL;
 }
 
-static void on_run(void *ud, const wq_history_view *v)
+json_object *wq_http_run_json(const wq_history_view *v)
 {
-    page *p = ud;
     json_object *o = json_object_new_object();
-    if (!o) {
-        p->nomem = 1;
-        return;
-    }
+    if (!o)
+        return NULL;
     json_object *result = NULL; /* stays NULL (null) when there is none, or it is not JSON */
     if (v->result && wq_json_parse(v->result, v->rlen, &result))
         result = NULL;
-    json_object_object_add(o, "id", json_object_new_int64(v->id));
+    if (v->id > 0)
+        json_object_object_add(o, "id", json_object_new_int64(v->id));
     json_object_object_add(o, "key", json_object_new_string_len(v->key, (int)v->keylen));
     json_object_object_add(o, "state", json_object_new_string(v->state ? v->state : ""));
     json_object_object_add(o, "added_at", time_or_null(v->added_at));
@@ -51,9 +49,17 @@ static void on_run(void *ud, const wq_history_view *v)
     json_object_object_add(o, "runner", v->runner ? json_object_new_string(v->runner) : NULL);
     json_object_object_add(o, "result", result);
     json_object_object_add(o, "error", v->error ? json_object_new_string(v->error) : NULL);
-    if (json_object_array_add(p->runs, o) < 0) {
+    return o;
+}
+
+static void on_run(void *ud, const wq_history_view *v)
+{
+    page *p = ud;
+    json_object *o = wq_http_run_json(v);
+    if (!o || json_object_array_add(p->runs, o) < 0) {
         json_object_put(o);
         p->nomem = 1;
+        return;
     }
     p->last_id = v->id;
 }

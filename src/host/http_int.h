@@ -11,6 +11,9 @@
 #include <event2/listener.h>
 #include <json-c/json_object.h>
 
+/* Seconds a client has to send a request (and the read/write timeout of a connection). */
+#define WQ_HTTP_CLIENT_TIMEOUT 10
+
 /* Flags for json_object_to_json_string_ext in every reply. */
 #define WQ_HTTP_JSON_FLAGS (JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE)
 

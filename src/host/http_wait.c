@@ -10,6 +10,7 @@
 #include "host/http_wait.h"
 
 #include "host/events.h"
+#include "host/http_history.h"
 #include "host/http_int.h"
 #include "host/http_ops.h"
 #include "host/json.h"
@@ -22,7 +23,6 @@
 #include <string.h>
 
 #define WAIT_MAX 3600.0 /* seconds a request may wait at most */
-#define CLIENT_TIMEOUT 10
 
 typedef struct waiter {
     wq_host *h;
@@ -63,38 +63,25 @@ static void release(waiter *x)
     struct evhttp_connection *c = evhttp_request_get_connection(x->req);
     if (c) {
         evhttp_connection_set_closecb(c, NULL, NULL);
-        evhttp_connection_set_timeout(c, CLIENT_TIMEOUT);
+        evhttp_connection_set_timeout(c, WQ_HTTP_CLIENT_TIMEOUT);
     }
 }
 
-static json_object *time_or_null(double t)
-{
-    return t > 0 ? json_object_new_double(t) : NULL;
-}
-
-/* The end's answer: the run as the history keeps it, state first. */
+/* The end's answer: the run as the history keeps it. */
 static json_object *end_json(const wq_life *e)
 {
-    static const char *const state[] = {[WQ_LIFE_DONE] = "done",
-                                        [WQ_LIFE_DEAD] = "dead",
-                                        [WQ_LIFE_CANCELLED] = "cancelled",
-                                        [WQ_LIFE_REMOVED] = "removed"};
-    json_object *o = json_object_new_object();
-    if (!o)
-        return NULL;
-    json_object *result = NULL;
-    if (e->data && wq_json_parse(e->data, e->datalen, &result))
-        result = NULL;
-    json_object_object_add(o, "key", json_object_new_string_len(e->key, (int)e->keylen));
-    json_object_object_add(o, "state", json_object_new_string(state[e->type]));
-    json_object_object_add(o, "added_at", time_or_null(e->added_at));
-    json_object_object_add(o, "started_at", time_or_null(e->started_at));
-    json_object_object_add(o, "finished_at", time_or_null(e->at));
-    json_object_object_add(o, "attempts", json_object_new_int64(e->attempt));
-    json_object_object_add(o, "runner", e->runner ? json_object_new_string(e->runner) : NULL);
-    json_object_object_add(o, "result", result);
-    json_object_object_add(o, "error", e->error ? json_object_new_string(e->error) : NULL);
-    return o;
+    wq_history_view v = {.key = e->key,
+                         .keylen = e->keylen,
+                         .state = wq_life_name(e->type),
+                         .added_at = e->added_at,
+                         .started_at = e->started_at,
+                         .finished_at = e->at,
+                         .attempts = e->attempt,
+                         .runner = e->runner,
+                         .result = e->data,
+                         .rlen = e->datalen,
+                         .error = e->error};
+    return wq_http_run_json(&v);
 }
 
 static void on_end(void *ud, const wq_life *e)
@@ -201,7 +188,7 @@ int wq_http_item_wait(wq_host *h, struct evhttp_request *req, const wq_hqueue *h
         return 1;
     }
     x->conn = evhttp_request_get_connection(req);
-    evhttp_connection_set_timeout(x->conn, (int)s + CLIENT_TIMEOUT);
+    evhttp_connection_set_timeout(x->conn, (int)s + WQ_HTTP_CLIENT_TIMEOUT);
     evhttp_connection_set_closecb(x->conn, on_close, x);
     if (shared && !hq->ops->has(hq->q, key, len)) { /* registered first: no end is missed */
         wq_bop op = {.kind = WQ_BOP_ITEM, .key = key, .keylen = len};
