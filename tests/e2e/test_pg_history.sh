@@ -190,6 +190,8 @@ expect_eq "$(q "SELECT count(*) FROM wqrun.history WHERE queue = 'files'")" 11 "
 # the upgrade from version 10
 UP=$(pg_fresh_db)
 run migrate --db "$UP"
+run add --db "$UP" held k1 '{"a": 1}' # an item the upgrade must keep
+run add --db "$UP" held k2 --after 3600
 pg_psql "$UP" "DROP TABLE wqrun.history; ALTER TABLE wqrun.queues DROP COLUMN history;
   ALTER TABLE wqrun.jobs DROP COLUMN progress CASCADE;
   UPDATE wqrun.meta SET value = '10' WHERE key = 'schema_version'" >/dev/null
@@ -197,4 +199,7 @@ run migrate --db "$UP"
 expect_eq "$OUT" 'schema "wqrun" upgraded from version 10 to 11' "a version 10 schema is upgraded"
 expect_eq "$(pg_psql "$UP" "SELECT count(*) FROM wqrun.history")|$(pg_psql "$UP" "SELECT column_default FROM information_schema.columns WHERE table_schema = 'wqrun' AND table_name = 'queues' AND column_name = 'history'")" \
     "0|86400" "version 11: table history, queues.history (a day by default)"
+expect_eq "$(pg_psql "$UP" "SELECT key || ' ' || state || ' ' || coalesce(payload::text, '-') || ' ' ||
+  (progress IS NULL) FROM wqrun.items WHERE queue = 'held' ORDER BY key")" 'k1 queued {"a": 1} true
+k2 waiting - true' "the items it held are kept, in the items view with no progress (version 11)"
 finish
