@@ -202,6 +202,17 @@ rand_port() {
     echo $((10000 + (RANDOM * 32768 + RANDOM) % (lo - 10000 - 3)))
 }
 
+# listens_on PID PORT: whether process PID holds the listening TCP socket on PORT
+# (matched by the socket's inode in /proc/net/tcp and PID's descriptors).
+listens_on() {
+    local hex inode
+    hex=$(printf '%04X' "$2")
+    for inode in $(awk -v p=":$hex" '$2 ~ p"$" && $4 == "0A" { print $10 }' /proc/net/tcp); do
+        ls -l "/proc/$1/fd" 2>/dev/null | grep -q "socket:\[$inode\]" && return 0
+    done
+    return 1
+}
+
 # listen_start [PREFIX...] -- ARGS...: starts `PREFIX wqrun --quiet --listen
 # 127.0.0.1:PORT ARGS` in the background on a random port (another one when
 # that is taken) and waits until /healthz answers. PREFIX is a command that
@@ -221,7 +232,9 @@ listen_start() {
         PIDS+=("$PID")
         for ((i = 0; i < 100; i++)); do
             kill -0 "$PID" 2>/dev/null || break
-            [ "$(curl -s -m 1 "$BASE/healthz")" = ok ] && return 0
+            # the answer must be this runner's: another test's runner may hold the port
+            # (this one then fails with "cannot listen", perhaps only after the answer)
+            [ "$(curl -s -m 1 "$BASE/healthz")" = ok ] && listens_on "$PID" "$PORT" && return 0
             sleep 0.05
         done
         kill -9 "$PID" 2>/dev/null

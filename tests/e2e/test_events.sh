@@ -226,6 +226,7 @@ expect_rc 124 "add --wait --timeout: 124 at the timeout"
 expect_in "$ERR" "work 'aw2' did not finish within 0.5 s" "saying so"
 run add --db "$TMP/s.db" work x --timeout 1
 expect_rc 2 "--timeout without --wait: a usage error"
+curl -s -X POST "$BASE/queues/work/items/aw2/cancel" >/dev/null # (else the stop waits for it)
 kill -TERM "$PID"
 wait_exit "$PID" 40
 

@@ -59,7 +59,8 @@ start_runner() {
             --db "$DB" "$LUA" "$LOGS/$name.log" "$name"
         for ((i = 0; i < 200; i++)); do
             kill -0 "$BG_PID" 2>/dev/null || break
-            if [ "$(curl -s -m 1 "http://127.0.0.1:$port/healthz")" = ok ]; then
+            if [ "$(curl -s -m 1 "http://127.0.0.1:$port/healthz")" = ok ] &&
+                listens_on "$BG_PID" "$port"; then
                 RPID[$name]=$BG_PID
                 RPORT[$name]=$port
                 return 0
