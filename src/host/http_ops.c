@@ -292,9 +292,11 @@ static void reply_key(remote_reply *rr, int result, const char *text)
     json_object *wrap = json_object_new_array();
     if (wrap) { /* fill_nulls walks an array */
         json_object_array_add(wrap, json_object_get(o));
-        fill_nulls(wrap, strcmp(state, "done") == 0   ? done_fields
-                         : strcmp(state, "dead") == 0 ? dead_fields
-                                                      : pending_fields);
+        int ended = strcmp(state, "dead") == 0 || strcmp(state, "cancelled") == 0 ||
+                    strcmp(state, "removed") == 0; /* (the last two from the history) */
+        fill_nulls(wrap, strcmp(state, "done") == 0 ? done_fields
+                         : ended                    ? dead_fields
+                                                    : pending_fields);
         json_object_put(wrap);
     }
     wq_http_reply_json(rr->req, 200, "OK", o);
@@ -366,7 +368,8 @@ static void remote_answered(void *ud, int result, const char *text)
         case WQ_BOP_SCHEDULES:
         case WQ_BOP_HELD_GROUPS:
         case WQ_BOP_HISTORY: reply_listing(rr, result, text ? text : "[]"); break;
-        case WQ_BOP_ITEM: reply_key(rr, result, text ? text : "null"); break;
+        case WQ_BOP_ITEM:
+        case WQ_BOP_LAST_RUN: reply_key(rr, result, text ? text : "null"); break;
         case WQ_BOP_DONE_INFO:
         case WQ_BOP_FORGET_DONE:
         case WQ_BOP_CANCEL_AFTER:
@@ -839,6 +842,11 @@ static void get_item(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq
         return;
     json_object *o = NULL;
     int r = hq->ops->item ? hq->ops->item(hq->q, key, len, on_key, &o) : 0;
+    if (r == 0) { /* unknown to the engine: its last run, where the history is the file's */
+        op.kind = WQ_BOP_LAST_RUN;
+        if (remote(h, req, hq, &op, 0))
+            return;
+    }
     if (r < 0 || (r > 0 && !o)) {
         json_object_put(o);
         wq_http_reply_error(req, 500, "Internal Server Error", "out of memory");

@@ -925,6 +925,14 @@ static int queue_item(lua_State *L)
     struct item_args a = {lq, key, len, NULL, NULL, 0};
     if (call_no_gc(L, item_p, &a) != LUA_OK)
         return lua_error(L);
+    /* Unknown to the engine: its last run, where the history is the file's (asked only where the
+     * caller can wait, as q:item never had to before the history). */
+    if (!a.found && lq->bq && lq->history > 0 && wq_task_of(L) && lua_isyieldable(L)) {
+        op.kind = WQ_BOP_LAST_RUN;
+        lua_pop(L, 1);
+        lqueue_op(L, lq, "item", &op, 0, item_k);
+        lua_pushnil(L);
+    }
     return 1;
 }
 

@@ -250,7 +250,9 @@ typedef enum {
     WQ_BOP_STATS,           /* the queue's pending, running, waiting and dead items (JSON) */
     WQ_BOP_SCHEDULES,       /* the queue's schedules (GET /queues/NAME/schedules) */
     WQ_BOP_HELD_GROUPS,     /* limit: the groups holding back the most items */
-    WQ_BOP_HISTORY          /* before, limit: the queue's finished runs, newest first */
+    WQ_BOP_HISTORY,         /* before, limit: the queue's finished runs, newest first */
+    WQ_BOP_LAST_RUN         /* key: its last finished run in the history (a backend whose
+                               engine is the authority: asked once the engine knows nothing) */
 } wq_bop_kind;
 
 typedef struct wq_bop {
@@ -275,6 +277,8 @@ typedef struct wq_bop {
  * FORGET_DONE 1 forgotten, 0 not remembered; SET_GROUP_LIMIT 0; GROUP_LIMIT 1 (the group's
  * own) or 0 (the queue's default) with text the JSON object {concurrency, rate, burst}; ITEM 1
  * with text the JSON object of q:item(key) (fields absent when null), 0 the key is unknown;
+ * LAST_RUN as ITEM, the object of a finished key {state, key, finished_at and result (done), or
+ * attempts, failed_at and error};
  * SCHEDULES the number, with text a JSON array of objects {name, spec, key, tz, catch_up,
  * payload, next_at, last_at} (by name; payload, next_at and last_at absent when null);
  * HELD_GROUPS the number of groups holding items back, with text a JSON array of the first

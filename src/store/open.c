@@ -25,6 +25,7 @@ int wq_backend_open(wq_backend **out, const wq_backend_opts *opts, char *err, si
     int r = wq_store_open(&s, opts->where, opts->sync, &opts->tb, err, errlen);
     if (r < 0)
         return r;
+    wq_store_set_event_base(s, opts->event_base);
     *out = (wq_backend *)(void *)s; /* a wq_store starts with its wq_backend */
     return 0;
 }

@@ -98,6 +98,15 @@ code=$(curl -s -m 10 -o "$TMP/body" -w '%{http_code}' "$BASE/queues/files/histor
 expect_eq "$code $(cat "$TMP/body")" "400 {\"error\":\"bad parameter 'limit' (limit: 1 to 1000; before: a row id > 0)\"}" \
     "limit=0: 400 naming the parameter"
 expect_eq "$(curl -s -m 10 -o /dev/null -w '%{http_code}' -X POST "$BASE/queues/files/history")" 405 "POST: 405"
+# GET items/KEY in the runner: a key the engine no longer knows answers from its last run
+item() { curl -s -m 10 -w ' %{http_code}' "$BASE/queues/files/items/$1"; }
+expect_re "$(item r)" '^\{"state":"done","key":"r","finished_at":[0-9.]+,"result":\{"rows":3\}\} 200$' \
+    "GET items/KEY: a finished key's last run, with its result"
+expect_re "$(item slow)" '^\{"state":"cancelled","key":"slow","attempts":1,"failed_at":[0-9.]+,"error":"cancelled","payload":null\} 200$' \
+    "a cancelled one, with its attempts and why"
+expect_eq "$(item nokey)" \
+    '{"error":"no item '"'"'nokey'"'"' in queue '"'"'files'"'"' (not pending, done or dead)"} 404' \
+    "a key never seen: 404"
 kill -TERM "$PID"
 wait_exit "$PID" 20
 listen_start -- --serve "$idle" || { finish; }
@@ -114,6 +123,46 @@ expect_not_in "$ERR" "note:" "with keep_done: skipped, no note"
 HIST=0 run --db "$TMP/h3.db" "$jobs"
 expect_rc 0 "history = 0"
 expect_eq "$(sqlite3 "$TMP/h3.db" "SELECT count(*) FROM history")" 0 "history = 0: no rows"
+
+# q:item in the runner, from the history: right after the end (the row not committed yet) and
+# behind 50,000 later runs (a walk of several slices)
+lookup=$(script lookup.lua <<'LUA'
+local q = wq.queue("lk", {max_retries = 0, handler = function(key)
+    if key == "bad" then error("no good") end
+    return {k = key}
+end})
+local off = wq.queue("off", {history = 0, handler = function() end})
+local filler = wq.queue("filler", {workers = 8, handler = function() end})
+local function show(i)
+    if not i then return "nil" end
+    return table.concat({i.state, i.key, tostring(i.result and i.result.k), tostring(i.error),
+        tostring(i.attempts), tostring((i.finished_at or i.failed_at) ~= nil)}, " ")
+end
+q:add("target"); q:add("bad"); off:add("o")
+q:wait("target", 10); q:wait("bad", 10); off:wait("o", 10)
+print("at once " .. show(q:item("target")))
+for b = 1, 50 do
+    for i = 1, 1000 do filler:add("f" .. b .. "-" .. i) end
+    filler:wait_idle()
+end
+print("behind " .. show(q:item("target")))
+print("dead " .. show(q:item("bad")))
+q:purge_dead()
+print("purged " .. show(q:item("bad")))
+print("never " .. show(q:item("never")))
+print("off " .. show(off:item("o")))
+wq.exit(0)
+LUA
+)
+run --db "$TMP/l.db" "$lookup"
+expect_rc 0 "the lookup run"
+expect_eq "$(sqlite3 "$TMP/l.db" "SELECT count(*) FROM history")" 50002 "50,002 runs in the history"
+expect_eq "$OUT" "at once done target target nil nil true
+behind done target target nil nil true
+dead dead bad nil $TMP/lookup.lua:2: no good 1 true
+purged dead bad nil $TMP/lookup.lua:2: no good 1 true
+never nil
+off nil" "q:item answers from the last run (done with its result; dead with its error once the dead letter is purged), nil for a key never seen or a queue with history = 0"
 
 # pruning while running: history = 1 s, a runner adding an item every 0.2 s
 prune=$(script prune.lua <<'LUA'

@@ -249,7 +249,8 @@ expect_call 404 GET "/queues/nosuch/items/k" "no such queue"
 expect_call 405 PUT "/queues/s/items/ok"
 expect_in "$(curl -s -D - -o /dev/null -X PUT "$BASE/queues/s/items/ok")" "GET, HEAD, DELETE" "405 names the allowed methods"
 expect_call 200 DELETE "/queues/si/items/later" '"removed":true'
-expect_call 404 GET "/queues/si/items/later"
+# no longer pending: its last run, from the history (SPEC 11)
+expect_call 200 GET "/queues/si/items/later" '{"state":"removed","key":"later","attempts":0,"failed_at":'
 kill -TERM "$PID"
 wait_exit "$PID" 10
 expect_eq "$RC" "0" "SIGTERM"

@@ -103,6 +103,7 @@ static void op_result(void *ud, PGresult *res)
     case WQ_BOP_SCHEDULES:
     case WQ_BOP_HELD_GROUPS:
     case WQ_BOP_HISTORY:
+    case WQ_BOP_LAST_RUN:
         o->result = atoi(v);
         o->text = strdup(PQgetvalue(res, 0, 1));
         if (!o->text) {
@@ -277,6 +278,8 @@ int wq_pgb_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
             " WHERE queue = $1 AND ($2::bigint = 0 OR id < $2::bigint)"
             " ORDER BY id DESC LIMIT $3::bigint) x",
     };
+    if (op->kind == WQ_BOP_LAST_RUN)
+        return WQ_BACKEND_LOCAL; /* never asked: ITEM answers from the history too */
     if (!fn)
         return 0; /* asked only whether the database applies it: it does */
     if (!b->registered || !wq_pgconn_up(b->c)) {

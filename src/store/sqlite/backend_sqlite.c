@@ -222,13 +222,15 @@ static void q_define(wq_bqueue *bq, const wq_queue_def *def)
     (void)def; /* one runner per file: its script's options are the only ones */
 }
 
+/* The engine applies every op and the store writes the change behind it, but for the history of
+ * a key the engine no longer knows, which the file alone keeps (answered from the loop). */
 static int q_op(wq_bqueue *bq, const wq_bop *op, wq_bop_fn fn, void *ud)
 {
-    (void)bq;
-    (void)op;
-    (void)fn;
-    (void)ud;
-    return WQ_BACKEND_LOCAL; /* the engine applies it; the store writes the change behind it */
+    if (op->kind != WQ_BOP_LAST_RUN || !Q(bq)->s->event_base)
+        return WQ_BACKEND_LOCAL;
+    if (!fn) /* asked whether it would */
+        return 0;
+    return wq_store_history_last(Q(bq), op->key, op->keylen, fn, ud);
 }
 
 static void b_flows_attach(wq_backend *b, wq_flows *fs)

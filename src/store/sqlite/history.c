@@ -234,6 +234,31 @@ void wq_store_history_free(wq_store *s)
     s->history = NULL;
 }
 
+int wq_store_history_uncommitted(wq_store_queue *sq, const char *key, size_t len,
+                                 wq_history_view *v)
+{
+    struct wq_store_history *h = sq->s->history;
+    for (size_t i = h ? h->n : 0; i-- > 0;) {
+        const struct hrow *x = &h->rows[i];
+        if (x->qidx != sq->idx || x->keylen != len || memcmp(x->key, key, len) != 0)
+            continue;
+        memset(v, 0, sizeof *v);
+        v->key = x->key;
+        v->keylen = x->keylen;
+        v->state = state_names[x->state];
+        v->added_at = x->added_at;
+        v->started_at = x->started_at;
+        v->finished_at = x->finished_at;
+        v->attempts = x->attempts;
+        v->runner = h->runner;
+        v->result = x->result;
+        v->rlen = x->rlen;
+        v->error = x->error;
+        return 1;
+    }
+    return 0;
+}
+
 /* The one integer sql answers for the queue (?1) and the time since (?2), or -1. */
 static int64_t queue_count(wq_store_queue *sq, const char *sql, double since)
 {

@@ -536,6 +536,11 @@ int wq_store_gone(const wq_store *s)
     return s && s->gone;
 }
 
+void wq_store_set_event_base(wq_store *s, struct event_base *base)
+{
+    s->event_base = base;
+}
+
 void wq_store_set_busy_timeout(wq_store *s, int ms)
 {
     sqlite3_busy_timeout(s->db, ms);
@@ -566,6 +571,7 @@ void wq_store_close(wq_store *s)
     }
     finalize_all(s);
     wq_store_flows_free(s);
+    wq_store_lookups_free(s);
     wq_store_history_free(s);
     wq_store_progress_free(s);
     sqlite3_close(s->db);

@@ -55,6 +55,10 @@ int wq_store_gone(const wq_store *s);
  * busy_timeout; WQ_STORE_BUSY_MS unless changed). */
 #define WQ_STORE_BUSY_MS WQ_BACKEND_BUSY_MS
 void wq_store_set_busy_timeout(wq_store *s, int ms);
+/* The runner's loop (struct event_base *), for what the store answers later (a key's last run
+ * in the history); NULL: none. */
+struct event_base;
+void wq_store_set_event_base(wq_store *s, struct event_base *base);
 /* The path the store was opened with (owned by the store). */
 const char *wq_store_path(const wq_store *s);
 

@@ -178,6 +178,9 @@ struct cmd_result {
 
 typedef struct wq_ckpt wq_ckpt;
 
+struct event_base;
+typedef struct wq_store_lookup wq_store_lookup;
+
 struct wq_store {
     wq_backend base; /* first: the backend's handle (backend_sqlite.c) */
     sqlite3 *db;
@@ -243,7 +246,10 @@ struct wq_store {
     int gone;                     /* broken because the path names another file, or none */
     struct wq_store_flows *flows; /* the flow set written behind (flows.c), NULL until used */
     struct wq_store_history
-        *history; /* finished runs written behind (history.c), NULL until used */
+        *history;                    /* finished runs written behind (history.c), NULL until used */
+    struct event_base *event_base;   /* the runner's loop, NULL: none (a command) */
+    struct wq_store_lookup *lookups; /* a key's last run being looked up (history_key.c) */
+    sqlite3_stmt *st_last_run;
     struct wq_store_progress *progress; /* progress written behind (progress.c), NULL: none */
 };
 
@@ -465,5 +471,16 @@ int64_t wq_store_history_reran(wq_store_queue *sq, double since);
 /* The queue's rows newest first, below id before (0: from the newest): the number or WQ_EIO. */
 int wq_store_history_list(wq_store_queue *sq, int64_t before, size_t limit,
                           void (*fn)(void *ud, const wq_history_view *v), void *ud);
+/* The newest row of key not committed yet, in *v (valid until the next flush): 1, or 0. */
+int wq_store_history_uncommitted(wq_store_queue *sq, const char *key, size_t len,
+                                 wq_history_view *v);
+
+/* ---- history_key.c ---- */
+
+/* Key's last finished run, answered from the loop as WQ_BOP_LAST_RUN (backend.h) says: 0, or
+ * WQ_ENOMEM (nothing will be answered). Needs the store's event base. */
+int wq_store_history_last(wq_store_queue *sq, const char *key, size_t len, wq_bop_fn fn, void *ud);
+/* Drops the lookups under way, unanswered (at close). */
+void wq_store_lookups_free(wq_store *s);
 
 #endif
