@@ -141,6 +141,38 @@ typedef struct wq_key_view {
 } wq_key_view;
 
 /* What the host may ask of a queue; q is the pointer given to wq_host_add_queue. */
+/* An item handed to a remote worker (SPEC 10.2; strings valid for the call). */
+typedef struct wq_claim_view {
+    const char *key;
+    size_t keylen;
+    const char *payload; /* JSON text, NULL: none */
+    size_t paylen;
+    int64_t attempt;
+    const char *token;  /* the claim's: its outcome and heartbeats name it */
+    double lease_until; /* Unix seconds */
+} wq_claim_view;
+
+/* What a remote worker reports of a claimed item (strings borrowed for the call). */
+typedef enum { WQ_REPORT_DONE, WQ_REPORT_FAIL, WQ_REPORT_HEARTBEAT } wq_report_kind;
+typedef struct wq_report {
+    wq_report_kind kind;
+    const char *key;
+    size_t keylen;
+    const char *token;
+    const char *result; /* DONE: JSON text, NULL: none */
+    size_t rlen;
+    const char *error; /* FAIL: the message */
+    double retry_in;   /* FAIL: seconds, < 0: the queue's limiter decides */
+    int permanent;     /* FAIL: dead-letter now */
+    /* DONE, FAIL on a backend whose outcomes commit later (PostgreSQL): report answers
+     * WQ_EAGAIN and calls kept(kept_ud, ok) once the outcome is committed (ok 0: it was not) */
+    void (*kept)(void *ud, int ok);
+    void *kept_ud;
+    /* answered: */
+    int cancelled;      /* HEARTBEAT: an operator cancelled the key (report an outcome now) */
+    double lease_until; /* HEARTBEAT: the lease's new end (Unix seconds) */
+} wq_report;
+
 typedef struct wq_queue_ops {
     void (*stats)(void *q, wq_qstats *out);
     /* Sum of ages and the oldest age (seconds) of the processing items. */
@@ -196,6 +228,19 @@ typedef struct wq_queue_ops {
     /* Any of the actions above on a backend that applies them itself (wq_bq_op): 0 and fn is
      * called with the answer, WQ_BACKEND_LOCAL (use the members above), or a WQ_E* code. */
     int (*op)(void *q, const wq_bop *op, wq_bop_fn fn, void *ud);
+
+    /* Remote workers (SPEC 10.2). Hands out up to max items leased for lease seconds, each to
+     * fn: the number (0: none now), or WQ_ESHUTDOWN (stopping), or another WQ_E* code. */
+    int (*claim)(void *q, size_t max, double lease, void (*fn)(void *ud, const wq_claim_view *c),
+                 void *ud);
+    /* Calls fn(ud) once (from the loop) when items may have come for a claim of up to max;
+     * returns a handle for claim_unwait (NULL: out of memory). */
+    void *(*claim_wait)(void *q, size_t max, void (*fn)(void *ud), void *ud);
+    void (*claim_unwait)(void *q, void *w);
+    /* A remote worker's report: 0 applied (written with the next commit), WQ_EAGAIN applied
+     * and r->kept is called once committed, WQ_ENOENT (key is not claimed), WQ_EBUSY (the token
+     * is not the claim's: nothing changed). */
+    int (*report)(void *q, wq_report *r);
 } wq_queue_ops;
 
 /* A queue as the host knows it. */

@@ -14,6 +14,7 @@
 #include "engine/queue.h"
 #include "host/dashboard.h"
 #include "host/http_int.h"
+#include "host/http_workers.h"
 #include "host/http_events.h"
 #include "host/http_flows.h"
 #include "host/http_ops.h"
@@ -921,6 +922,8 @@ static void handle(struct evhttp_request *req, void *arg)
             wq_http_no_queue(req, name);
         else
             post_trigger(h, req, hq, path + snlen, strlen(path + snlen) - 8);
+    } else if (wq_http_workers(h, req, path, cmd)) {
+        /* answered */
     } else if (wq_http_ops(h, req, path, evhttp_uri_get_query(u), cmd)) {
         /* answered */
     } else if (wq_http_flows(h, req, path, evhttp_uri_get_query(u), cmd)) {

@@ -43,6 +43,9 @@ void wq_http_stream_chunk(struct evhttp_request *req, struct evbuffer *chunk);
 int wq_http_remote(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq, const wq_bop *op,
                    size_t limit);
 int wq_http_serve(wq_host *h, struct evconnlistener *lev);
+/* A key from a path segment, percent-decoded (malloc'd, its length in *len; NULL: out of
+ * memory). */
+char *wq_http_decode_key(const char *s, size_t n, size_t *len);
 
 /* One queue's summary: name, the q:stats() fields, paused; with a backend shared by runners,
  * the pending, running and dead counts of the whole database (and "scope": "database"). NULL

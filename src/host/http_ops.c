@@ -551,6 +551,11 @@ static void on_key(void *ud, const wq_key_view *v)
     *out = o;
 }
 
+char *wq_http_decode_key(const char *s, size_t n, size_t *len)
+{
+    return decode(s, n, 0, len);
+}
+
 static void get_item(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq, const char *key,
                      size_t len);
 

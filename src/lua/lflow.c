@@ -628,12 +628,17 @@ void lflow_result(lua_State *L, lqueue *lq, const char *key, size_t len, int idx
         if (st == LUA_OK)
             r = lua_tolstring(L, -1, &rlen);
     }
+    lflow_result_json(lq, key, len, r, rlen);
+    if (pushed)
+        lua_pop(L, 1);
+}
+
+void lflow_result_json(lqueue *lq, const char *key, size_t len, const char *r, size_t rlen)
+{
     if (lq->flow_claims && lq->bq)
         wq_bq_node_result(lq->bq, key, len, r, rlen);
     else
         stash(lq, LFLOW_DONE, r, rlen);
-    if (pushed)
-        lua_pop(L, 1);
 }
 
 void lflow_dead(lqueue *lq, const char *error)

@@ -30,6 +30,8 @@ void lflow_push_job(lua_State *L, lqueue *lq, const char *key, size_t len);
 /* The node's run succeeded with the nres results from idx: its result (a string or
  * JSON-representable table; anything else is none). */
 void lflow_result(lua_State *L, lqueue *lq, const char *key, size_t len, int idx, int nres);
+/* The same with the result as JSON text (NULL: none). */
+void lflow_result_json(lqueue *lq, const char *key, size_t len, const char *r, size_t rlen);
 /* The node's item is dead-lettered (or cancelled) with error. */
 void lflow_dead(lqueue *lq, const char *error);
 /* After done: if key left the queue, its node finished with what was stashed (no stash: done

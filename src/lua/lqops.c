@@ -15,6 +15,7 @@
 #include "lua/lfailures.h"
 #include "lua/lgroup.h"
 #include "lua/lqueue.h"
+#include "lua/lremote.h"
 #include "lua/lprogress.h"
 #include "lua/lworker.h"
 #include "lua/lwq.h"
@@ -46,6 +47,7 @@ static int set_paused(lqueue *lq, int paused, const char *how)
         wq_task *t;
         while ((t = wq_waitlist_pop(&lq->getters)))
             wq_task_wake(t, 0);
+        lremote_ready(lq);
     }
     wq_host_log(lq->host, "wqrun: %s: %s%s", lq->name, paused ? "paused" : "resumed", how);
     if (lqueue_told(lq))
@@ -159,7 +161,8 @@ int lqops_remove(void *q, const char *key, size_t len)
 
 int lqops_cancel(void *q, const char *key, size_t len)
 {
-    return lworker_cancel(q, key, len);
+    int r = lworker_cancel(q, key, len);
+    return r == WQ_EBUSY && ((lqueue *)q)->remote ? lremote_cancel(q, key, len) : r;
 }
 
 /* After a remove or cancel the database applied: true when it was done. */

@@ -5,6 +5,7 @@
  * wq_queue_ops at the bottom. The handler workers live in lworker.c.
  */
 #include "lua/lqueue.h"
+#include "lua/lremote.h"
 
 #include "host/flows.h"
 #include "lua/lflow.h"
@@ -93,6 +94,8 @@ static void observe(void *ud, wq_queue *q, wq_event ev, const char *key, size_t 
         wq_task *t = wq_waitlist_pop(&lq->getters);
         if (t)
             wq_task_wake(t, 0);
+        else if (lq->remote)
+            lremote_ready(lq);
         break;
     }
     case WQ_EV_GONE: {
@@ -111,6 +114,8 @@ static void observe(void *ud, wq_queue *q, wq_event ev, const char *key, size_t 
     case WQ_EV_SHUTDOWN:
         wake_all(&lq->getters);
         wake_all(&lq->drainers);
+        if (lq->remote)
+            lremote_ready(lq);
         break;
     default: break;
     }
@@ -129,7 +134,7 @@ static size_t bq_demand(void *ud)
     lqueue *lq = ud;
     if (lq->stopping || !lq->q || wq_queue_shutting_down(lq->q) || wq_queue_paused(lq->q))
         return 0;
-    size_t waiting = 0;
+    size_t waiting = lremote_demand(lq);
     for (wq_task *t = lq->getters.head; t; t = t->wnext)
         waiting++;
     size_t have = wq_queue_len(lq->q);
@@ -183,6 +188,7 @@ static void bq_released(void *ud, const char *key, size_t len)
 static void bq_lost(void *ud, const char *why)
 {
     lqueue *lq = ud;
+    lremote_committed(lq, NULL, 0, 0); /* reports waiting for their commit: not stored */
     for (wq_task *t = wq_sched_of(lq->L)->all; t; t = t->anext)
         if (t->kind == TASK_WORKER && t->queue == lq && t->job_key && !t->cancelled) {
             t->cancelled = 1;
@@ -226,10 +232,15 @@ static void bq_added(void *ud, const char *key, size_t len)
         lworker_event(lq, WQ_LIFE_ADDED, key, len, 0, NULL, 0, NULL, 0);
 }
 
+static void bq_committed(void *ud, const char *key, size_t len)
+{
+    lremote_committed(ud, key, len, 1);
+}
+
 static void bq_cancel(void *ud, const char *key, size_t len)
 {
     lqueue *lq = ud;
-    if (lworker_cancel(lq, key, len) != WQ_EBUSY)
+    if (lworker_cancel(lq, key, len) != WQ_EBUSY || lremote_cancel(lq, key, len) == 0)
         return;
     wq_item_info info; /* claimed and not started yet: it goes without running */
     if (wq_queue_lookup(lq->q, key, len, &info) == 1 && !(info.state & WQ_ST_PROCESSING))
@@ -688,6 +699,7 @@ static int queue_new(lua_State *L)
                                  .changed = bq_changed,
                                  .paused = bq_paused,
                                  .cancel = bq_cancel,
+                                 .committed = bq_committed,
                                  .redefined = bq_redefined,
                                  .added = bq_added,
                                  .ud = lq};
@@ -1656,7 +1668,7 @@ static int op_busy(void *q)
     /* Items a backend holds (PostgreSQL rows) keep a runner that has a handler or a waiting get. */
     int held =
         lq->bq && (lq->handler_ref != LUA_NOREF || lq->getters.head) && wq_bq_pending(lq->bq);
-    return held ||
+    return held || lremote_held(lq) > 0 ||
            (lq->handler_ref != LUA_NOREF && ((wq_queue_len(lq->q) > 0 && !wq_queue_paused(lq->q)) ||
                                              wq_queue_processing(lq->q) > 0));
 }
@@ -1767,6 +1779,10 @@ static const wq_queue_ops lqueue_ops = {
     .history = lqops_history,
     .held_groups = op_held_groups,
     .op = lqops_op,
+    .claim = lremote_claim,
+    .claim_wait = lremote_claim_wait,
+    .claim_unwait = lremote_claim_unwait,
+    .report = lremote_report,
 };
 
 const char *wq_lqueue_name(const lqueue *lq)
@@ -1781,6 +1797,7 @@ void lqueue_close(lqueue *lq)
         w->lq = NULL;
     }
     lq->add_waits = NULL;
+    lremote_close(lq);
     lprogress_close(lq);
     if (lq->bq)
         wq_bq_detach(lq->bq);

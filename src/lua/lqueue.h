@@ -57,6 +57,7 @@ typedef struct lqueue {
     uint64_t told_gen;          /* host->events_gen when told was asked last (lqueue_told) */
     int told;                   /* whether anyone listens for its events, as of told_gen */
     wq_keymap *flow_claims;     /* claimed items of flows' nodes -> their flow, deps (lflow.c) */
+    struct lremote *remote;     /* items leased to remote workers (lremote.c), NULL: none yet */
     struct {
         int kind; /* LFLOW_DONE, LFLOW_DEAD, 0: nothing stashed */
         char *text;

@@ -439,6 +439,88 @@ static void outcome_retry(lua_State *L, lqueue *lq, int idx)
     lua_pop(L, 1);
 }
 
+/* A success's result (JSON text, NULL: none) into the history and the keep_done memory. */
+static void kept_result(lqueue *lq, const char *key, size_t klen, int history, int64_t attempts,
+                        const char *r, size_t rlen)
+{
+    if (history) {
+        double added, started;
+        run_times(lq, key, klen, &added, &started);
+        lworker_history(lq, key, klen, WQ_HIST_DONE, added, started, attempts, r, rlen, NULL);
+    }
+    if (lq->keep_done > 0)
+        lqueue_remember_done(lq, key, klen, r, rlen);
+}
+
+void lworker_end_cancelled(lua_State *L, lqueue *lq, const char *key, size_t klen)
+{
+    lq->ncancelled++;
+    if ((lq->bq && lq->history > 0) || lqueue_told(lq)) {
+        double added, started;
+        run_times(lq, key, klen, &added, &started);
+        lworker_history(lq, key, klen, WQ_HIST_CANCELLED, added, started,
+                        lworker_failures(lq, key, klen) + 1, NULL, 0, "cancelled");
+    }
+    lworker_forget(lq, key, klen);
+    char shown[WQ_SHOWN_KEY];
+    wq_show_key(shown, key, klen);
+    wq_host_log(lq->host, "wqrun: %s: '%s' cancelled", lq->name, shown);
+    if (lq->host->flows && lflow_is_node(lq, key, klen))
+        lflow_dead(lq, "cancelled");
+    done_key(L, lq, key, klen);
+    lflow_after_done(lq, key, klen);
+    /* With the done, in the same commit: the cancel's outcome (commands, HTTP). */
+    wq_host_cancelled(lq->host, lq, key, klen);
+}
+
+void lworker_end_done(lua_State *L, lqueue *lq, const char *key, size_t klen, const char *r,
+                      size_t rlen)
+{
+    if (lq->progress)
+        lprogress_end(lq, key, klen);
+    lq->nsuccess++;
+    int history = (lq->bq && lq->history > 0) || lqueue_told(lq);
+    int64_t attempts = history ? lworker_failures(lq, key, klen) + 1 : 0;
+    lworker_forget(lq, key, klen);
+    clear_dead(L, lq, key, klen);
+    kept_result(lq, key, klen, history, attempts, r, rlen);
+    if (lflow_is_node(lq, key, klen))
+        lflow_result_json(lq, key, klen, r, rlen);
+    done_key(L, lq, key, klen);
+    lflow_after_done(lq, key, klen);
+}
+
+void lworker_end_failed(lua_State *L, lqueue *lq, const char *key, size_t klen, const char *err,
+                        int permanent, int64_t retry_in)
+{
+    if (lq->progress)
+        lprogress_end(lq, key, klen);
+    wq_item_info info;
+    const char *json = NULL;
+    size_t jlen = 0;
+    if (wq_queue_lookup(lq->q, key, klen, &info) == 1 && info.payload) {
+        lua_pushlstring(L, info.payload, info.paylen); /* kept while the dead letter is made */
+        json = lua_tolstring(L, -1, &jlen);
+    }
+    record_failure(L, lq, key, klen, json, jlen, err, NULL, permanent, retry_in);
+    if (json)
+        lua_pop(L, 1);
+    done_key(L, lq, key, klen);
+    lflow_after_done(lq, key, klen);
+}
+
+void lworker_end_handed_back(lua_State *L, lqueue *lq, const char *key, size_t klen)
+{
+    if (lq->progress)
+        lprogress_end(lq, key, klen);
+    /* Pending again with what it holds (a newer payload, if one came meanwhile): the follow-up
+     * rule runs it once more after the done. No failure is counted. */
+    int r = wq_queue_add_after(lq->q, key, klen, 0, NULL);
+    if (r < 0 && r != WQ_ESHUTDOWN)
+        lqueue_raise(L, "hand back", r);
+    done_key(L, lq, key, klen);
+}
+
 static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
 {
     clear_deadline(L, t);
@@ -450,23 +532,7 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
     if (t->cancelled) {
         /* Whatever the handler did after the cancel: no retry, no dead letter. */
         t->cancelled = 0;
-        lq->ncancelled++;
-        if ((lq->bq && lq->history > 0) || lqueue_told(lq)) {
-            double added, started;
-            run_times(lq, key, klen, &added, &started);
-            lworker_history(lq, key, klen, WQ_HIST_CANCELLED, added, started,
-                            lworker_failures(lq, key, klen) + 1, NULL, 0, "cancelled");
-        }
-        lworker_forget(lq, key, klen);
-        char shown[WQ_SHOWN_KEY];
-        wq_show_key(shown, key, klen);
-        wq_host_log(lq->host, "wqrun: %s: '%s' cancelled", lq->name, shown);
-        if (lq->host->flows && lflow_is_node(lq, key, klen))
-            lflow_dead(lq, "cancelled");
-        done_key(L, lq, key, klen);
-        lflow_after_done(lq, key, klen);
-        /* With the done, in the same commit: the cancel's outcome (commands, HTTP). */
-        wq_host_cancelled(lq->host, lq, key, klen);
+        lworker_end_cancelled(L, lq, key, klen);
         return;
     }
     if (status != LUA_OK && status != LUA_YIELD) {
@@ -509,14 +575,7 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
             const char *r;
             size_t rlen;
             int pushed = push_result(L, lq, key, klen, nres, &r, &rlen);
-            if (history) {
-                double added, started;
-                run_times(lq, key, klen, &added, &started);
-                lworker_history(lq, key, klen, WQ_HIST_DONE, added, started, attempts, r, rlen,
-                                NULL);
-            }
-            if (lq->keep_done > 0)
-                lqueue_remember_done(lq, key, klen, r, rlen);
+            kept_result(lq, key, klen, history, attempts, r, rlen);
             lua_pop(L, pushed);
         }
         if (lflow_is_node(lq, key, klen))

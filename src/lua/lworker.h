@@ -55,6 +55,20 @@ static inline int lqueue_told(lqueue *lq)
     return lq->told;
 }
 
+/*
+ * The end of a run a handler worker did not make (a remote worker's, lremote.c), as a handler's
+ * ends: done with its result (JSON text, NULL: none); failed (retried through the limiter, or
+ * dead-lettered when permanent or out of retries; retry_in ns, < 0: the limiter's); cancelled;
+ * or handed back (pending again, no failure counted: a lease that ran out). They may raise
+ * (out of memory): call them protected.
+ */
+void lworker_end_done(lua_State *L, lqueue *lq, const char *key, size_t klen, const char *r,
+                      size_t rlen);
+void lworker_end_failed(lua_State *L, lqueue *lq, const char *key, size_t klen, const char *err,
+                        int permanent, int64_t retry_in);
+void lworker_end_cancelled(lua_State *L, lqueue *lq, const char *key, size_t klen);
+void lworker_end_handed_back(lua_State *L, lqueue *lq, const char *key, size_t klen);
+
 /* An event of key's life other than its end, for whoever listens (call at wq_events_wanted). */
 void lworker_event(lqueue *lq, wq_life_type type, const char *key, size_t len, int64_t attempt,
                    const char *data, size_t dlen, const char *error, double retry_in);

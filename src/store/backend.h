@@ -359,6 +359,9 @@ typedef struct wq_bqueue_hooks {
     /* key's claim ended (outcome written, or handed back): forget what the runner kept for it
      * (failure count, limiter history). */
     void (*released)(void *ud, const char *key, size_t len);
+    /* key's outcome this runner wrote is committed (told even when the same transaction made
+     * the key pending again, and this runner holds a new claim of it; NULL: not wanted). */
+    void (*committed)(void *ud, const char *key, size_t len);
     /* This runner lost its claims (lease lost, declared dead): cancel every running handler
      * with the error why; their outcomes will be discarded. */
     void (*lost)(void *ud, const char *why);

@@ -151,6 +151,8 @@ static void drop_claim(pgq *q, uint32_t slot, int tell)
         if (tell && q->hooks.released)
             q->hooks.released(q->hooks.ud, c->key, c->keylen);
     }
+    if (tell && q->hooks.committed)
+        q->hooks.committed(q->hooks.ud, c->key, c->keylen);
     free(c->key);
     free(c->err);
     free(c->result);

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Remote workers over HTTP (SPEC 10.2) on both backends, through real HTTP:
+# remote_check.py drives the protocol (bad input, claims and long polls,
+# exclusivity, group limits, pause, retries, dead letters, cancel told at the
+# heartbeat, leases that run out, keep_done, batches); then the state file
+# read back with sqlite3 / the database with psql; --token guards the routes;
+# and an acknowledged report survives a kill -9 right after its answer.
+. "$(dirname "$0")/lib.sh"
+
+jobs=$(script jobs.lua <<'LUA'
+wq.queue("r", {max_retries = 1, limiter = wq.limiter.exponential(0.05, 0.05)})
+wq.queue("g", {group_of = function(key) return key:sub(1, 1) end, group_limit = {concurrency = 1}})
+wq.queue("kd", {keep_done = 60})
+LUA
+)
+
+suite() { # suite WHAT DB
+    listen_start -- --serve --db "$2" "$jobs" || return
+    run_py=$(python3 "$E2E_DIR/remote_check.py" "$BASE" 2>&1)
+    check "$1: the protocol ($(tail -1 <<<"$run_py"))" test "$(grep -c '^FAIL' <<<"$run_py")" = 0
+    grep '^FAIL' <<<"$run_py" >&2
+    kill -TERM "$PID"
+    wait_exit "$PID" 20
+    expect_eq "$RC" 0 "$1: a clean stop"
+}
+
+suite "state file" "$TMP/r.db"
+h() { sqlite3 "$TMP/r.db" "$1"; }
+expect_eq "$(h "SELECT state, count(*) FROM history WHERE queue = 'r' GROUP BY state ORDER BY state")" \
+"cancelled|1
+dead|2
+done|56" "state file: the runs in the history (sqlite3)"
+expect_eq "$(h "SELECT key, attempts, error FROM dead ORDER BY key")" "bad|2|boom again
+perm|1|no such file" "state file: the dead letters"
+expect_eq "$(h "SELECT count(*) FROM items WHERE queue IN ('r', 'g', 'kd')")" 0 "state file: nothing left pending"
+
+pg_need
+DB=$(pg_fresh_db)
+suite "PostgreSQL" "$DB"
+expect_eq "$(pg_psql "$DB" "SELECT state || ' ' || count(*) FROM wqrun.history WHERE queue = 'r' GROUP BY state ORDER BY state")" \
+"cancelled 1
+dead 2
+done 56" "PostgreSQL: the runs in the history (psql)"
+expect_eq "$(pg_psql "$DB" "SELECT count(*) FROM wqrun.jobs")" 0 "PostgreSQL: nothing left"
+
+# --token guards the routes
+listen_start -- --serve --token s3cret --db "$TMP/t.db" "$jobs" || { finish; }
+expect_eq "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$BASE/queues/r/claim")" 401 "--token: a claim without it is 401"
+expect_eq "$(curl -s -X POST -H 'Authorization: Bearer s3cret' "$BASE/queues/r/claim")" "[]" "with it: 200"
+# acknowledged means kept: a done answered 200 is in the file after a kill -9 right after
+curl -s -X POST -H 'Authorization: Bearer s3cret' "$BASE/queues/r/items" -d '{"key": "kept"}' >/dev/null
+tok=$(curl -s -X POST -H 'Authorization: Bearer s3cret' "$BASE/queues/r/claim" -d '{"wait": 5}' |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["token"])')
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Authorization: Bearer s3cret' \
+    "$BASE/queues/r/items/kept/done" -d "{\"token\": \"$tok\", \"result\": 42}")
+kill -9 "$PID"
+wait_exit "$PID" 5
+expect_eq "$code" 200 "done answered"
+expect_eq "$(sqlite3 "$TMP/t.db" "SELECT state, result FROM history WHERE key = 'kept'")" "done|42" \
+    "and kept: in the file after a kill -9 right after the answer"
+finish
