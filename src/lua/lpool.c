@@ -38,7 +38,10 @@ typedef struct lcall {
 
 static lpool *check_pool(lua_State *L, const char *fn)
 {
-    return wq_checkself(L, POOL_MT, "pool", "pool", fn);
+    lpool *lp = wq_checkself(L, POOL_MT, "pool", "pool", fn);
+    if (!lp->p) /* its __gc was called by hand */
+        luaL_error(L, "pool:%s: the pool is gone", fn);
+    return lp;
 }
 
 /* ---- calls ---- */
@@ -57,7 +60,9 @@ static void call_cancel(wq_task *t)
 
 static int call_gc(lua_State *L)
 {
-    lcall *lc = lua_touserdata(L, 1);
+    lcall *lc = luaL_testudata(L, 1, CALL_MT);
+    if (!lc)
+        return 0;
     wq_pool_abandon(&lc->c);
     if (lc->c.reply) {
         json_object_put(lc->c.reply);
@@ -142,7 +147,7 @@ static int pool_call(lua_State *L)
 
 static int pool_close(lua_State *L)
 {
-    lpool *lp = check_pool(L, "close");
+    lpool *lp = wq_checkself(L, POOL_MT, "pool", "pool", "close");
     if (lp->p)
         wq_pool_close(lp->p);
     return 0;
@@ -150,7 +155,9 @@ static int pool_close(lua_State *L)
 
 static int pool_gc(lua_State *L)
 {
-    lpool *lp = lua_touserdata(L, 1);
+    lpool *lp = luaL_testudata(L, 1, POOL_MT); /* a __gc called by hand with anything */
+    if (!lp)
+        return 0;
     wq_pool_free(lp->p);
     lp->p = NULL;
     return 0;
@@ -192,7 +199,9 @@ static int pool_stats(lua_State *L)
 
 static int pool_tostring(lua_State *L)
 {
-    lpool *lp = lua_touserdata(L, 1);
+    lpool *lp = luaL_checkudata(L, 1, POOL_MT);
+    if (!lp->p)
+        return luaL_error(L, "pool: collected");
     wq_pool_stats st;
     wq_pool_get_stats(lp->p, &st);
     lua_pushfstring(L, "pool (%s, %d processes)", wq_pool_name(lp->p), st.size);
