@@ -59,7 +59,7 @@ wq.spawn(function()
         t.eq(math.type(r.pid), "integer")
     end
 
-    do -- FIFO: 5 calls on 2 processes, at most 2 busy, answered in order of arrival
+    do -- FIFO: 5 calls on 2 processes, at most 2 busy, the waiting ones served in order of arrival
         local busy, most, order, left = 0, 0, {}, 5
         local st = p:stats()
         t.eq(st.busy, 0)
@@ -67,7 +67,8 @@ wq.spawn(function()
         for i = 1, 5 do
             wq.spawn(function()
                 busy = busy + 1
-                local r = p:call({op = "slow", s = 0.2})
+                -- call 1 holds one process while 2, 3, 4, 5 take turns on the other
+                local r = p:call({op = "slow", s = i == 1 and 0.8 or 0.15})
                 order[#order + 1] = i
                 t.ok(r and r.pid, "slow call " .. i .. " answered")
                 left = left - 1
@@ -83,7 +84,7 @@ wq.spawn(function()
             return left == 0
         end, 10, 0.01), "all 5 calls answered")
         t.eq(most, 2, "2 processes were busy at once")
-        t.eq(order, {1, 2, 3, 4, 5}, "answered in FIFO order")
+        t.eq(order, {2, 3, 4, 5, 1}, "waiting calls served in FIFO order (2, 3, 4, 5 each after the one before)")
     end
 
     do -- a process that exits mid-call: the call fails saying so, a new process serves the next
