@@ -15,7 +15,8 @@ packages=(
   libcurl4-openssl-dev libssl-dev # wq.http (src/host/httpc.c), wq.hmac_sha256 (src/lua/lcrypto.c)
   libcriterion-dev
   lua-cjson lua-cjson-dev # lua-cjson-dev ships the lua5.4-cjson pkg-config file
-  python3 # examples/webhook_receiver.py (examples/webhooks.lua), tests/e2e/http_server.py
+  python3 # examples/webhook_receiver.py (examples/webhooks.lua), tests/e2e/http_server.py, examples/pool_python.py
+  nodejs # examples/pool_node.js (tests/e2e/test_pool.sh)
   openssl # a self-signed certificate for the test server of tests/e2e/test_wq_http.sh
   nginx # an HTTP/2 server for tests/e2e/test_wq_http2.sh, the server of bench/bench_wqhttp.sh
   curl procps clang-format wrk prometheus # wrk: bench/bench_http.sh; prometheus: promtool for tests/e2e/test_http.sh

@@ -16,6 +16,7 @@
 #include "host/inbox.h"
 #include "host/keeper.h"
 #include "host/monotime.h"
+#include "host/pool.h"
 #include "host/proc.h"
 #include "host/events.h"
 #include "host/progress.h"
@@ -686,6 +687,7 @@ static void on_child(evutil_socket_t sig, short what, void *arg)
     (void)what;
     wq_host *h = arg;
     wq_proc_reap(h);
+    wq_pool_reap(h);
     wq_host_settle(h);
 }
 
@@ -936,6 +938,7 @@ void wq_host_shutdown(wq_host *h)
 {
     wq_http_stop(h);
     wq_proc_kill_all(h);
+    wq_pool_kill_all(h);
     wq_httpc_shutdown(h);
 }
 

@@ -331,6 +331,7 @@ struct wq_host {
     int64_t last_sample; /* real ns of the last done sample (sample_done) */
     int children;        /* running child processes */
     void *procs;         /* list of running child process records (proc.c) */
+    void *pools;         /* list of process pools (pool.c) */
     void *httpc;         /* the HTTP client of wq.http, once used (httpc.c) */
 
     int store_failed;               /* a commit failed: no more writes, exit 1 */

@@ -6,7 +6,8 @@
  * the child has exited and both output pipes are closed (or right away
  * after a kill, taking what is there). Each group is also told to the
  * keeper (keeper.c), which kills it if the runner dies, and forgotten
- * there once it is killed or found empty.
+ * there once it is killed or found empty. The pipes, the spawn and the
+ * group's kill are shared with the process pools (pool.c).
  */
 #define _GNU_SOURCE /* pipe2, posix_spawn_file_actions_addchdir_np */
 #include "host/proc.h"
@@ -50,37 +51,58 @@ struct wq_proc {
     struct wq_proc *next;
 };
 
-/* The keeper died or cannot be told: wq.exec goes on without it. */
+/* The keeper died or cannot be told: wq.exec and pools go on without it. */
 static void lose_keeper(wq_host *h)
 {
     wq_host_log(h,
-                "wqrun: the process keeper (pid %d) is gone: wq.exec children may outlive "
+                "wqrun: the process keeper (pid %d) is gone: child processes may outlive "
                 "wqrun if it is killed",
                 (int)wq_keeper_pid(h->keeper));
     wq_keeper_stop(h->keeper);
     h->keeper = NULL;
 }
 
+int wq_proc_keep(wq_host *h, pid_t pgid)
+{
+    if (!h->keeper)
+        return 0;
+    if (wq_keeper_watch(h->keeper, pgid) == 0)
+        return 1;
+    lose_keeper(h);
+    return 0;
+}
+
+void wq_proc_unkeep(wq_host *h, pid_t pgid, int *kept)
+{
+    if (!*kept)
+        return;
+    *kept = 0;
+    if (h->keeper && wq_keeper_forget(h->keeper, pgid) < 0)
+        lose_keeper(h);
+}
+
+void wq_proc_kill_group(wq_host *h, pid_t pid, int *kept)
+{
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    wq_proc_unkeep(h, pid, kept);
+}
+
+void wq_proc_reap_keeper(wq_host *h)
+{
+    if (h->keeper && wq_keeper_reap(h->keeper))
+        lose_keeper(h);
+}
+
 static void keep_group(xproc *x)
 {
-    wq_host *h = x->h;
-    if (!h->keeper)
-        return;
-    if (wq_keeper_watch(h->keeper, x->pid) == 0)
-        x->kept = 1;
-    else
-        lose_keeper(h);
+    x->kept = wq_proc_keep(x->h, x->pid);
 }
 
 /* The group is killed or empty: its number may be reused, the keeper must forget it. */
 static void release_group(xproc *x)
 {
-    wq_host *h = x->h;
-    if (!x->kept)
-        return;
-    x->kept = 0;
-    if (h->keeper && wq_keeper_forget(h->keeper, x->pid) < 0)
-        lose_keeper(h);
+    wq_proc_unkeep(x->h, x->pid, &x->kept);
 }
 
 static void close_pipe(xproc *x, int i)
@@ -216,11 +238,8 @@ static void on_input(evutil_socket_t fd, short what, void *arg)
 
 static void kill_proc(xproc *x)
 {
-    if (!x->exited && !x->killed) {
-        kill(-x->pid, SIGKILL);
-        kill(x->pid, SIGKILL);
-        release_group(x);
-    }
+    if (!x->exited && !x->killed)
+        wq_proc_kill_group(x->h, x->pid, &x->kept);
     x->killed = 1;
 }
 
@@ -238,8 +257,7 @@ static void on_timeout(wq_host *h, void *data, uint64_t id)
  * processes the script started itself (io.popen, os.execute). */
 void wq_proc_reap(wq_host *h)
 {
-    if (h->keeper && wq_keeper_reap(h->keeper))
-        lose_keeper(h);
+    wq_proc_reap_keeper(h);
     xproc *next;
     for (xproc *x = h->procs; x; x = next) {
         next = x->next;
@@ -304,26 +322,73 @@ void wq_proc_abandon(wq_proc *p)
     kill_proc(p);
 }
 
+int wq_proc_pipes(int parent[3], int child[3])
+{
+    parent[0] = parent[1] = parent[2] = child[0] = child[1] = child[2] = -1;
+    for (int i = 0; i < 3; i++) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0) {
+            int err = errno;
+            wq_proc_close_fds(parent);
+            wq_proc_close_fds(child);
+            return err;
+        }
+        /* stdin: the child reads p[0]; outputs: the child writes p[1]. */
+        parent[i] = i == 0 ? p[1] : p[0];
+        child[i] = i == 0 ? p[0] : p[1];
+        fcntl(parent[i], F_SETFL, O_NONBLOCK);
+    }
+    return 0;
+}
+
+void wq_proc_close_fds(int fd[3])
+{
+    for (int i = 0; i < 3; i++)
+        if (fd[i] >= 0) {
+            close(fd[i]);
+            fd[i] = -1;
+        }
+}
+
+int wq_proc_exec(const wq_proc_spec *spec, int child[3], pid_t *pid)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    posix_spawn_file_actions_init(&fa);
+    for (int i = 0; i < 3; i++)
+        posix_spawn_file_actions_adddup2(&fa, child[i], i);
+    if (spec->cwd)
+        posix_spawn_file_actions_addchdir_np(&fa, spec->cwd);
+    posix_spawnattr_init(&at);
+    sigset_t none, def;
+    sigemptyset(&none);
+    sigemptyset(&def);
+    sigaddset(&def, SIGPIPE);
+    sigaddset(&def, SIGINT);
+    sigaddset(&def, SIGTERM);
+    sigaddset(&def, SIGCHLD);
+    sigaddset(&def, SIGALRM);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setsigdefault(&at, &def);
+    posix_spawnattr_setpgroup(&at, 0);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+                                      POSIX_SPAWN_SETPGROUP);
+    int err =
+        posix_spawnp(pid, spec->argv[0], &fa, &at, spec->argv, spec->env ? spec->env : environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    wq_proc_close_fds(child);
+    return err;
+}
+
 int wq_proc_spawn(wq_host *h, const wq_proc_spec *spec, wq_proc_fn fn, void *ud, wq_proc **out)
 {
     xproc *x = calloc(1, sizeof *x);
     if (!x)
         return ENOMEM;
     x->h = h;
-    x->fd[0] = x->fd[1] = x->fd[2] = -1;
-    int child[3] = {-1, -1, -1};
-    int err = 0;
-    for (int i = 0; i < 3 && !err; i++) {
-        int p[2];
-        if (pipe2(p, O_CLOEXEC) < 0) {
-            err = errno;
-            break;
-        }
-        /* stdin: the child reads p[0]; outputs: the child writes p[1]. */
-        x->fd[i] = i == 0 ? p[1] : p[0];
-        child[i] = i == 0 ? p[0] : p[1];
-        fcntl(x->fd[i], F_SETFL, O_NONBLOCK);
-    }
+    int child[3];
+    int err = wq_proc_pipes(x->fd, child);
     if (!err && spec->in && spec->inlen) {
         x->in = malloc(spec->inlen);
         if (!x->in)
@@ -346,36 +411,9 @@ int wq_proc_spawn(wq_host *h, const wq_proc_spec *spec, wq_proc_fn fn, void *ud,
         if (!x->timer)
             err = ENOMEM;
     }
-    if (!err) {
-        posix_spawn_file_actions_t fa;
-        posix_spawnattr_t at;
-        posix_spawn_file_actions_init(&fa);
-        for (int i = 0; i < 3; i++)
-            posix_spawn_file_actions_adddup2(&fa, child[i], i);
-        if (spec->cwd)
-            posix_spawn_file_actions_addchdir_np(&fa, spec->cwd);
-        posix_spawnattr_init(&at);
-        sigset_t none, def;
-        sigemptyset(&none);
-        sigemptyset(&def);
-        sigaddset(&def, SIGPIPE);
-        sigaddset(&def, SIGINT);
-        sigaddset(&def, SIGTERM);
-        sigaddset(&def, SIGCHLD);
-        sigaddset(&def, SIGALRM);
-        posix_spawnattr_setsigmask(&at, &none);
-        posix_spawnattr_setsigdefault(&at, &def);
-        posix_spawnattr_setpgroup(&at, 0);
-        posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
-                                          POSIX_SPAWN_SETPGROUP);
-        err = posix_spawnp(&x->pid, spec->argv[0], &fa, &at, spec->argv,
-                           spec->env ? spec->env : environ);
-        posix_spawn_file_actions_destroy(&fa);
-        posix_spawnattr_destroy(&at);
-    }
-    for (int i = 0; i < 3; i++)
-        if (child[i] >= 0)
-            close(child[i]);
+    if (!err)
+        err = wq_proc_exec(spec, child, &x->pid);
+    wq_proc_close_fds(child);
     if (err) {
         free_proc(x);
         return err;

@@ -8,6 +8,8 @@
 
 #include "host/host.h"
 
+#include <sys/types.h>
+
 typedef struct wq_proc wq_proc;
 
 typedef struct wq_proc_spec {
@@ -46,5 +48,30 @@ void wq_proc_abandon(wq_proc *p);
 void wq_proc_reap(wq_host *h);
 /* Kills and reaps every running child (at exit). */
 void wq_proc_kill_all(wq_host *h);
+
+/* The pieces every child of wqrun is started with (wq.exec here, pools in pool.c). */
+
+/*
+ * Three pipes for a child: parent[0] writes its stdin, parent[1] and [2]
+ * read its stdout and stderr (non-blocking, close-on-exec); child[] are the
+ * other ends. 0, or an errno value with nothing left open.
+ */
+int wq_proc_pipes(int parent[3], int child[3]);
+/* Closes the descriptors of fd that are open and sets them to -1. */
+void wq_proc_close_fds(int fd[3]);
+/*
+ * Starts spec's argv (no shell; argv[0] looked up in PATH; env, cwd) on the
+ * child ends, in a process group of its own, with the default signal
+ * dispositions; closes child[] either way. 0 and *pid, or an errno value.
+ */
+int wq_proc_exec(const wq_proc_spec *spec, int child[3], pid_t *pid);
+/* Tells the keeper about the group pgid: 1 if it knows it now, 0 without a keeper. */
+int wq_proc_keep(wq_host *h, pid_t pgid);
+/* The group is killed or empty: the keeper forgets it (when *kept; clears *kept). */
+void wq_proc_unkeep(wq_host *h, pid_t pgid, int *kept);
+/* SIGKILL to the process group of pid and to pid, and the keeper forgets the group. */
+void wq_proc_kill_group(wq_host *h, pid_t pid, int *kept);
+/* After SIGCHLD: notices a dead keeper (and goes on without it). */
+void wq_proc_reap_keeper(wq_host *h);
 
 #endif

@@ -92,15 +92,15 @@ static int exec_k(lua_State *L, int status, lua_KContext ctx)
  * never in the caller's table), so each stays alive until the spawn, and
  * across the waits of a retry, whatever the caller does with argv meanwhile.
  */
-static char **check_argv(lua_State *L, int idx)
+char **wq_lua_check_argv(lua_State *L, int idx, const char *fn)
 {
     if (!lua_istable(L, idx))
-        wq_argerror(L, "exec", "argv",
+        wq_argerror(L, fn, "argv",
                     lua_pushfstring(L, "table expected, got %s", luaL_typename(L, idx)));
     /* Raw length: a __len metamethod must not size the array we fill. */
     lua_Integer n = (lua_Integer)lua_rawlen(L, idx);
     if (n < 1)
-        wq_argerror(L, "exec", "argv", "must name a program");
+        wq_argerror(L, fn, "argv", "must name a program");
     lua_createtable(L, n < INT_MAX ? (int)n : 0, 0);
     int anchors = lua_gettop(L);
     char **argv = lua_newuserdatauv(L, (size_t)(n + 1) * sizeof *argv, 0);
@@ -108,12 +108,12 @@ static char **check_argv(lua_State *L, int idx)
         int t = lua_rawgeti(L, idx, i);
         if (t != LUA_TSTRING && t != LUA_TNUMBER)
             wq_argerror(
-                L, "exec", "argv",
+                L, fn, "argv",
                 lua_pushfstring(L, "element %I: string expected, got %s", i, luaL_typename(L, -1)));
         size_t len;
         const char *s = lua_tolstring(L, -1, &len); /* converts the copy on the stack */
         if (memchr(s, '\0', len))
-            wq_argerror(L, "exec", "argv", lua_pushfstring(L, "element %I contains a NUL byte", i));
+            wq_argerror(L, fn, "argv", lua_pushfstring(L, "element %I contains a NUL byte", i));
         argv[i - 1] = (char *)s;
         lua_rawseti(L, anchors, i);
     }
@@ -122,23 +122,23 @@ static char **check_argv(lua_State *L, int idx)
 }
 
 /* A string of opts.env: names are not empty and have no '=', neither has a NUL byte. */
-static void check_env_string(lua_State *L, int idx, int name)
+static void check_env_string(lua_State *L, int idx, int name, const char *fn)
 {
     size_t len;
     const char *s = lua_tolstring(L, idx, &len);
     if (memchr(s, '\0', len))
-        wq_argerror(L, "exec", "env",
+        wq_argerror(L, fn, "env",
                     name ? "a name contains a NUL byte"
                          : lua_pushfstring(L, "the value of '%s' contains a NUL byte",
                                            lua_tostring(L, idx - 1)));
     if (name && len == 0)
-        wq_argerror(L, "exec", "env", "a name is empty");
+        wq_argerror(L, fn, "env", "a name is empty");
     if (name && memchr(s, '=', len))
-        wq_argerror(L, "exec", "env", lua_pushfstring(L, "the name '%s' contains '='", s));
+        wq_argerror(L, fn, "env", lua_pushfstring(L, "the name '%s' contains '='", s));
 }
 
 /* The environment for the child: ours plus opts.env (a value of false removes a name). */
-static char **build_env(lua_State *L, int idx)
+char **wq_lua_build_env(lua_State *L, int idx, const char *fn)
 {
     lua_newtable(L);
     int tab = lua_gettop(L);
@@ -153,17 +153,17 @@ static char **build_env(lua_State *L, int idx)
     lua_pushnil(L);
     while (lua_next(L, idx)) {
         if (lua_type(L, -2) != LUA_TSTRING)
-            wq_argerror(L, "exec", "env", "keys must be strings");
-        check_env_string(L, lua_gettop(L) - 1, 1);
+            wq_argerror(L, fn, "env", "keys must be strings");
+        check_env_string(L, lua_gettop(L) - 1, 1, fn);
         if (lua_toboolean(L, -1) == 0) {
             lua_pushvalue(L, -2);
             lua_pushnil(L);
             lua_rawset(L, tab);
         } else {
             if (lua_type(L, -1) != LUA_TSTRING && lua_type(L, -1) != LUA_TNUMBER)
-                wq_argerror(L, "exec", "env", "values must be strings");
-            check_env_string(L, lua_gettop(L), 0); /* converts a number value in place */
-            lua_pushvalue(L, -2);                  /* name, value, name */
+                wq_argerror(L, fn, "env", "values must be strings");
+            check_env_string(L, lua_gettop(L), 0, fn); /* converts a number value in place */
+            lua_pushvalue(L, -2);                      /* name, value, name */
             lua_pushfstring(L, "%s=%s", lua_tostring(L, -1), lua_tostring(L, -2));
             lua_rawset(L, tab);
         }
@@ -235,7 +235,7 @@ static const char *const exec_opts[] = {"stdin", "cwd", "env", "timeout", NULL};
 static int exec_lua(lua_State *L)
 {
     lua_settop(L, 2);
-    char **argv = check_argv(L, 1); /* 3: its strings, 4: argv */
+    char **argv = wq_lua_check_argv(L, 1, "exec"); /* 3: its strings, 4: argv */
     wq_proc_spec spec = {argv, NULL, NULL, NULL, 0, 0};
     if (!lua_isnil(L, 2)) {
         if (!lua_istable(L, 2))
@@ -260,7 +260,7 @@ static int exec_lua(lua_State *L)
         if (lua_getfield(L, 2, "env") != LUA_TNIL) {
             if (!lua_istable(L, -1))
                 wq_argexpected(L, -1, "exec", "env", "table");
-            spec.env = build_env(L, lua_gettop(L));
+            spec.env = wq_lua_build_env(L, lua_gettop(L), "exec");
         }
     }
     wq_task *t = wq_task_require(L, "exec");

@@ -346,6 +346,14 @@ static void push_value(lua_State *L, json_object *o)
     lua_pushnil(L);
 }
 
+void wq_ljson_push(lua_State *L, struct json_object *o)
+{
+    if (!o)
+        lua_pushlightuserdata(L, NULL); /* a reply of null: cjson.null */
+    else
+        push_value(L, o);
+}
+
 typedef struct dec_call {
     const char *json;
     size_t len;

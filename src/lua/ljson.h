@@ -37,5 +37,12 @@ int wq_ljson_decode(lua_State *L, const char *json, size_t len);
  * when out of memory.
  */
 int wq_ljson_decode_results(lua_State *L, const char *json, size_t len);
+/*
+ * Pushes the Lua value of a parsed JSON value (wq_json_parse's; NULL, a
+ * top-level null, as cjson.null). Raises when out of memory or nested too
+ * deeply for the stack; o stays the caller's.
+ */
+struct json_object;
+void wq_ljson_push(lua_State *L, struct json_object *o);
 
 #endif

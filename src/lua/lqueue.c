@@ -17,6 +17,7 @@
 #include "lua/lgroup.h"
 #include "lua/ljson.h"
 #include "lua/llimiter.h"
+#include "lua/lpool.h"
 #include "lua/lqops.h"
 #include "lua/lprogress.h"
 #include "lua/lwait.h"
@@ -572,10 +573,14 @@ static int queue_new(lua_State *L)
         wq_argerror(L, "queue", "name", lua_pushfstring(L, "queue '%s' already exists", name));
 
     int handler = lua_getfield(L, 2, "handler"); /* 3 */
+    /* A process pool runs the jobs: a C function over it (lpool.c), one worker per process. */
+    int pool_size = handler == LUA_TUSERDATA ? wq_lpool_handler(L, 3, name) : 0;
+    if (pool_size > 0)
+        handler = LUA_TFUNCTION;
     if (handler != LUA_TNIL && handler != LUA_TFUNCTION)
         wq_argerror(L, "queue", "handler",
-                    lua_pushfstring(L, "function expected, got %s", luaL_typename(L, 3)));
-    lua_Integer workers = 1;
+                    lua_pushfstring(L, "function or pool expected, got %s", luaL_typename(L, 3)));
+    lua_Integer workers = pool_size > 0 ? pool_size : 1;
     if (lua_getfield(L, 2, "workers") != LUA_TNIL) { /* 4 */
         if (!lua_isinteger(L, 4) || lua_tointeger(L, 4) <= 0 || lua_tointeger(L, 4) > 100000)
             wq_argexpected(L, 4, "queue", "workers", "integer > 0");
@@ -628,7 +633,7 @@ static int queue_new(lua_State *L)
     lgroup_read_options(L, 2, &gopts);
     /* A handler declaring a third parameter (or ...) gets the job table. */
     int job_arg = 0;
-    if (handler == LUA_TFUNCTION) {
+    if (handler == LUA_TFUNCTION && !pool_size) {
         lua_Debug ar;
         lua_pushvalue(L, 3);
         if (lua_getinfo(L, ">u", &ar))
@@ -640,6 +645,7 @@ static int queue_new(lua_State *L)
     lq->handler_ref = lq->limiter_ref = lq->dead_ref = lq->keys_ref = lq->ref = LUA_NOREF;
     lq->on_dead_ref = lq->group_of_ref = LUA_NOREF;
     lq->job_arg = job_arg;
+    lq->raw_payload = pool_size > 0;
     lq->keep_done = keep_done;
     lq->unique = unique;
     lq->history = history;

@@ -42,6 +42,8 @@ typedef struct lqueue {
     uint32_t dropped[1024]; /* ids whose kept string the key table still holds (KEEP_MAX) */
     uint32_t ndropped;
     int job_arg;         /* the handler takes a third argument (the job table) */
+    int raw_payload;     /* the handler (a pool's, lpool.c) takes the payload's JSON text and the
+                            attempt: (key, text or nil, attempt) */
     int on_dead_ref;     /* registry: on_dead hook, LUA_NOREF without one */
     double keep_done;    /* seconds a finished key is remembered, 0: not at all */
     int unique;          /* the unique option: adds are unique unless they say unique = false */

@@ -629,8 +629,13 @@ static int worker_k(lua_State *L, int status, lua_KContext ctx)
         lua_rawgeti(L, LUA_REGISTRYINDEX, lq->handler_ref);
         lua_pushvalue(L, W_KEY);
         lua_pushvalue(L, W_JSON);
-        lqueue_decode_top(L);
         int nargs = 2;
+        if (lq->raw_payload) { /* a pool's handler: handler(key, payload text, attempt) */
+            lua_pushinteger(L, lworker_failures(lq, t->job_key, t->job_keylen) + 1);
+            nargs = 3;
+        } else {
+            lqueue_decode_top(L);
+        }
         if (lq->job_arg) { /* handler(key, payload, job) */
             lua_createtable(L, 0, 5);
             lua_pushinteger(L, lworker_failures(lq, t->job_key, t->job_keylen) + 1);

@@ -14,6 +14,7 @@
 #include "lua/embedded.h"
 #include "lua/lcrypto.h"
 #include "lua/lexec.h"
+#include "lua/lpool.h"
 #include "lua/lhttp.h"
 #include "lua/lidle.h"
 #include "lua/ljson.h"
@@ -391,6 +392,23 @@ static int wq_retry_in(lua_State *L)
     return 1;
 }
 
+void wq_push_fail(lua_State *L, const char *msg)
+{
+    lua_newuserdatauv(L, 0, 1);
+    lua_pushstring(L, msg);
+    lua_setiuservalue(L, -2, 1);
+    luaL_setmetatable(L, "wq.Fail");
+}
+
+void wq_push_retry(lua_State *L, double seconds, const char *msg)
+{
+    double *d = lua_newuserdatauv(L, sizeof *d, 1);
+    *d = seconds;
+    lua_pushstring(L, msg);
+    lua_setiuservalue(L, -2, 1);
+    luaL_setmetatable(L, "wq.Retry");
+}
+
 /* tostring of a wq.fail or wq.retry_in outcome: its message. */
 static int outcome_tostring(lua_State *L)
 {
@@ -586,6 +604,7 @@ void wq_lua_open(lua_State *L)
     wq_lua_open_flow(L, wq);
     wq_lua_open_limiter(L);
     wq_lua_open_exec(L);
+    wq_lua_open_pool(L);
     wq_lua_open_http(L);
     wq_lua_open_crypto(L);
     open_json(L);

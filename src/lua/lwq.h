@@ -51,5 +51,9 @@ void wq_checkopts(lua_State *L, int idx, const char *fn, const char *const names
 void wq_encode_payload(lua_State *L, int idx, const char *fn);
 /* Pushes the decoded payload of JSON text (nil for NULL or null; text that is not JSON as is). */
 void wq_push_payload(lua_State *L, const char *json, size_t len);
+/* Pushes the outcome wq.fail(msg) makes (a permanent failure). */
+void wq_push_fail(lua_State *L, const char *msg);
+/* Pushes the outcome wq.retry_in(seconds, msg) makes (seconds: a checked duration). */
+void wq_push_retry(lua_State *L, double seconds, const char *msg);
 
 #endif

@@ -147,6 +147,15 @@ local OBJECTS = {
         end,
         methods = {"step"}, -- its __index is a function: listed here
     },
+    pool = {
+        self = "pool",
+        new = function()
+            return assert(wq.pool({"cat"})) -- echoes each request line: a JSON reply
+        end,
+        cleanup = function(pl)
+            pl:close()
+        end,
+    },
 }
 
 -- A parameter: {name, valid value (or function giving one: gen = true),
@@ -229,6 +238,25 @@ local SIGNATURES = {
             },
         }),
     },
+    ["wq.pool"] = {
+        fn = "pool",
+        -- argv is read raw, as exec's: the metamethod tables are {"x"}, a program that is not found
+        p("argv", {"cat"}, set(RAW_TABLES)),
+        p("opts", nil, OPTS, {
+            fields = {
+                p("size", 1, set("nil")),
+                -- a cwd that cannot be used is an operational failure: nil, message
+                p("cwd", nil, set("nil", "huge string", "empty string")),
+                p("env", nil, set("nil", "{}")),
+                p("timeout", 30, set("nil", "0")),
+            },
+        }),
+    },
+    -- a request is any table JSON can carry (read raw, as payloads are)
+    ["pool:call"] = {fn = "call", p("request", {}, set("{}", RAW_TABLES))},
+    ["pool:close"] = {fn = "close"},
+    ["pool:size"] = {fn = "size"},
+    ["pool:stats"] = {fn = "stats"},
     ["wq.limiter.exponential"] = {fn = "exponential", p("base", 0.001, set("0")), p("max", 1, set("0")),
         p("opts", nil, OPTS, {fields = {p("jitter", 0.1, set("nil", "0"))}})},
     ["wq.limiter.fast_slow"] = {
