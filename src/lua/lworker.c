@@ -516,7 +516,9 @@ void lworker_end_handed_back(lua_State *L, lqueue *lq, const char *key, size_t k
     /* Pending again with what it holds (a newer payload, if one came meanwhile): the follow-up
      * rule runs it once more after the done. No failure is counted. */
     int r = wq_queue_add_after(lq->q, key, klen, 0, NULL);
-    if (r < 0 && r != WQ_ESHUTDOWN)
+    if (r == WQ_ESHUTDOWN) /* stopping: it stays as it is, to run again at the next start */
+        return;
+    if (r < 0)
         lqueue_raise(L, "hand back", r);
     done_key(L, lq, key, klen);
 }
