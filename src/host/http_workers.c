@@ -17,12 +17,15 @@
 #include "host/timer.h"
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <json-c/json.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define CLAIM_MAX 1000        /* items a claim asks for at most */
 #define WAIT_MAX 600.0        /* seconds a claim waits at most */
@@ -148,10 +151,34 @@ static int wait_again(claimer *x)
     return x->wait != NULL;
 }
 
+/*
+ * Whether the client of req has closed its connection (evhttp does not watch a connection whose
+ * request waits for its answer): items handed to it would wait for their lease to run out.
+ */
+static int client_gone(struct evhttp_request *req)
+{
+    struct evhttp_connection *c = evhttp_request_get_connection(req);
+    if (!c)
+        return 1;
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(c);
+    evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
+    if (fd < 0)
+        return 0;
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 static void on_items(void *ud)
 {
     claimer *x = ud;
-    x->wait = NULL; /* one shot: used */
+    x->wait = NULL;            /* one shot: used */
+    if (client_gone(x->req)) { /* nobody to hand items to: answered, into the void */
+        release(x);
+        wq_http_reply_json(x->req, 200, "OK", json_object_new_array());
+        claimer_free(x);
+        return;
+    }
     if (!try_claim(x, 1)) {
         if (wait_again(x))
             return;

@@ -256,17 +256,18 @@ static void wake(wq_host *h, void *data, uint64_t id)
     (void)h, (void)id;
     lremote *r = data;
     r->poke = 0;
-    /* one shot each: the woken claim looks, and waits again if another took the items */
-    while (r->waits) {
-        rwait *w = r->waits;
-        r->waits = w->next;
-        if (r->waits)
-            r->waits->prev = NULL;
+    /* One shot each: the woken claim looks, and waits again (on the new list) if another took
+     * the items. */
+    rwait *w = r->waits;
+    r->waits = NULL;
+    while (w) {
+        rwait *next = w->next;
         r->waiting -= w->max;
         void (*fn)(void *) = w->fn;
         void *ud = w->ud;
         free(w);
         fn(ud);
+        w = next;
     }
 }
 
