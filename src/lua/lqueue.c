@@ -190,6 +190,7 @@ static void bq_lost(void *ud, const char *why)
 {
     lqueue *lq = ud;
     lremote_committed(lq, NULL, 0, 0); /* reports waiting for their commit: not stored */
+    lremote_lost(lq);
     for (wq_task *t = wq_sched_of(lq->L)->all; t; t = t->anext)
         if (t->kind == TASK_WORKER && t->queue == lq && t->job_key && !t->cancelled) {
             t->cancelled = 1;

@@ -64,6 +64,7 @@ struct lremote {
     rwait *waits;
     size_t waiting; /* the items the waiting claims ask for */
     uint64_t poke;  /* the timer that wakes the waits, 0: none */
+    uint64_t lose;  /* the timer that ends every run after the claims were lost, 0: none */
     uint32_t seed;
     uint64_t seq;
 };
@@ -411,6 +412,39 @@ int lremote_cancel(lqueue *lq, const char *key, size_t len)
     return 0;
 }
 
+static void lost_now(wq_host *h, void *data, uint64_t id)
+{
+    (void)h, (void)id;
+    lremote *r = data;
+    lqueue *lq = r->lq;
+    r->lose = 0;
+    size_t n = wq_keymap_count(r->jobs);
+    rjob **all = n ? malloc(n * sizeof *all) : NULL;
+    if (!all)
+        return;
+    size_t pos = 0, i = 0;
+    const char *k;
+    size_t kl;
+    uint64_t v;
+    while (i < n && wq_keymap_next(r->jobs, &pos, &k, &kl, &v))
+        all[i++] = (rjob *)(uintptr_t)v;
+    for (size_t x = 0; x < i; x++) {
+        /* as a handler's run is: ended here (the database discards the outcome), its token no
+         * longer current (409) */
+        end_args a = {.lq = lq, .key = all[x]->key, .len = all[x]->keylen, .how = 2};
+        end_run(&a);
+        job_free(all[x]);
+    }
+    free(all);
+}
+
+void lremote_lost(lqueue *lq)
+{
+    lremote *r = lq->remote;
+    if (r && !r->lose) /* from the loop: not inside the backend's call */
+        r->lose = wq_timer_start(lq->host, wq_host_now(lq->host), lost_now, r);
+}
+
 size_t lremote_held(const lqueue *lq)
 {
     return lq->remote ? wq_keymap_count(lq->remote->jobs) : 0;
@@ -439,6 +473,8 @@ void lremote_close(lqueue *lq)
     }
     if (r->poke)
         wq_timer_stop(lq->host, r->poke);
+    if (r->lose)
+        wq_timer_stop(lq->host, r->lose);
     wake(lq->host, r, 0); /* the waiting claims answer now (the queue is stopping) */
     lremote_committed(lq, NULL, 0, 0);
     wq_keymap_free(r->jobs);

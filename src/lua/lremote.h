@@ -25,6 +25,9 @@ size_t lremote_demand(const lqueue *lq);
 int lremote_cancel(lqueue *lq, const char *key, size_t len);
 /* Whether a remote worker holds key. */
 int lremote_has(const lqueue *lq, const char *key, size_t len);
+/* This runner lost its claims (PostgreSQL: declared dead): every remote run ends here, as a
+ * handler's does (its outcome discarded by the database); their tokens answer 409 from now. */
+void lremote_lost(lqueue *lq);
 /* How many items remote workers hold. */
 size_t lremote_held(const lqueue *lq);
 /* key's outcome is committed (ok 1), or every report waiting for its commit is not (key NULL,

@@ -119,6 +119,32 @@ rest = claim_one("g")
 check(rest and rest["key"] in ("a1", "a2") and rest["key"] not in keys, "the group's next once the first is done", rest)
 report("g", rest["key"], "done", token=rest["token"])
 
+# two workers claiming at once: still one item of a group at a time
+for k in ["a3", "a4", "a5"]:
+    add("g", k)
+claims = [None, None]
+
+
+def worker_claim(i):
+    claims[i] = claim("g", max=5, wait=1)[1]
+
+
+ts = [threading.Thread(target=worker_claim, args=(i,)) for i in range(2)]
+for th in ts:
+    th.start()
+for th in ts:
+    th.join()
+both = [it["key"] for c in claims for it in (c or [])]
+check(len(both) == 1 and both[0] in ("a3", "a4", "a5"), "two workers at once: one item of the group between them", claims)
+for c in claims:
+    for i in c or []:
+        report("g", i["key"], "done", token=i["token"])
+for _ in range(2):
+    it = claim_one("g", wait=2)
+    check(it is not None, "the group's others, one after the other", it)
+    if it:
+        report("g", it["key"], "done", token=it["token"])
+
 # ---- pause ----
 call("POST", "/queues/r/pause")
 add("r", "k3")

@@ -43,6 +43,37 @@ dead 2
 done 56" "PostgreSQL: the runs in the history (psql)"
 expect_eq "$(pg_psql "$DB" "SELECT count(*) FROM wqrun.jobs")" 0 "PostgreSQL: nothing left"
 
+# PostgreSQL: a runner that hangs past its lease loses its remote runs with its claims; another
+# runner hands the item out again; the hung runner's token answers 409 once it knows
+DB=$(pg_fresh_db)
+pg_bg s --serve --runner-name S --lease 2 --listen "127.0.0.1:$((PORT + 1))" --db "$DB" "$jobs"
+S=$BG_PID
+SB=http://127.0.0.1:$((PORT + 1))
+pg_bg o --quiet --serve --runner-name O --lease 2 --listen "127.0.0.1:$((PORT + 2))" --db "$DB" "$jobs"
+O=$BG_PID
+OB=http://127.0.0.1:$((PORT + 2))
+check "S and O are registered" pg_wait "$DB" "select count(*) from wqrun.runners" 2 10
+pg_psql "$DB" "select wqrun.add('r', 'hung')" >/dev/null
+claim_tok() { python3 -c 'import json,sys; a=json.load(sys.stdin); print(a[0]["token"] if a else "")'; }
+stok=$(curl -s -m 20 -X POST "$SB/queues/r/claim" -d '{"wait": 10, "lease": 60}' | claim_tok)
+check "S's worker holds it" test -n "$stok"
+kill -STOP "$S"
+otok=$(curl -s -m 20 -X POST "$OB/queues/r/claim" -d '{"wait": 15, "lease": 60}' | claim_tok)
+check "once S's lease ran out, O hands it out again" test -n "$otok"
+kill -CONT "$S"
+for _ in $(seq 200); do grep -Eq "declared dead|lease lost" "$TMP/s.err" && break; sleep 0.05; done
+check "S learns it lost its claims" grep -Eq "declared dead|lease lost" "$TMP/s.err"
+sleep 0.3
+expect_eq "$(curl -s -m 10 -o /dev/null -w '%{http_code}' -X POST "$SB/queues/r/items/hung/done" -d "{\"token\": \"$stok\"}")" \
+    409 "S's old token: 409, nothing changed"
+expect_eq "$(curl -s -m 10 -X POST "$OB/queues/r/items/hung/done" -d "{\"token\": \"$otok\", \"result\": \"O\"}")" \
+    '{"ok":true}' "O's token: done"
+expect_eq "$(pg_psql "$DB" "SELECT state || ' ' || result FROM wqrun.history WHERE key = 'hung'")" 'done "O"' \
+    "one run in the history: O's"
+kill -TERM "$S" "$O"
+wait_exit "$S" 10
+wait_exit "$O" 10
+
 # --token guards the routes
 listen_start -- --serve --token s3cret --db "$TMP/t.db" "$jobs" || { finish; }
 expect_eq "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$BASE/queues/r/claim")" 401 "--token: a claim without it is 401"
