@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A remote worker for bench_remote.sh (standard library only): one HTTP
 connection, claims of up to BATCH, no-op jobs, batched done reports.
-Usage: remote_worker.py HOST PORT QUEUE N BATCH -> prints jobs/s for N jobs.
+Usage: remote_worker.py HOST PORT QUEUE N BATCH [pipelined] -> prints jobs/s for N jobs
+(pipelined: the reports on a second connection while the next claim is made).
 Or: remote_worker.py HOST PORT QUEUE latency K -> p50/p90/p99 ms of add -> claim
 answer at an idle long-polling worker (K samples)."""
 import http.client
@@ -50,13 +51,37 @@ if sys.argv[4] == "latency":
     sys.exit(0)
 
 n, batch = int(sys.argv[4]), int(sys.argv[5])
+pipelined = len(sys.argv) > 6 and sys.argv[6] == "pipelined"
 done = 0
 t0 = time.perf_counter()
-while done < n:
-    items = post(conn, "/claim", {"max": batch, "wait": 5, "lease": 60})
-    if not items:
-        break
-    post(conn, "/done", [{"key": it["key"], "token": it["token"]} for it in items])
-    done += len(items)
+if not pipelined:  # claim, run, report, one after the other
+    while done < n:
+        items = post(conn, "/claim", {"max": batch, "wait": 5, "lease": 60})
+        if not items:
+            break
+        post(conn, "/done", [{"key": it["key"], "token": it["token"]} for it in items])
+        done += len(items)
+else:  # the reports go on a second connection, from a thread, while the next claim is made
+    import queue as queue_mod
+    reports = queue_mod.Queue(maxsize=2)
+    rconn = http.client.HTTPConnection(host, port, timeout=120)
+
+    def reporter():
+        while True:
+            body = reports.get()
+            if body is None:
+                return
+            post(rconn, "/done", body)
+
+    th = threading.Thread(target=reporter)
+    th.start()
+    while done < n:
+        items = post(conn, "/claim", {"max": batch, "wait": 5, "lease": 60})
+        if not items:
+            break
+        reports.put([{"key": it["key"], "token": it["token"]} for it in items])
+        done += len(items)
+    reports.put(None)
+    th.join()
 took = time.perf_counter() - t0
 print("jobs %d seconds %.3f jobs_per_s %.0f" % (done, took, done / took))

@@ -2,7 +2,9 @@
 # Remote workers on PostgreSQL (issue 29): one remote Python worker
 # (bench/remote_worker.py: claims of 100, batched done reports, one
 # connection) against one runner's own burn-down with a no-op Lua handler
-# (bench/pg/lua/noop.lua, 500 workers), each on a fresh database of N items
+# (bench/pg/lua/noop.lua, 500 workers), and the same worker pipelined (its
+# reports on a second connection while it claims the next batch), each on a
+# fresh database of N items
 # (wqrun.add_many), interleaved, ROUNDS rounds; then add -> claim latency at
 # an idle long-polling remote worker. Needs a cluster (scripts/pg.sh)
 # exported; WQRUN (build-bench/wqrun), N (50000), ROUNDS (3).
@@ -30,7 +32,7 @@ left() { psql -c "select count(*) from wqrun.jobs"; }
 echo "# pg remote: $n no-op items, one runner (Lua handler) vs one remote Python worker, $rounds rounds"
 echo "# date: $(date -u '+%Y-%m-%d %H:%M:%S +0000'), machine: nproc $(nproc), load $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$rounds"); do
-  for mode in lua remote; do
+  for mode in lua remote pipelined; do
     db="bench_remote_${mode}_${r}_$$"
     DATABASE_URL=$(bash scripts/pg.sh createdb "$db")
     export DATABASE_URL
@@ -45,7 +47,8 @@ for r in $(seq "$rounds"); do
       "$WQRUN" --quiet --serve --listen "127.0.0.1:$port" --db "$DATABASE_URL" "$tmp/remote.lua" &
       pids+=($!)
       up
-      python3 bench/remote_worker.py 127.0.0.1 "$port" noop "$n" 100 >"$tmp/w.out"
+      python3 bench/remote_worker.py 127.0.0.1 "$port" noop "$n" 100 \
+        $([[ $mode == pipelined ]] && echo pipelined) >"$tmp/w.out"
       while [[ $(left) != 0 ]]; do sleep 0.05; done
     fi
     took=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }')

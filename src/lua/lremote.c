@@ -20,6 +20,7 @@
 #include "lua/lworker.h"
 #include "lua/lwq.h"
 
+#include <event2/event.h>
 #include <lauxlib.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,9 +63,9 @@ struct lremote {
     wq_keymap *jobs; /* claimed key -> its rjob */
     wq_keymap *lost; /* key -> leases run out in a row */
     rwait *waits;
-    size_t waiting; /* the items the waiting claims ask for */
-    uint64_t poke;  /* the timer that wakes the waits, 0: none */
-    uint64_t lose;  /* the timer that ends every run after the claims were lost, 0: none */
+    size_t waiting;     /* the items the waiting claims ask for */
+    struct event *poke; /* wakes the waits at the loop's next turn, NULL until needed */
+    uint64_t lose;      /* the timer that ends every run after the claims were lost, 0: none */
     uint32_t seed;
     uint64_t seq;
 };
@@ -252,11 +253,8 @@ int lremote_claim(void *q, size_t max, double lease, void (*fn)(void *ud, const 
     return n;
 }
 
-static void wake(wq_host *h, void *data, uint64_t id)
+static void wake(lremote *r)
 {
-    (void)h, (void)id;
-    lremote *r = data;
-    r->poke = 0;
     /* One shot each: the woken claim looks, and waits again (on the new list) if another took
      * the items. */
     rwait *w = r->waits;
@@ -272,11 +270,24 @@ static void wake(wq_host *h, void *data, uint64_t id)
     }
 }
 
+static void on_poke(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    wake(arg);
+}
+
 void lremote_ready(lqueue *lq)
 {
+    /* From the loop, not from inside the engine's observer; an event of the loop's own, not a
+     * host timer (whose clock may be virtual, and which is armed only when the host settles). */
+    static const struct timeval now = {0, 0};
     lremote *r = lq->remote;
-    if (r && r->waits && !r->poke) /* from the loop, not from inside the engine's observer */
-        r->poke = wq_timer_start(lq->host, wq_host_now(lq->host), wake, r);
+    if (!r || !r->waits)
+        return;
+    if (!r->poke && !(r->poke = event_new(lq->host->base, -1, 0, on_poke, r)))
+        wake(r); /* out of memory: now, then */
+    else if (!event_pending(r->poke, EV_TIMEOUT, NULL))
+        event_add(r->poke, &now);
 }
 
 size_t lremote_demand(const lqueue *lq)
@@ -472,10 +483,11 @@ void lremote_close(lqueue *lq)
         free(j);
     }
     if (r->poke)
-        wq_timer_stop(lq->host, r->poke);
+        event_free(r->poke);
+    r->poke = NULL;
     if (r->lose)
         wq_timer_stop(lq->host, r->lose);
-    wake(lq->host, r, 0); /* the waiting claims answer now (the queue is stopping) */
+    wake(r); /* the waiting claims answer now (the queue is stopping) */
     lremote_committed(lq, NULL, 0, 0);
     wq_keymap_free(r->jobs);
     wq_keymap_free(r->lost);
