@@ -76,7 +76,6 @@ typedef struct claimer {
     double lease;
     void *wait; /* the queue's wait handle, NULL: not waiting */
     uint64_t timer;
-    json_object *items;
 } claimer;
 
 static void on_claimed(void *ud, const wq_claim_view *c)

@@ -273,7 +273,9 @@ static void wake(lremote *r)
 static void on_poke(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
-    wake(arg);
+    lremote *r = arg;
+    wake(r);
+    wq_host_settle(r->lq->host); /* the leases' timers just started, the answers' commits */
 }
 
 void lremote_ready(lqueue *lq)

@@ -231,6 +231,23 @@ report("kd", "x", "done", token=it["token"])
 code, ans = add("kd", "x")
 check(ans == {"queued": False, "skipped": "done"} or "done" in json.dumps(ans), "keep_done: a finished key is skipped", ans)
 
+# ---- a flow: its nodes claimed by remote workers, the join once both parts are done ----
+code, ans = call("POST", "/flows", {"id": "fr", "nodes": [
+    {"queue": "r", "key": "part1"}, {"queue": "r", "key": "part2"},
+    {"queue": "r", "key": "join", "after": [{"queue": "r", "key": "part1"}, {"queue": "r", "key": "part2"}]}]})
+check(code == 202, "a flow of remote nodes", (code, ans))
+code, parts = claim("r", max=10, wait=2)
+check(sorted(i["key"] for i in parts) == ["part1", "part2"], "its parts are handed out, the join waits", parts)
+code, none = claim("r", wait=0.2)
+check(none == [], "nothing else while the parts run", none)
+call("POST", "/queues/r/done", [{"key": i["key"], "token": i["token"], "result": i["key"]} for i in parts])
+it = claim_one("r", wait=3)
+check(it and it["key"] == "join", "the join once both parts are done", it)
+report("r", "join", "done", token=it["token"])
+code, fl = call("GET", "/flows/fr")
+check(fl.get("done") == 3 and sorted(n.get("result") or "" for n in fl["nodes"]) == ["", "part1", "part2"],
+      "the flow is done, with the parts' results", fl)
+
 # ---- batched reports ----
 for i in range(50):
     add("r", "b%d" % i)

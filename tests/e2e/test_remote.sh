@@ -29,7 +29,7 @@ h() { sqlite3 "$TMP/r.db" "$1"; }
 expect_eq "$(h "SELECT state, count(*) FROM history WHERE queue = 'r' GROUP BY state ORDER BY state")" \
 "cancelled|1
 dead|2
-done|56" "state file: the runs in the history (sqlite3)"
+done|59" "state file: the runs in the history (sqlite3)"
 expect_eq "$(h "SELECT key, attempts, error FROM dead ORDER BY key")" "bad|2|boom again
 perm|1|no such file" "state file: the dead letters"
 expect_eq "$(h "SELECT count(*) FROM items WHERE queue IN ('r', 'g', 'kd')")" 0 "state file: nothing left pending"
@@ -40,7 +40,7 @@ suite "PostgreSQL" "$DB"
 expect_eq "$(pg_psql "$DB" "SELECT state || ' ' || count(*) FROM wqrun.history WHERE queue = 'r' GROUP BY state ORDER BY state")" \
 "cancelled 1
 dead 2
-done 56" "PostgreSQL: the runs in the history (psql)"
+done 59" "PostgreSQL: the runs in the history (psql)"
 expect_eq "$(pg_psql "$DB" "SELECT count(*) FROM wqrun.jobs")" 0 "PostgreSQL: nothing left"
 
 # PostgreSQL: a runner that hangs past its lease loses its remote runs with its claims; another
