@@ -150,6 +150,9 @@ typedef struct wq_claim_view {
     int64_t attempt;
     const char *token;  /* the claim's: its outcome and heartbeats name it */
     double lease_until; /* Unix seconds */
+    const char *flow;   /* a flow node's: its flow's id, NULL: not a node */
+    const char *deps; /* and its dependencies (JSON array of {queue, key, state, result, error}) */
+    size_t depslen;
 } wq_claim_view;
 
 /* What a remote worker reports of a claimed item (strings borrowed for the call). */

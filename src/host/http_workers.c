@@ -90,6 +90,11 @@ static void on_claimed(void *ud, const wq_claim_view *c)
     json_object_object_add(o, "attempt", json_object_new_int64(c->attempt));
     json_object_object_add(o, "token", json_object_new_string(c->token));
     json_object_object_add(o, "lease_until", json_object_new_double(c->lease_until));
+    json_object *deps = NULL;
+    if (c->flow && wq_json_parse(c->deps, c->depslen, &deps) == NULL) { /* a flow's node */
+        json_object_object_add(o, "flow", json_object_new_string(c->flow));
+        json_object_object_add(o, "deps", deps);
+    }
     json_object_array_add(arr, o);
 }
 

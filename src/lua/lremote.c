@@ -16,6 +16,8 @@
 #include "engine/common.h"
 #include "host/events.h"
 #include "host/timer.h"
+#include "lua/lflow.h"
+#include "lua/ljson.h"
 #include "lua/lprogress.h"
 #include "lua/lworker.h"
 #include "lua/lwq.h"
@@ -197,6 +199,27 @@ static int ours(const lremote *r, const char *token)
            end == 24 && seed == r->seed && seq >= 1 && seq <= r->seq;
 }
 
+/* A flow node's flow id and job.deps as JSON, left on the stack (args: the queue, the key). */
+static int flow_p(lua_State *L)
+{
+    lqueue *lq = lua_touserdata(L, 1);
+    size_t len;
+    const char *key = lua_tolstring(L, 2, &len);
+    lua_newtable(L); /* 3: a job table, as a handler's */
+    lflow_push_job(L, lq, key, len);
+    if (lua_getfield(L, 3, "flow") == LUA_TNIL) /* 4 */
+        return 0;
+    lua_getfield(L, 4, "id");   /* 5 */
+    lua_getfield(L, 3, "deps"); /* 6 */
+    if (!lua_istable(L, 6) || lua_rawlen(L, 6) == 0 || wq_ljson_encode(L, 6) != LUA_OK) {
+        lua_settop(L, 6);
+        lua_pushliteral(L, "[]");
+    }
+    lua_pushvalue(L, 5); /* the id, the deps' JSON text */
+    lua_pushvalue(L, 7);
+    return 2;
+}
+
 int lremote_claim(void *q, size_t max, double lease, void (*fn)(void *ud, const wq_claim_view *c),
                   void *ud)
 {
@@ -247,7 +270,19 @@ int lremote_claim(void *q, size_t max, double lease, void (*fn)(void *ud, const 
                            .attempt = attempt,
                            .token = j->token,
                            .lease_until = wq_host_unix(h, j->until)};
+        lua_State *L = lq->L;
+        int top = lua_gettop(L);
+        if (lflow_is_node(lq, j->key, j->keylen)) {
+            lua_pushcfunction(L, flow_p);
+            lua_pushlightuserdata(L, lq);
+            lua_pushlstring(L, j->key, j->keylen);
+            if (lua_pcall(L, 2, 2, 0) == LUA_OK && lua_type(L, -2) == LUA_TSTRING) {
+                c.flow = lua_tostring(L, -2);
+                c.deps = lua_tolstring(L, -1, &c.depslen);
+            }
+        }
         fn(ud, &c);
+        lua_settop(L, top);
         n++;
     }
     return n;

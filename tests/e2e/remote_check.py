@@ -241,8 +241,11 @@ check(sorted(i["key"] for i in parts) == ["part1", "part2"], "its parts are hand
 code, none = claim("r", wait=0.2)
 check(none == [], "nothing else while the parts run", none)
 call("POST", "/queues/r/done", [{"key": i["key"], "token": i["token"], "result": i["key"]} for i in parts])
+check(all(i.get("flow") == "fr" and i.get("deps") == [] for i in parts), "a node carries its flow's id and deps", parts)
 it = claim_one("r", wait=3)
 check(it and it["key"] == "join", "the join once both parts are done", it)
+deps = sorted((d["key"], d["state"], d.get("result")) for d in (it or {}).get("deps", []))
+check(deps == [("part1", "done", "part1"), ("part2", "done", "part2")], "with its dependencies' results", it)
 report("r", "join", "done", token=it["token"])
 code, fl = call("GET", "/flows/fr")
 check(fl.get("done") == 3 and sorted(n.get("result") or "" for n in fl["nodes"]) == ["", "part1", "part2"],
