@@ -16,7 +16,7 @@ packages=(
   libcriterion-dev
   lua-cjson lua-cjson-dev # lua-cjson-dev ships the lua5.4-cjson pkg-config file
   python3 # examples/webhook_receiver.py (examples/webhooks.lua), tests/e2e/http_server.py, examples/pool_python.py
-  nodejs # examples/pool_node.js (tests/e2e/test_pool.sh)
+  nodejs # examples/pool_node.js, examples/remote_worker.js (tests/e2e/test_pool.sh, test_remote_examples.sh)
   openssl # a self-signed certificate for the test server of tests/e2e/test_wq_http.sh
   nginx # an HTTP/2 server for tests/e2e/test_wq_http2.sh, the server of bench/bench_wqhttp.sh
   curl procps clang-format wrk prometheus # wrk: bench/bench_http.sh; prometheus: promtool for tests/e2e/test_http.sh

@@ -445,6 +445,13 @@ static void publish(wq_host *h, const wq_life *e)
     evbuffer_free(b);
 }
 
+/* A pause or resume: every runner of a shared database applies it itself (the database tells
+ * each), and tells its own listeners: a relayed copy would be told twice. */
+static int queue_wide(wq_life_type t)
+{
+    return t == WQ_LIFE_PAUSED || t == WQ_LIFE_RESUMED;
+}
+
 void wq_events_relay(void *ud, int on)
 {
     wq_host *h = ud;
@@ -484,7 +491,7 @@ void wq_events_relayed(void *ud, const char *json, size_t n)
     while (type && t < WQ_LIFE_NTYPES && strcmp(wq_life_name((wq_life_type)t), type) != 0)
         t++;
     /* one of its own comes back too: it was told here already */
-    if (!type || t == WQ_LIFE_NTYPES || !e.queue || !runner ||
+    if (!type || t == WQ_LIFE_NTYPES || queue_wide((wq_life_type)t) || !e.queue || !runner ||
         strcmp(runner, wq_events_runner(h)) == 0) {
         json_object_put(o);
         return;
@@ -556,7 +563,7 @@ void wq_events_emit(wq_host *h, const wq_life *e)
         x.at = wq_host_unix(h, wq_host_now(h));
     if (!x.runner) { /* this runner's own */
         x.runner = wq_events_runner(h);
-        if (h->relaying && wq_backend_relays(h->backend, x.queue))
+        if (h->relaying && !queue_wide(x.type) && wq_backend_relays(h->backend, x.queue))
             publish(h, &x);
     }
     wq_events *ev = h->events;

@@ -75,6 +75,22 @@ check "progress on the row" pg_wait "$DB" \
 expect_in "$(curl -s "$BASE/queues/work/items/p1")" '"progress":60' "GET items/KEY on A shows B's job's progress"
 check "cleared with the run" pg_wait "$DB" "SELECT count(*) FROM wqrun.jobs WHERE key = 'p1'" 0 15
 
+# a pause made through B (the database tells A): one "paused" on A's stream, not A's own and
+# B's relayed copy too
+WHO=B pg_bg B2 --quiet --serve --runner-name B2 --listen "127.0.0.1:$((PORT + 1))" --db "$DB" "$jobs"
+B2_PID=$BG_PID
+for _ in $(seq 100); do curl -s "http://127.0.0.1:$((PORT + 1))/healthz" >/dev/null && break; sleep 0.05; done
+sleep 0.5 # B2 hears A's announcement
+curl -s -X POST "http://127.0.0.1:$((PORT + 1))/queues/work/pause" >/dev/null
+wait_for "$TMP/a.sse" '"event":"paused","queue":"work"' 1 10 || fail "A's stream did not carry the pause"
+curl -s -X POST "http://127.0.0.1:$((PORT + 1))/queues/work/resume" >/dev/null
+wait_for "$TMP/a.sse" '"event":"resumed","queue":"work"' 1 10 || fail "A's stream did not carry the resume"
+sleep 1
+expect_eq "$(grep -c '"event":"paused","queue":"work"' "$TMP/a.sse") $(grep -c '"event":"resumed","queue":"work"' "$TMP/a.sse")" \
+    "1 1" "a pause and a resume through another runner: told once each on A's stream"
+kill -TERM "$B2_PID"
+wait_exit "$B2_PID" 10
+
 kill "$SSE"
 
 # only what is listened for is relayed: a stream of work on A, B runs work and noise
