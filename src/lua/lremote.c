@@ -18,7 +18,6 @@
 #include "host/timer.h"
 #include "lua/lflow.h"
 #include "lua/ljson.h"
-#include "lua/lprogress.h"
 #include "lua/lworker.h"
 #include "lua/lwq.h"
 
@@ -401,8 +400,6 @@ int lremote_report(void *q, wq_report *rep)
         a.permanent = rep->permanent;
         a.retry_in = rep->retry_in < 0 ? -1 : wq_seconds_to_ns(rep->retry_in);
     }
-    if (lq->progress)
-        lprogress_end(lq, rep->key, rep->keylen);
     job_free(j);
     int later = lq->bq && wq_backend_shared(lq->host->backend) && rep->kept;
     rack *k = later ? calloc(1, sizeof *k) : NULL;
@@ -496,11 +493,6 @@ void lremote_lost(lqueue *lq)
 size_t lremote_held(const lqueue *lq)
 {
     return lq->remote ? wq_keymap_count(lq->remote->jobs) : 0;
-}
-
-int lremote_has(const lqueue *lq, const char *key, size_t len)
-{
-    return find(lq->remote, key, len) != NULL;
 }
 
 void lremote_close(lqueue *lq)

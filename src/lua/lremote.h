@@ -23,8 +23,6 @@ size_t lremote_demand(const lqueue *lq);
 /* Cancels the remote run of key: 0 (its worker is told at its next heartbeat, and its report
  * or the lease's end finishes it as cancelled), WQ_EBUSY (no remote worker holds it). */
 int lremote_cancel(lqueue *lq, const char *key, size_t len);
-/* Whether a remote worker holds key. */
-int lremote_has(const lqueue *lq, const char *key, size_t len);
 /* This runner lost its claims (PostgreSQL: declared dead): every remote run ends here, as a
  * handler's does (its outcome discarded by the database); their tokens answer 409 from now. */
 void lremote_lost(lqueue *lq);

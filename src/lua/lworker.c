@@ -454,6 +454,8 @@ static void kept_result(lqueue *lq, const char *key, size_t klen, int history, i
 
 void lworker_end_cancelled(lua_State *L, lqueue *lq, const char *key, size_t klen)
 {
+    if (lq->progress)
+        lprogress_end(lq, key, klen);
     lq->ncancelled++;
     if ((lq->bq && lq->history > 0) || lqueue_told(lq)) {
         double added, started;
@@ -529,14 +531,14 @@ static void finish_job(lua_State *L, lqueue *lq, wq_task *t, int status)
     size_t klen;
     const char *key = lua_tolstring(L, W_KEY, &klen);
     int nres = lua_gettop(L) - W_RES + 1;
-    if (lq->progress)
-        lprogress_end(lq, key, klen);
     if (t->cancelled) {
         /* Whatever the handler did after the cancel: no retry, no dead letter. */
         t->cancelled = 0;
         lworker_end_cancelled(L, lq, key, klen);
         return;
     }
+    if (lq->progress)
+        lprogress_end(lq, key, klen);
     if (status != LUA_OK && status != LUA_YIELD) {
         if (is_fail(L, W_RES))
             outcome_fail(L, lq, W_RES);
