@@ -111,9 +111,8 @@ static uint64_t hash_of(const char *queue, const char *key, size_t len)
 }
 
 /* Who listens changed: the queues' cached answers (lqueue_told) are asked again. */
-static void listeners_changed(wq_host *h, int before)
+static void listeners_changed(wq_host *h)
 {
-    (void)before;
     h->events_gen++;
 }
 
@@ -240,7 +239,7 @@ wq_events_sub *wq_events_subscribe(wq_host *h, const char *queue,
     s->next = g->subs;
     g->subs = s;
     h->listeners++;
-    listeners_changed(h, h->listeners - 1);
+    listeners_changed(h);
     wanted_changed(h);
     return s;
 }
@@ -251,7 +250,7 @@ void wq_events_unsubscribe(wq_host *h, wq_events_sub *s)
         return;
     s->gone = 1;
     h->listeners--;
-    listeners_changed(h, h->listeners + 1);
+    listeners_changed(h);
     wq_events *ev = h->events;
     if (ev->emitting)
         ev->swept = 1;
@@ -326,7 +325,7 @@ wq_events_wait *wq_events_wait_key(wq_host *h, const char *queue, const char *ke
     if (c)
         c->n++;
     h->listeners++;
-    listeners_changed(h, h->listeners - 1);
+    listeners_changed(h);
     wanted_changed(h);
     return w;
 }
@@ -352,7 +351,7 @@ void wq_events_unwait(wq_host *h, wq_events_wait *w)
         return;
     w->gone = 1;
     h->listeners--;
-    listeners_changed(h, h->listeners + 1);
+    listeners_changed(h);
     wq_events *ev = h->events;
     qwaits_drop(ev, w->queue);
     if (ev->emitting)
@@ -585,7 +584,7 @@ void wq_events_emit(wq_host *h, const wq_life *e)
                 continue;
             w->gone = 1; /* told once: gone before its call */
             h->listeners--;
-            listeners_changed(h, h->listeners + 1);
+            listeners_changed(h);
             qwaits_drop(ev, w->queue);
             ev->swept = 1;
             w->fn(w->ud, &x);

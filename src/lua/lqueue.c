@@ -242,7 +242,7 @@ static void bq_committed(void *ud, const char *key, size_t len)
 static void bq_cancel(void *ud, const char *key, size_t len)
 {
     lqueue *lq = ud;
-    if (lworker_cancel(lq, key, len) != WQ_EBUSY || lremote_cancel(lq, key, len) == 0)
+    if (lqops_cancel(lq, key, len) != WQ_EBUSY) /* a handler's or a remote worker's run */
         return;
     wq_item_info info; /* claimed and not started yet: it goes without running */
     if (wq_queue_lookup(lq->q, key, len, &info) == 1 && !(info.state & WQ_ST_PROCESSING))
