@@ -5,7 +5,8 @@
 # also while each runner in turn is killed with kill -9 and started again; a time that
 # passed while no runner ran is added once at the next start with
 # catch_up = "once" (by one runner of three starting at once) and not at all
-# with "skip".
+# with "skip"; twenty times due at once, fired by three runners in different
+# orders, run at once (no deadlock).
 . "$(dirname "$0")/lib.sh"
 pg_need
 
@@ -23,7 +24,7 @@ start r1
 start r2
 start r3
 check "three runners" pg_wait "$DB" "select count(*) from wqrun.runners" 3 10
-check "one row per schedule" pg_wait "$DB" "select count(*) from wqrun.schedules" 3 5
+check "one row per schedule" pg_wait "$DB" "select count(*) from wqrun.schedules" 23 5
 # Every runner is killed once (and started again), so whichever fired, the schedule never
 # depends on one runner's life (there is no leader to lose).
 sleep 3
@@ -44,6 +45,21 @@ expect_eq "$(awk '/^run tick / { if (!n++) f = $3; l = $3 }
     "never twice for one time (no more runs than times passed)"
 expect_eq "$(awk '/^run tick / { if (p && $3 - p > 2.5) print "gap before " $3; p = $3 }' "$LOG")" "" \
     "none lost while each runner in turn dies and starts (no gap over 2.5 s)"
+
+# The next minute's turn: the three runners fire b1..b20 at the same moment, r2 in the
+# opposite order. Each firing is a transaction of its own; in one transaction they locked
+# schedule rows in different orders and PostgreSQL broke the deadlock after a second,
+# refusing one runner's statements (CI saw the tick stall 2.8 s at a turn).
+turn=$(( ($(date +%s) / 60 + 1) * 60 ))
+at_turn() { awk -v t="$turn" '/^run b/ && $3 >= t' "$LOG" | wc -l; }
+sleep $((turn - $(date +%s)))
+while [ "$(at_turn)" -lt 20 ] && [ "$(date +%s)" -lt $((turn + 10)) ]; do sleep 0.2; done
+sleep 0.5
+LAST_CMD="b1..b20 at the turn $turn" OUT=$(grep '^run b' "$LOG") ERR=""
+expect_eq "$(awk -v t="$turn" '/^run b/ && $3 >= t { n[$2]++ } END { for (k in n) if (n[k] == 1) c++; print c + 0 }' "$LOG")" 20 \
+    "each of b1..b20 ran once for the turn"
+expect_eq "$(awk -v t="$turn" '/^run b/ && $3 >= t + 0.9 { print $2 " at " $3 - t " s" }' "$LOG")" "" \
+    "all within 0.9 s of the turn (a deadlock holds one for deadlock_timeout, 1 s)"
 
 # Downtime: every runner stops; the minute schedules' times pass meanwhile.
 for r in r1 r2 r3; do eval "kill -TERM \$PID_$r"; done
@@ -77,4 +93,7 @@ expect_eq "$(q "select count(*) from wqrun.schedules where name in ('tock', 'toc
 
 for r in r1 r2 r3; do eval "kill -TERM \$PID_$r"; done
 for r in r1 r2 r3; do eval "wait_exit \$PID_$r 10"; expect_eq "$RC" 0 "runner $r stops cleanly"; done
+# Every backend has ended, so its counts are in the statistics.
+expect_eq "$(q "select deadlocks from pg_stat_database where datname = current_database()")" 0 \
+    "no deadlock in the whole test"
 finish

@@ -345,7 +345,7 @@ void wq_pgb_outbox_result(void *ud, PGresult *res)
     if (b->outbox_seen >= b->nout)
         return;
     pstmt *p = &b->outbox[b->outbox_seen++];
-    if (res && PQresultStatus(res) == PGRES_FATAL_ERROR) {
+    if (res && PQresultStatus(res) == PGRES_FATAL_ERROR && !wq_pg_transient(res)) {
         char msg[400];
         wq_pg_msg(msg, sizeof msg, PQresultErrorMessage(res));
         wq_pgb_logf(b, WQ_LOG_ERROR, "%s: the database refused it: %s", p->what, msg);
@@ -358,22 +358,25 @@ void wq_pgb_outbox_result(void *ud, PGresult *res)
     }
 }
 
+/* One statement's transaction ended (they are answered in the order sent): once all of the
+ * flight are, the ones committed or refused are dropped; the others (a lost connection, a
+ * deadlock's victim) go again, first and in order. */
 void wq_pgb_outbox_synced(void *ud, int ok)
 {
     pgb *b = ud;
     size_t n = (size_t)b->outbox_flight;
+    if (b->outbox_synced < n && (ok || b->outbox[b->outbox_synced].failed))
+        b->outbox[b->outbox_synced].done = 1;
+    if (++b->outbox_synced < n)
+        return;
     b->outbox_flight = 0;
-    size_t drop = 0;
-    for (size_t i = 0; i < n; i++)
-        if (ok || b->outbox[i].failed) {
+    size_t keep = 0;
+    for (size_t i = 0; i < b->nout; i++)
+        if (i < n && b->outbox[i].done)
             wq_pgb_pstmt_free(&b->outbox[i]);
-            drop++;
-        } else {
-            b->outbox[i - drop] = b->outbox[i];
-        }
-    /* the ones kept (not committed) stay first, in order */
-    memmove(b->outbox + (n - drop), b->outbox + n, (b->nout - n) * sizeof *b->outbox);
-    b->nout -= drop;
+        else
+            b->outbox[keep++] = b->outbox[i];
+    b->nout = keep;
     if (b->nout)
         wq_pgb_kick(b);
 }

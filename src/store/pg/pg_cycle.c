@@ -511,6 +511,9 @@ void wq_pgb_on_cycle(evutil_socket_t fd, short what, void *arg)
     if (b->nout && !b->outbox_flight) {
         size_t n = 0;
         b->outbox_seen = 0; /* before sending: a loss answers the sent ones at once */
+        b->outbox_synced = 0;
+        /* Each in a transaction of its own: two runners firing the same times in another
+         * order would otherwise each hold a row the other waits for (a deadlock). */
         for (; n < b->nout; n++) {
             char *sql = wq_pg_sql(wq_pgconn_pg(b->c), b->schema, b->outbox[n].sql);
             int r = sql ? wq_pgconn_send(b->c, NULL, sql, b->outbox[n].n,
@@ -518,11 +521,10 @@ void wq_pgb_on_cycle(evutil_socket_t fd, short what, void *arg)
                                          wq_pgb_outbox_result, b)
                         : -1;
             free(sql);
-            if (r < 0)
+            if (r < 0 || wq_pgconn_sync(b->c, wq_pgb_outbox_synced, b) < 0)
                 break;
         }
-        if (n && wq_pgconn_sync(b->c, wq_pgb_outbox_synced, b) == 0)
-            b->outbox_flight = (int)n;
+        b->outbox_flight = (int)n;
     }
     if (b->control_again && !b->control_flight) {
         b->control_again = 0;
@@ -658,15 +660,6 @@ void wq_pgb_on_cycle(evutil_socket_t fd, short what, void *arg)
         b->claim_flight = 1;
 }
 
-/* A failure that says nothing of the statement: its transaction was chosen as a deadlock's
- * victim or could not be serialized (a transaction of the user's own locking rows in
- * another order). The same statement goes again, as after a lost connection. */
-static int transient(const PGresult *res)
-{
-    const char *st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-    return st && (strcmp(st, "40P01") == 0 || strcmp(st, "40001") == 0);
-}
-
 static void add_result(void *ud, PGresult *res)
 {
     padd *a = ud;
@@ -675,7 +668,7 @@ static void add_result(void *ud, PGresult *res)
         free(a->params[0]);
         a->params[0] = strdup(PQgetvalue(res, 0, 0));
         a->answered = 1;
-    } else if (res && PQresultStatus(res) == PGRES_FATAL_ERROR && !transient(res)) {
+    } else if (res && PQresultStatus(res) == PGRES_FATAL_ERROR && !wq_pg_transient(res)) {
         char msg[400];
         wq_pg_msg(msg, sizeof msg, PQresultErrorMessage(res));
         free(a->params[0]);
@@ -707,7 +700,7 @@ static void add_many_result(void *ud, PGresult *res)
         }
         return;
     }
-    if (res && PQresultStatus(res) == PGRES_FATAL_ERROR && transient(res))
+    if (res && PQresultStatus(res) == PGRES_FATAL_ERROR && wq_pg_transient(res))
         return; /* the batch goes again as it is */
     /* The batch failed (a row PostgreSQL refused): each goes alone, and only that one fails. */
     for (size_t k = 0; k < n; k++)

@@ -165,6 +165,7 @@ typedef struct pstmt {
     int n;
     char *params[8];
     int failed; /* the database refused it: dropped, not sent again */
+    int done;   /* committed or refused: dropped when its flight ends */
 } pstmt;
 
 /* A pending add, until its transaction commits. */
@@ -208,8 +209,10 @@ struct pgb {
      * idempotent, so a transaction lost at commit simply goes again. */
     struct pstmt *outbox;
     size_t nout, outcap;
-    int outbox_flight;  /* the first outbox_flight of them are in the transaction under way */
-    size_t outbox_seen; /* answers read of those */
+    int outbox_flight;    /* the first outbox_flight of them are under way, each in a
+                             transaction of its own */
+    size_t outbox_seen;   /* answers read of those */
+    size_t outbox_synced; /* transactions ended of those */
     wq_pgconn *c2;
     int stopping;
     int lost_claims;    /* told the runtime its claims are gone (lease lost) */

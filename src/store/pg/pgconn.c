@@ -57,6 +57,12 @@ const char *wq_pg_describe(PGconn *pg, const char *fallback)
     return buf;
 }
 
+int wq_pg_transient(const PGresult *res)
+{
+    const char *st = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    return st && (strcmp(st, "40P01") == 0 || strcmp(st, "40001") == 0);
+}
+
 void wq_pg_msg(char *dst, size_t n, const char *msg)
 {
     snprintf(dst, n, "%s", msg && *msg ? msg : "unknown error");

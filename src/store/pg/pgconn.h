@@ -72,6 +72,9 @@ size_t wq_pgconn_wait(wq_pgconn *c, int timeout_ms);
 /* Copies libpq's message msg into dst (n bytes) without its trailing newline ("unknown
  * error" for NULL or empty). */
 void wq_pg_msg(char *dst, size_t n, const char *msg);
+/* 1 if res failed for a reason that says nothing of the statement: its transaction was a
+ * deadlock's victim or could not be serialized. The same statement goes again. */
+int wq_pg_transient(const PGresult *res);
 
 /* A URL or conninfo for messages: host, port and database, never the password (static). */
 const char *wq_pg_describe(PGconn *pg, const char *fallback);
