@@ -14,7 +14,7 @@
 #     statement committed).
 # The handler (lua/pg_crashloop.lua) logs each run's start and end (key,
 # runner, wq.time()) to a per-runner log, flushed per line, and sleeps
-# 0-20 ms. Then the producers stop, the fleet drains (wqrun.jobs empty),
+# 0-20 ms (300-600 ms for keys ending in 0). Then the producers stop, the fleet drains (wqrun.jobs empty),
 # the runners get SIGTERM, and a checker proves from the logs:
 #   - every acknowledged add started at or after it was sent (less a 2 ms
 #     clock slack) and some run of it ended: 0 lost;
