@@ -19,6 +19,12 @@
 # a real error. Environment (optional):
 #   WQRUN   wqrun binary (default: build-bench/wqrun, built Release here)
 #   N       items per run (1000000)   ROUNDS  rounds of all modes (7)
+#   BASE    a commit (or BASE_WQRUN a binary) to compare with in the same run:
+#           every run of a mode is followed by the same run of the base build
+#           (the order swapped every other round); its medians are printed as
+#           base_<name>, and per mode the speed-up base time / this time as
+#           lua_path_<mode>_speedup (> 1: this build is faster). BASE is built
+#           Release in a git worktree under $TMPDIR (kept for the next run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export LC_ALL=C # "." as the decimal point
@@ -50,6 +56,12 @@ fi
   echo "bench_lua_path: $WQRUN is not an executable" >&2
   exit 1
 }
+base=${BASE_WQRUN:-}
+[[ -z $base && -n ${BASE:-} ]] && base=$(base_build bench_lua_path "$BASE")
+[[ -z $base || -x $base ]] || {
+  echo "bench_lua_path: $base is not an executable" >&2
+  exit 1
+}
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/wq-bench-lua-path.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -61,6 +73,7 @@ echo "# date: $(date -u '+%Y-%m-%d %H:%M:%S +0000')"
 echo "# machine: nproc $(nproc), cpu $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)," \
   "ram $(awk '/^MemTotal:/ { printf "%d", $2 / 1024 }' /proc/meminfo) MiB, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# binary $WQRUN; N $n; $rounds rounds of modes ${modes[*]}, interleaved; medians reported"
+[[ -n $base ]] && echo "# base binary $base (${BASE:-given}): each run followed or preceded by the same run of it"
 echo "# time: wq.now() (monotonic) around the measured loop only; keys \"key:<i>\" built before timing"
 
 # Arithmetic on decimals.
@@ -81,23 +94,39 @@ median_of() {
   median "${vals[@]}"
 }
 
-for ((r = 1; r <= rounds; r++)); do
-  for mode in "${modes[@]}"; do
-    out=$tmp/out
-    if ! "$WQRUN" --quiet bench/lua_path.lua "$mode" "$n" >"$out" 2>"$tmp/err"; then
-      echo "bench_lua_path: wqrun bench/lua_path.lua $mode $n failed: $(head -c 2000 "$tmp/err")" >&2
-      exit 1
-    fi
-    grep -q "^lua_path_$mode " "$out" || {
-      echo "bench_lua_path: mode $mode printed no result: $(head -c 2000 "$out")" >&2
-      exit 1
-    }
-    echo "#   round $r $mode: $(awk '{ printf "%s%s %s %s", (NR > 1 ? ", " : ""), $1, $2, $3 }' "$out")"
-    cat "$out" >>"$all"
+# run_mode BINARY MODE LABEL: one run; its result lines go to $all (with LABEL "base": as base_<name>).
+run_mode() {
+  local bin=$1 mode=$2 label=$3 out=$tmp/out
+  if ! "$bin" --quiet bench/lua_path.lua "$mode" "$n" >"$out" 2>"$tmp/err"; then
+    echo "bench_lua_path: $bin bench/lua_path.lua $mode $n failed: $(head -c 2000 "$tmp/err")" >&2
+    exit 1
+  fi
+  grep -q "^lua_path_$mode " "$out" || {
+    echo "bench_lua_path: mode $mode printed no result: $(head -c 2000 "$out")" >&2
+    exit 1
+  }
+  [[ $label == base ]] && sed -i 's/^/base_/' "$out"
+  echo "#   round $r $mode${base:+ ($label)}: $(awk '{ printf "%s%s %s %s", (NR > 1 ? ", " : ""), $1, $2, $3 }' "$out")"
+  cat "$out" >>"$all"
+  if [[ $label == this ]]; then
     case $mode in
     c) round_c=$(awk '$1 == "lua_path_c" { print $2 }' "$out") ;;
     table) round_table=$(awk '$1 == "lua_path_table" { print $2 }' "$out") ;;
     esac
+  fi
+}
+
+for ((r = 1; r <= rounds; r++)); do
+  for mode in "${modes[@]}"; do
+    if [[ -z $base ]]; then
+      run_mode "$WQRUN" "$mode" this
+    elif ((r % 2)); then
+      run_mode "$WQRUN" "$mode" this
+      run_mode "$base" "$mode" base
+    else
+      run_mode "$base" "$mode" base
+      run_mode "$WQRUN" "$mode" this
+    fi
   done
   echo "#   round $r c / table: $(calc "$round_c / $round_table" 3)"
 done
@@ -111,6 +140,12 @@ done < <(awk '!seen[$1]++ { print $1, $3 }' "$all")
 
 ratio=$(calc "${med[lua_path_c]} / ${med[lua_path_table]}" 3)
 echo "lua_path_c_over_table $ratio ratio"
+if [[ -n $base ]]; then
+  for mode in "${modes[@]}"; do
+    [[ $mode == table ]] && continue
+    echo "lua_path_${mode}_speedup $(calc "${med[base_lua_path_$mode]} / ${med[lua_path_$mode]}" 3) base/this"
+  done
+fi
 
 echo "# client-go v0.26.15 (Go 1.19) reference from the issue, NOT measured in this run:" \
   "a $ref_a ns/item, a1 $ref_a1 ns/item, c $ref_c ns/add"

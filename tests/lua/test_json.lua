@@ -129,4 +129,15 @@ do -- the Lua half: wq.log and q:dead()
     t.raises(function() q.dead() end, "q:dead: bad argument 'self'")
 end
 
+do -- a C module in a shared object finds the Lua API in wqrun (Lua is linked in statically
+    -- and exported): lua-cjson's own cjson.so, from Debian's package.cpath
+    local path = package.searchpath("cjson", package.cpath)
+    t.ok(path, "cjson.so on package.cpath")
+    local open = path and package.loadlib(path, "luaopen_cjson")
+    t.eq(type(open), "function", "luaopen_cjson loaded from " .. tostring(path))
+    if type(open) == "function" then
+        t.eq(open().encode({1, "x"}), '[1,"x"]', "the module works")
+    end
+end
+
 t.done()
