@@ -4,7 +4,9 @@
 # exclusivity, group limits, pause, retries, dead letters, cancel told at the
 # heartbeat, leases that run out, keep_done, batches); then the state file
 # read back with sqlite3 / the database with psql; --token guards the routes;
-# and an acknowledged report survives a kill -9 right after its answer.
+# and an acknowledged report survives a kill -9 right after its answer. On
+# PostgreSQL, a runner that hangs past its lease or is killed with kill -9
+# while a remote worker holds its item: another runner hands it out again.
 . "$(dirname "$0")/lib.sh"
 
 jobs=$(script jobs.lua <<'LUA'
@@ -73,6 +75,32 @@ expect_eq "$(pg_psql "$DB" "SELECT state || ' ' || result FROM wqrun.history WHE
 kill -TERM "$S" "$O"
 wait_exit "$S" 10
 wait_exit "$O" 10
+
+# PostgreSQL: a runner killed with kill -9 while a remote worker holds its item: another
+# runner hands the item out again as soon as it sees the runner dead (its lock gone, not its
+# 5 s lease), and the new token ends the run
+pg_bg k --quiet --serve --runner-name K --lease 5 --listen "127.0.0.1:$((PORT + 3))" --db "$DB" "$jobs"
+K=$BG_PID
+pg_bg o2 --quiet --serve --runner-name O2 --lease 5 --listen "127.0.0.1:$((PORT + 4))" --db "$DB" "$jobs"
+O2=$BG_PID
+check "K and O2 are registered" pg_wait "$DB" "select count(*) from wqrun.runners where name in ('K', 'O2')" 2 10
+pg_psql "$DB" "select wqrun.add('r', 'killed')" >/dev/null
+ktok=$(curl -s -m 20 -X POST "http://127.0.0.1:$((PORT + 3))/queues/r/claim" -d '{"wait": 10, "lease": 60}' | claim_tok)
+check "K's worker holds it" test -n "$ktok"
+kill -9 "$K"
+t0=$(date +%s.%N)
+o2tok=$(curl -s -m 20 -X POST "http://127.0.0.1:$((PORT + 4))/queues/r/claim" -d '{"wait": 15, "lease": 60}' | claim_tok)
+took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+check "O2 hands it out again after K's kill -9" test -n "$o2tok"
+check "within 4 s of the kill, before K's 5 s lease ran out (took ${took} s)" \
+    awk -v t="$took" 'BEGIN { exit !(t < 4) }'
+expect_eq "$(curl -s -m 10 -X POST "http://127.0.0.1:$((PORT + 4))/queues/r/items/killed/done" -d "{\"token\": \"$o2tok\", \"result\": \"O2\"}")" \
+    '{"ok":true}' "O2's token: done"
+expect_eq "$(pg_psql "$DB" "SELECT state || ' ' || result FROM wqrun.history WHERE key = 'killed'")" 'done "O2"' \
+    "one run in the history: O2's"
+expect_eq "$(pg_psql "$DB" "SELECT count(*) FROM wqrun.jobs WHERE key = 'killed'")" 0 "nothing left of it"
+kill -TERM "$O2"
+wait_exit "$O2" 10
 
 # --token guards the routes
 listen_start -- --serve --token s3cret --db "$TMP/t.db" "$jobs" || { finish; }
