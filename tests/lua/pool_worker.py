@@ -33,7 +33,9 @@ for line in sys.stdin:
         elif op == "log":
             print("hello from " + req["key"], file=sys.stderr, flush=True)
             out = {"result": None}
-        elif op == "sleep":
+        elif op == "sleep_first" and req["attempt"] > 1:  # later attempts: at once
+            out = {"result": {"attempt": req["attempt"]}}
+        elif op in ("sleep", "sleep_first"):
             with open(p["pidfile"], "w") as f:
                 f.write(str(os.getpid()))
             import time

@@ -90,6 +90,31 @@ do -- cancel of a running job: its process is killed and replaced; no retry, no 
     os.remove(pidfile)
 end
 
+do -- a pool process killed mid-job (kill -9): the run fails naming it, the process is
+    -- replaced, and the retry (attempt 2, a failure counted) succeeds
+    local pidfile = os.tmpname()
+    os.remove(pidfile)
+    local started, failures = p:stats().started, q:stats().failures
+    q:add("killed", {op = "sleep_first", s = 60, pidfile = pidfile})
+    local pid
+    t.ok(t.wait_until(function()
+        local f = io.open(pidfile)
+        pid = f and tonumber(f:read("a"))
+        if f then f:close() end
+        return pid ~= nil
+    end, 10), "the job started on a process")
+    t.eq(wq.exec({"kill", "-9", tostring(pid)}).status, 0, "kill -9 of the pool process")
+    t.ok(t.wait_until(function() return q:item("killed") and q:item("killed").state == "done" end, 10),
+        "the job ran again and succeeded")
+    t.eq(q:item("killed") and q:item("killed").result, {attempt = 2}, "on its second attempt")
+    t.eq(q:stats().failures, failures + 1, "the killed run counted as a failure")
+    t.eq(p:stats().started, started + 1, "the process was replaced")
+    local dead = false
+    for _, d in ipairs(q:dead()) do dead = dead or d.key == "killed" end
+    t.eq(dead, false, "no dead letter")
+    os.remove(pidfile)
+end
+
 -- The same on a SQLite state file (this script again, with --db).
 local wqrun = os.getenv("WQRUN")
 if wqrun and not os.getenv("WQ_BACKEND") and not os.getenv("WQ_POOL_NESTED") then
