@@ -3,10 +3,14 @@
 # (bench/remote_worker.py: claims of 100, batched done reports, one
 # connection) against one runner's own burn-down with a no-op Lua handler
 # (bench/pg/lua/noop.lua, 500 workers), and the same worker pipelined (its
-# reports on a second connection while it claims the next batch), each on a
+# reports on a second connection while it claims the next batch) and combined
+# (each claim carrying the reports of the batch before: one transaction commits
+# those outcomes and claims the next items), combined2 (two such loops on two
+# connections of the one worker, threads), each on a
 # fresh database of N items
-# (wqrun.add_many), interleaved, ROUNDS rounds; then add -> claim latency at
-# an idle long-polling remote worker. Needs a cluster (scripts/pg.sh)
+# (wqrun.add_many), interleaved, ROUNDS rounds; then add -> start latency: a
+# Lua handler's start against an idle long-polling remote worker's claim,
+# alternated (LAT_ROUNDS x LAT_K samples). Needs a cluster (scripts/pg.sh)
 # exported; WQRUN (build-bench/wqrun), N (50000), ROUNDS (3).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,7 +36,7 @@ left() { psql -c "select count(*) from wqrun.jobs"; }
 echo "# pg remote: $n no-op items, one runner (Lua handler) vs one remote Python worker, $rounds rounds"
 echo "# date: $(date -u '+%Y-%m-%d %H:%M:%S +0000'), machine: nproc $(nproc), load $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$rounds"); do
-  for mode in lua remote pipelined; do
+  for mode in lua remote pipelined combined combined2; do
     db="bench_remote_${mode}_${r}_$$"
     DATABASE_URL=$(bash scripts/pg.sh createdb "$db")
     export DATABASE_URL
@@ -48,7 +52,7 @@ for r in $(seq "$rounds"); do
       pids+=($!)
       up
       python3 bench/remote_worker.py 127.0.0.1 "$port" noop "$n" 100 \
-        $([[ $mode == pipelined ]] && echo pipelined) >"$tmp/w.out"
+        $([[ $mode != remote ]] && echo "$mode") >"$tmp/w.out"
       while [[ $(left) != 0 ]]; do sleep 0.05; done
     fi
     took=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }')
@@ -56,11 +60,32 @@ for r in $(seq "$rounds"); do
     kill -TERM "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
   done
 done
-DATABASE_URL=$(bash scripts/pg.sh createdb "bench_remote_lat_$$")
-export DATABASE_URL
-"$WQRUN" migrate --db "$DATABASE_URL" >/dev/null
-port=$((port + 1))
-"$WQRUN" --quiet --serve --listen "127.0.0.1:$port" --db "$DATABASE_URL" "$tmp/remote.lua" &
-pids+=($!)
-up
-echo "remote add -> claim: $(python3 bench/remote_worker.py 127.0.0.1 "$port" noop latency 300)"
+# add -> start: a Lua handler's start (bench/pg/lua/latency.lua, queue "lat") against an
+# idle long-polling remote worker's claim answer, each add through HTTP; LAT_ROUNDS
+# alternations of LAT_K samples, each runner on a database of its own.
+lat_rounds=${LAT_ROUNDS:-3}
+lat_k=${LAT_K:-200}
+cat >"$tmp/remote_lat.lua" <<'LUA'
+wq.queue("lat", {max_retries = 1})
+LUA
+for r in $(seq "$lat_rounds"); do
+  for mode in lua remote; do
+    DATABASE_URL=$(bash scripts/pg.sh createdb "bench_remote_lat_${mode}_${r}_$$")
+    export DATABASE_URL
+    "$WQRUN" migrate --db "$DATABASE_URL" >/dev/null
+    port=$((port + 1))
+    if [[ $mode == lua ]]; then
+      : >"$tmp/starts"
+      "$WQRUN" --quiet --serve --listen "127.0.0.1:$port" --db "$DATABASE_URL" bench/pg/lua/latency.lua >"$tmp/starts" &
+      pids+=($!)
+      up
+      echo "round $r add -> start, Lua handler: $(python3 bench/remote_worker.py 127.0.0.1 "$port" lat lua_latency "$lat_k" "$tmp/starts")"
+    else
+      "$WQRUN" --quiet --serve --listen "127.0.0.1:$port" --db "$DATABASE_URL" "$tmp/remote_lat.lua" &
+      pids+=($!)
+      up
+      echo "round $r add -> claim, remote worker: $(python3 bench/remote_worker.py 127.0.0.1 "$port" lat latency "$lat_k")"
+    fi
+    kill -TERM "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
+  done
+done

@@ -7,7 +7,11 @@
  * one, and POST /queues/NAME/done|fail|heartbeat take an array of the same
  * objects with their "key" (answered in order). A report's answer comes once
  * its outcome is committed; a token that is not the claim's answers 409 and
- * changes nothing. The queue's side (leases, outcomes) is lua/lremote.c.
+ * changes nothing. A claim may carry the reports of the items before
+ * ({"done": [...], "fail": [...]}): they are applied first, the claim's
+ * demand goes with them (on PostgreSQL one transaction commits the outcomes
+ * and claims the next items), and the answer is {"results", "items"}. The
+ * queue's side (leases, outcomes) is lua/lremote.c.
  */
 #include "host/http_workers.h"
 
@@ -76,6 +80,13 @@ typedef struct claimer {
     double lease;
     void *wait; /* the queue's wait handle, NULL: not waiting */
     uint64_t timer;
+    /* A claim that carried reports ("done", "fail"): their answers, in order; the claim is
+     * made once every outcome is committed, and answered {"results", "items"}. */
+    json_object *results;
+    size_t outstanding; /* outcomes not yet committed */
+    int reporting;      /* still in that first phase */
+    int closed;         /* the client went away meanwhile */
+    int64_t deadline;   /* of the wait, in host time */
 } claimer;
 
 static void on_claimed(void *ud, const wq_claim_view *c)
@@ -108,6 +119,12 @@ static int try_claim(claimer *x, int may_wait)
     }
     json_object *arr = json_object_new_array();
     int n = arr ? hq->ops->claim(hq->q, x->max, x->lease, on_claimed, arr) : WQ_ENOMEM;
+    if (n < 0 && x->results) { /* the reports' answers still go back, with no items */
+        json_object_put(arr);
+        arr = json_object_new_array();
+        n = 0;
+        may_wait = 0;
+    }
     if (n == WQ_ESHUTDOWN) {
         json_object_put(arr);
         wq_http_reply_error(x->req, 503, "Service Unavailable", "the runner is stopping");
@@ -122,17 +139,35 @@ static int try_claim(claimer *x, int may_wait)
         json_object_put(arr);
         return 0;
     }
+    if (x->results) {
+        json_object *body = json_object_new_object();
+        if (body) {
+            json_object_object_add(body, "results", json_object_get(x->results));
+            json_object_object_add(body, "items", arr);
+        } else {
+            json_object_put(arr);
+        }
+        wq_http_reply_durable(x->h, x->req, 200, "OK", body); /* the reports are kept */
+        return 1;
+    }
     wq_http_reply_json(x->req, 200, "OK", arr);
     return 1;
 }
 
-static void claimer_free(claimer *x)
+static void unwait(claimer *x)
 {
     const wq_hqueue *hq = x->wait ? wq_host_find_queue(x->h, x->queue) : NULL;
     if (hq)
         hq->ops->claim_unwait(hq->q, x->wait);
+    x->wait = NULL;
+}
+
+static void claimer_free(claimer *x)
+{
+    unwait(x);
     if (x->timer)
         wq_timer_stop(x->h, x->timer);
+    json_object_put(x->results);
     free(x);
 }
 
@@ -243,30 +278,55 @@ static int only(json_object *o, const char *const *names, const char **other)
     return 1;
 }
 
+static int reports_read(struct evhttp_request *req, json_object *o);
+static void claim_reporting(claimer *x, const wq_hqueue *hq, json_object *o);
+
+/* Starts the claim x (its wait in seconds): answered now, or a long poll. */
+static void claim_start(claimer *x, double wait)
+{
+    if (try_claim(x, wait > 0)) {
+        release(x);
+        claimer_free(x);
+        return;
+    }
+    x->timer = wq_timer_start_weak(x->h, x->deadline, on_deadline, x);
+    if (!x->timer || !wait_again(x)) {
+        wq_http_reply_error(x->req, 500, "Internal Server Error", "out of memory");
+        release(x);
+        claimer_free(x);
+        return;
+    }
+    struct evhttp_connection *conn = evhttp_request_get_connection(x->req);
+    evhttp_connection_set_timeout(conn, (int)wait + WQ_HTTP_CLIENT_TIMEOUT);
+    evhttp_connection_set_closecb(conn, on_close, x);
+}
+
 static void post_claim(wq_host *h, struct evhttp_request *req, const wq_hqueue *hq)
 {
     json_object *o;
     if (body_json(req, &o) < 0)
         return;
-    static const char *const fields[] = {"max", "wait", "lease", NULL};
+    static const char *const fields[] = {"max", "wait", "lease", "done", "fail", NULL};
     const char *other = NULL;
     double max = 1, wait = 0, lease = LEASE_DEFAULT;
+    int reports =
+        o && json_object_is_type(o, json_type_object) &&
+        (json_object_object_get_ex(o, "done", NULL) || json_object_object_get_ex(o, "fail", NULL));
     if (o && !json_object_is_type(o, json_type_object)) {
         bad(req, "%s", "the body is a JSON object: {\"max\", \"wait\", \"lease\"}");
     } else if (o && !only(o, fields, &other)) {
-        bad(req, "unknown field '%s' (a claim has max, wait and lease)", other);
+        bad(req, "unknown field '%s' (a claim has max, wait, lease, done and fail)", other);
     } else if (o && (number(o, "max", 1, CLAIM_MAX, &max) < 0 || max != floor(max))) {
         bad(req, "%s", "bad field 'max' (an integer from 1 to 1000)");
     } else if (o && number(o, "wait", 0, WAIT_MAX, &wait) < 0) {
         bad(req, "%s", "bad field 'wait' (seconds from 0 to 600)");
     } else if (o && (number(o, "lease", 0, LEASE_MAX, &lease) < 0 || lease <= 0)) {
         bad(req, "%s", "bad field 'lease' (seconds above 0, at most 86400)");
-    } else {
-        json_object_put(o);
-        o = NULL;
+    } else if (!reports || reports_read(req, o) == 0) {
         claimer *x = calloc(1, sizeof *x);
         if (!x) {
             wq_http_reply_error(req, 500, "Internal Server Error", "out of memory");
+            json_object_put(o);
             return;
         }
         x->h = h;
@@ -274,19 +334,11 @@ static void post_claim(wq_host *h, struct evhttp_request *req, const wq_hqueue *
         snprintf(x->queue, sizeof x->queue, "%s", hq->name);
         x->max = (size_t)max;
         x->lease = lease;
-        if (try_claim(x, wait > 0)) {
-            free(x);
-            return;
-        }
-        x->timer = wq_timer_start_weak(h, wq_host_now(h) + (int64_t)(wait * 1e9), on_deadline, x);
-        if (!x->timer || !wait_again(x)) {
-            claimer_free(x);
-            wq_http_reply_error(req, 500, "Internal Server Error", "out of memory");
-            return;
-        }
-        struct evhttp_connection *conn = evhttp_request_get_connection(req);
-        evhttp_connection_set_timeout(conn, (int)wait + WQ_HTTP_CLIENT_TIMEOUT);
-        evhttp_connection_set_closecb(conn, on_close, x);
+        x->deadline = wq_host_now(h) + (int64_t)(wait * 1e9);
+        if (reports)
+            claim_reporting(x, hq, o);
+        else
+            claim_start(x, wait);
     }
     json_object_put(o);
 }
@@ -580,6 +632,143 @@ static void post_reports(wq_host *h, struct evhttp_request *req, const wq_hqueue
     json_object_put(o);
     b->started = 1;
     batch_answer(b);
+}
+
+/* ---- a claim that carries reports ---- */
+
+/* Reads every report of claim o ("done", "fail": arrays): 0, or -1 answered 400. */
+static int reports_read(struct evhttp_request *req, json_object *o)
+{
+    for (int k = WQ_REPORT_DONE; k <= WQ_REPORT_FAIL; k++) {
+        json_object *a;
+        if (!json_object_object_get_ex(o, kind_names[k], &a))
+            continue;
+        if (!json_object_is_type(a, json_type_array)) {
+            bad(req, "bad field '%s' (an array of %s reports, each with its key and token)",
+                kind_names[k], kind_names[k]);
+            return -1;
+        }
+        size_t n = json_object_array_length(a);
+        for (size_t i = 0; i < n; i++) {
+            wq_report r;
+            char *text = NULL;
+            const char *err =
+                read_report(json_object_array_get_idx(a, i), (wq_report_kind)k, NULL, 0, &r, &text);
+            free(text);
+            if (err) {
+                bad(req, "%s report %zu: %s", kind_names[k], i, err);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+typedef struct claim_slot {
+    claimer *x;
+    size_t i;
+} claim_slot;
+
+/* Every outcome is committed (or refused): the claim itself now, for what is left of its wait.
+ * The claim's demand was registered with the reports, so on PostgreSQL the transaction that
+ * committed them claimed for it too: its items are at hand. */
+static void reported(claimer *x)
+{
+    if (x->reporting || x->outstanding > 0)
+        return;
+    unwait(x);
+    if (x->closed) {
+        claimer_free(x);
+        return;
+    }
+    struct evhttp_connection *conn = evhttp_request_get_connection(x->req);
+    if (conn)
+        evhttp_connection_set_closecb(conn, NULL, NULL);
+    int64_t left = x->deadline - wq_host_now(x->h);
+    claim_start(x, left > 0 ? (double)left / 1e9 : 0);
+}
+
+static void claim_slot_kept(void *ud, int ok)
+{
+    claim_slot *s = ud;
+    claimer *x = s->x;
+    if (!ok) {
+        json_object *e = json_object_new_object();
+        if (e) {
+            json_object_object_add(e, "error",
+                                   json_object_new_string("not stored: the runner lost its claims "
+                                                          "(the item runs again)"));
+            json_object_object_add(e, "status", json_object_new_int(503));
+        }
+        json_object_array_put_idx(x->results, s->i, e);
+    }
+    free(s);
+    x->outstanding--;
+    reported(x);
+}
+
+static void on_early(void *ud)
+{
+    ((claimer *)ud)->wait = NULL; /* one shot: the items wait in the queue for the claim */
+}
+
+static void on_close_reporting(struct evhttp_connection *conn, void *arg)
+{
+    (void)conn;
+    claimer *x = arg;
+    if (!evhttp_request_get_connection(x->req))
+        evhttp_request_free(x->req); /* left to us by evhttp: nobody will answer it */
+    x->closed = 1;                   /* freed once the outcomes are committed */
+}
+
+/* Applies the reports of claim o (read by reports_read), then claims (see reported). */
+static void claim_reporting(claimer *x, const wq_hqueue *hq, json_object *o)
+{
+    x->results = json_object_new_array();
+    if (!x->results) {
+        wq_http_reply_error(x->req, 500, "Internal Server Error", "out of memory");
+        claimer_free(x);
+        return;
+    }
+    x->reporting = 1;
+    if (x->deadline > wq_host_now(x->h)) /* the claim's demand, with the outcomes */
+        x->wait = hq->ops->claim_wait(hq->q, x->max, on_early, x);
+    for (int k = WQ_REPORT_DONE; k <= WQ_REPORT_FAIL; k++) {
+        json_object *a;
+        if (!json_object_object_get_ex(o, kind_names[k], &a))
+            continue;
+        size_t n = json_object_array_length(a);
+        for (size_t i = 0; i < n; i++) {
+            wq_report r;
+            char *text = NULL, msg[400];
+            read_report(json_object_array_get_idx(a, i), (wq_report_kind)k, NULL, 0, &r, &text);
+            claim_slot *cs = calloc(1, sizeof *cs);
+            if (cs) {
+                cs->x = x;
+                cs->i = json_object_array_length(x->results);
+                r.kept = claim_slot_kept;
+                r.kept_ud = cs;
+            }
+            int code = apply(hq, &r, msg, sizeof msg);
+            if (code == 202) {
+                x->outstanding++;
+                code = 200;
+            } else {
+                free(cs);
+            }
+            json_object *ans = code == 200 ? report_answer(&r) : json_object_new_object();
+            if (ans && code != 200) {
+                json_object_object_add(ans, "error", json_object_new_string(msg));
+                json_object_object_add(ans, "status", json_object_new_int(code));
+            }
+            json_object_array_add(x->results, ans);
+            free(text);
+        }
+    }
+    x->reporting = 0;
+    if (x->outstanding > 0)
+        evhttp_connection_set_closecb(evhttp_request_get_connection(x->req), on_close_reporting, x);
+    reported(x);
 }
 
 /* ---- routing ---- */

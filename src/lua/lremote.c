@@ -408,6 +408,10 @@ int lremote_report(void *q, wq_report *rep)
         return WQ_ENOMEM;
     }
     int rc = end_run(&a);
+    wq_item_info info;
+    if (later && rc >= 0 && wq_queue_lookup(lq->q, rep->key, rep->keylen, &info) == 1 &&
+        (info.state & (WQ_ST_PROCESSING | WQ_ST_QUEUED)))
+        later = 0; /* retried at once under the same claim: no outcome to commit yet */
     if (rc < 0 || !later) {
         if (k)
             free(k->key);

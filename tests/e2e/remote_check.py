@@ -3,7 +3,8 @@
 runner serving tests/e2e/test_remote.sh's script: bad input, claims and long
 polls, exclusivity and the follow-up rule, group limits, pause, retries and
 dead letters, cancel told at the heartbeat, a lease that runs out (handed out
-again, the old token refused with 409), keep_done, batched reports.
+again, the old token refused with 409), keep_done, batched reports, claims
+that carry the reports of the batch before.
 Usage: remote_check.py BASE_URL. Prints one line per failed check; exits 1
 if any failed."""
 import json
@@ -267,6 +268,52 @@ code, ans = call("GET", "/queues/r/items/b7")
 check(ans.get("result") == "b7", "a batched result is kept", ans)
 code, ans = call("POST", "/queues/r/done", [{"key": "z", "tokn": "1"}])
 check(code == 400 and "report 0" in ans["error"], "a malformed report in a batch: 400, none applied", ans)
+
+# ---- a claim that carries the reports of the batch before ----
+for i in range(10):
+    add("kd", "c%d" % i)
+first = []
+for _ in range(10):  # a claim answers with what is at hand: 5 in one or more
+    code, more = claim("kd", max=5 - len(first), wait=2)
+    first += more if code == 200 else []
+    if len(first) == 5:
+        break
+check(len(first) == 5, "a first claim of 5", first)
+code, ans = claim("kd", max=5, wait=2, done=[{"key": "zz", "tokn": "1"}])
+check(code == 400 and "done report 0" in ans.get("error", ""), "a malformed report in a claim: 400", ans)
+code, ans = claim("kd", max=5, wait=2, done={"key": "c0"})
+check(code == 400 and "'done'" in ans.get("error", ""), "done not an array: 400 naming it", ans)
+done_body = [{"key": i["key"], "token": i["token"], "result": {"by": i["key"]}} for i in first[:4]]
+done_body.append({"key": "nope", "token": first[0]["token"]})
+fail_body = [{"key": first[4]["key"], "token": first[4]["token"], "error": "again", "retry_in": 0}]
+code, ans = claim("kd", max=5, wait=2, done=done_body, fail=fail_body)
+check(code == 200 and isinstance(ans, dict) and len(ans.get("results", [])) == 6
+      and ans["results"][:4] == [{"ok": True}] * 4 and ans["results"][4].get("status") in (404, 409)
+      and ans["results"][5] == {"ok": True}, "the reports answered in order, done then fail", ans)
+nxt = ans.get("items", []) if isinstance(ans, dict) else []
+check(nxt and not {i["key"] for i in nxt} & {i["key"] for i in first[:4]},
+      "and the next items in the same answer (the failed one may be among them)", nxt)
+code, got = call("GET", "/queues/kd/items/%s" % first[0]["key"])
+check(got.get("state") == "done" and got.get("result") == {"by": first[0]["key"]},
+      "a reported result is kept when the claim answers", got)
+seen, answers = {}, []
+for _ in range(12):  # each claim reports the items of the one before, until none come
+    for i in nxt:
+        seen.setdefault(i["key"], []).append(i["attempt"])
+    code, ans = claim("kd", max=5, wait=0.5, done=[{"key": i["key"], "token": i["token"]} for i in nxt])
+    answers.append(ans)
+    nxt = ans.get("items", []) if code == 200 and isinstance(ans, dict) else []
+    if not nxt:
+        break
+check(all(a.get("results") and all(r == {"ok": True} for r in a["results"]) for a in answers),
+      "every report carried by a claim: ok", answers)
+check(sorted(seen) == sorted({"c%d" % i for i in range(10)} - {i["key"] for i in first[:4]})
+      and seen.get(first[4]["key"]) == [2] and all(len(v) == 1 for v in seen.values()),
+      "each of the rest handed out once, the failed one again with attempt 2", seen)
+check(answers and answers[-1].get("items") == [], "the last reports with an empty claim: no items",
+      answers[-1:])
+code, ans = claim("kd", done=[])
+check(code == 200 and ans == {"results": [], "items": []}, "done: [] answers the object form", ans)
 
 print("remote_check: %d checks, %d failed" % (checks, failed))
 sys.exit(1 if failed else 0)
