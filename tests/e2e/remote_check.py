@@ -315,5 +315,26 @@ check(answers and answers[-1].get("items") == [], "the last reports with an empt
 code, ans = claim("kd", done=[])
 check(code == 200 and ans == {"results": [], "items": []}, "done: [] answers the object form", ans)
 
+# a claim with reports whose client goes away before the answer: the reports still count
+import socket
+from urllib.parse import urlparse
+add("kd", "gone1")
+it = claim_one("kd")
+body = json.dumps({"max": 1, "wait": 2, "done": [{"key": "gone1", "token": it["token"], "result": 7}]}).encode()
+u = urlparse(BASE)
+s = socket.create_connection((u.hostname, u.port))
+s.sendall(b"POST /queues/kd/claim HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+s.close()
+state = None
+for _ in range(50):
+    code, got = call("GET", "/queues/kd/items/gone1")
+    state = got.get("state") if isinstance(got, dict) else None
+    if state == "done":
+        break
+    time.sleep(0.1)
+check(state == "done", "a claim's reports count though its client went away", got)
+code, ans = call("GET", "/healthz")
+check(code == 200, "and the runner goes on", code)
+
 print("remote_check: %d checks, %d failed" % (checks, failed))
 sys.exit(1 if failed else 0)
