@@ -1104,7 +1104,7 @@ static int flow_blocked(lqueue *lq, const char *key, size_t len, const wq_add_op
 static int put(lqueue *lq, const char *key, size_t len, const wq_add_opts *o, int after,
                int64_t delay, int force, int unique, wq_badd_fn fn, void *ud, int no_wait)
 {
-    if (lq->bq) {
+    if (lq->bq && wq_backend_shared(lq->host->backend)) { /* SQLite: the engine decides */
         wq_badd a = {.key = key,
                      .keylen = len,
                      .payload = o->set_payload ? o->payload : NULL,
@@ -1171,7 +1171,7 @@ static int add_common(lua_State *L, int how, const char *fn)
     /* A backend that decides adds (PostgreSQL) answers once they committed: a task waits for
      * that; code that cannot yield gets true at once (the add is sent with the next cycle). */
     add_wait *w = NULL;
-    wq_task *t = lq->bq ? wq_task_of(L) : NULL;
+    wq_task *t = lq->bq && wq_backend_shared(lq->host->backend) ? wq_task_of(L) : NULL;
     if (t && lua_isyieldable(L)) {
         w = calloc(1, sizeof *w);
         if (!w)
