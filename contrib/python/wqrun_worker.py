@@ -27,7 +27,10 @@ never dropped. A report answered 409 or 404 means the item's lease ran out
 and it was handed out again: nothing changed, so it is logged and dropped.
 Claimed items are held until their outcome is reported; ``batch`` bounds how
 many at a time (claim fewer for long jobs: each is held while it waits for
-a thread). Reports go to the runner the claims came from, as they must.
+a thread). Reports go to the runner the claims came from, as they must. The
+outcomes ready when the next claim is made go with it (``{"done": [...]}`` in
+the claim): on PostgreSQL one transaction then commits them and claims the
+next items; the rest go in batches of their own.
 """
 
 import argparse
@@ -78,6 +81,8 @@ class Job:
         self.lease_until = item.get("lease_until")
         self.cancelled = _Flag()  # set when the key is cancelled or its lease was lost
         self.lost = False  # the lease ran out: the item was handed out again
+        self.reported = False  # its outcome is waiting to be sent (or on its way)
+        self.sending = False  # its report is on its way: no heartbeat for it meanwhile
 
     def __repr__(self):
         return "<Job %r attempt %s>" % (self.key, self.attempt)
@@ -116,6 +121,8 @@ class Worker:
         self._lock = threading.Condition()
         self._held = {}  # key -> Job: claimed, outcome not yet acknowledged
         self._pending = {"done": [], "fail": []}  # reports to send: (job, body)
+        self._inflight = set()  # ids of the entries of _pending on their way
+        self._combine = True  # claims carry reports (off against a runner that refuses them)
         self._stopping = threading.Event()
         self._claiming = True
         self._claim_conn = None  # the connection of the claim under way (stop() cuts it short)
@@ -157,29 +164,53 @@ class Worker:
                    for f in (self._reporter, self._heartbeater)]
         for t in helpers:
             t.start()
-        delay = 0
+        delay, skip_once = 0, False
         try:
             while not self._stopping.is_set():
-                with self._lock:
-                    while len(self._held) >= self.batch and not self._stopping.is_set():
+                with self._lock:  # held items whose outcome is ready go with the claim
+                    while self._busy() >= self.batch and not self._stopping.is_set():
                         self._lock.wait(1)
-                    room = self.batch - len(self._held)
+                    room = self.batch - self._busy()
+                    combine, skip_once = self._combine and not skip_once, False
+                    carried = {k: self._take(k) for k in ("done", "fail")} if combine else None
                 if self._stopping.is_set():
+                    if carried:
+                        self._release(carried["done"] + carried["fail"])
                     break
+                body = {"max": room, "wait": self.wait, "lease": self.lease}
+                if carried is not None:
+                    body.update((k, [b for _, b in v]) for k, v in carried.items())
                 try:
-                    items = self._post("/claim", {"max": room, "wait": self.wait, "lease": self.lease},
-                                       timeout=self.wait + 30, claim=True)
+                    answer = self._post("/claim", body, timeout=self.wait + 30, claim=True)
                     delay = 0
                 except HTTPError as e:
+                    if carried is not None:
+                        self._release(carried["done"] + carried["fail"])
+                    if e.status == 400 and carried is not None and "unknown field" in e.body:
+                        log.info("the runner takes no reports in a claim: they go on their own")
+                        self._combine = False
+                        continue
+                    if e.status == 400 and carried is not None and "report" in e.body:
+                        skip_once = True  # a report it refused: the reporter finds which
+                        continue
                     if e.status in (400, 401, 403, 404):
                         raise  # a wrong queue, token or setting: trying again will not help
                     delay = self._backoff(delay, "claim", e)
                     continue
                 except NET_ERRORS as e:
+                    if carried is not None:
+                        self._release(carried["done"] + carried["fail"])
                     if self._stopping.is_set():
                         break  # stop() cut the claim short
                     delay = self._backoff(delay, "claim", e)
                     continue
+                if carried is None:
+                    items = answer
+                else:
+                    items, results = answer.get("items", []), answer["results"]
+                    nd = len(carried["done"])
+                    self._acknowledged("done", carried["done"], results[:nd])
+                    self._acknowledged("fail", carried["fail"], results[nd:])
                 for item in items:
                     job = Job(item)
                     with self._lock:
@@ -235,7 +266,32 @@ class Worker:
     def _report(self, job, kind, body):
         body.update(key=job.key, token=job.token)
         with self._lock:
+            job.reported = True
             self._pending[kind].append((job, body))
+            self._lock.notify_all()
+
+    def _sendable(self):
+        """Whether a report waits that is not on its way (under the lock)."""
+        return any(id(e) not in self._inflight for k in ("done", "fail") for e in self._pending[k])
+
+    def _busy(self):
+        """Held items still running or waiting for a thread (under the lock)."""
+        return sum(1 for j in self._held.values() if not j.reported)
+
+    def _take(self, kind, most=1000):
+        """Up to `most` reports of kind not on their way yet, now on their way (under the lock)."""
+        taken = [e for e in self._pending[kind] if id(e) not in self._inflight][:most]
+        for e in taken:
+            self._inflight.add(id(e))
+            e[0].sending = True
+        return taken
+
+    def _release(self, entries):
+        """Reports that did not get through: to be sent again."""
+        with self._lock:
+            for e in entries:
+                self._inflight.discard(id(e))
+                e[0].sending = False
             self._lock.notify_all()
 
     # ---- reports: batched, kept until the runner has them ----
@@ -243,15 +299,18 @@ class Worker:
     def _reporter(self):
         delay = 0
         while True:
-            with self._lock:
-                while not (self._pending["done"] or self._pending["fail"]) and self._claiming:
+            with self._lock:  # (reports a claim carries are not this thread's to send)
+                while not self._sendable() and self._claiming:
                     self._lock.wait()
                 if not (self._pending["done"] or self._pending["fail"]):
                     return
-            time.sleep(0.01)  # lets a few more outcomes join the batch
+                if not self._sendable():
+                    self._lock.wait(0.1)  # the last claim's reports: on their way
+                    continue
+            time.sleep(0.01)  # lets a few more outcomes join the batch (or the next claim take them)
             for kind in ("done", "fail"):
                 with self._lock:
-                    sending = self._pending[kind][:1000]
+                    sending = self._take(kind)
                 if not sending:
                     continue
                 try:
@@ -264,27 +323,33 @@ class Worker:
                     if isinstance(e, HTTPError) and e.status == 400:
                         self._refused(kind, sending[0], e.body)
                         continue
+                    self._release(sending)
                     delay = self._backoff(delay, "report", e, False)  # kept: sent again
                     break
                 self._acknowledged(kind, sending, answer)
 
     def _resend_one_by_one(self, kind, sending):
         """A batch refused as malformed (say a result over 1 MiB): each one on its own."""
-        for job, body in sending:
+        for i, (job, body) in enumerate(sending):
             try:
                 answer = self._post("/" + kind, [body])["results"]
             except HTTPError as e:
                 if e.status != 400:
-                    return  # the rest is kept for the next round
+                    self._release(sending[i:])  # the rest is kept for the next round
+                    return
                 self._refused(kind, (job, body), e.body)
                 continue
             except NET_ERRORS:
+                self._release(sending[i:])
                 return
             self._acknowledged(kind, [(job, body)], answer)
 
     def _unpend(self, kind, sent):
         ids = {id(e) for e in sent}
         self._pending[kind] = [e for e in self._pending[kind] if id(e) not in ids]
+        self._inflight -= ids  # (an id may be reused once its entry is gone)
+        for job, _ in sent:
+            job.sending = False
 
     def _refused(self, kind, entry, why):
         job, body = entry
@@ -319,7 +384,7 @@ class Worker:
             with self._lock:
                 if not self._claiming and not self._held:
                     return
-                jobs = list(self._held.values())
+                jobs = [j for j in self._held.values() if not j.sending]  # (a report ends it)
             pause, t0 = every, time.monotonic()
             if jobs:
                 try:
