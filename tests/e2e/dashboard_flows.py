@@ -139,16 +139,28 @@ def field(el, name):
 
 driver.get(BASE + "/")
 wait("the overview lists both flows", lambda: flow_row("done-flow") and flow_row(HELD))
-for fid in ("done-flow", HELD):
+seen = {}
+
+
+def row_as_api(fid):
+    """Whether fid's row shows the API's counts and state (the live page may redraw the row
+    while it is read: wait() then reads it again)."""
     f = flow(urllib.request.quote(fid, safe=""))
     row = flow_row(fid)
-    shown = [field(row, k) for k in ("blocked", "pending", "done", "dead")]
-    want = [str(sum(1 for n in f["nodes"] if n["state"] == k)) for k in ("blocked", "pending", "done", "dead")]
-    if shown != want:
-        fail("overview row of %s shows %s, the API says %s" % (fid, shown, want))
-    state = field(row, "flow-state")
-    if state != ("finished" if fid == "done-flow" else "running"):
-        fail("overview row of %s says %r" % (fid, state))
+    kinds = ("blocked", "pending", "done", "dead")
+    shown = [field(row, k) for k in kinds] + [field(row, "flow-state")]
+    want = [str(sum(1 for n in f["nodes"] if n["state"] == k)) for k in kinds] + [
+        "finished" if fid == "done-flow" else "running"]
+    seen[fid] = (shown, want)
+    return shown == want
+
+
+for fid in ("done-flow", HELD):
+    try:
+        wait("the overview row of %s as the API says" % fid, lambda: row_as_api(fid), timeout=3)
+    except SystemExit:
+        print("# overview row of %s shows %s, the API says %s" % ((fid,) + seen.get(fid, (None, None))))
+        raise
 ok("the overview's flows table shows each flow's state and counts per state as the API does")
 
 # ------------------------------------------------------------------ a finished flow's page
@@ -168,19 +180,28 @@ ok("a finished flow's page: every node done, the join's result and its dependenc
 # ------------------------------------------------------------------ a held flow, cancelled
 driver.get(BASE + "/#/flow/" + HELD_PATH)
 wait("the flow page of the held flow", lambda: driver.find_element(By.ID, "flow-id").text == HELD)
-blocked = wait("its blocked nodes", lambda: driver.find_elements(By.CSS_SELECTOR, "#nodes-blocked tbody tr"))
-texts = sorted(tr.get_attribute("data-node") for tr in blocked)
-if texts != ["joins/hj", "joins/tail"]:
-    fail("blocked nodes shown: %s" % texts)
-hj = driver.find_element(By.CSS_SELECTOR, '#nodes-blocked tr[data-node="joins/hj"]')
-if "2 left" not in hj.text or "slow/s1, slow/s2" not in hj.text:
-    fail("the blocked join does not say what it waits for: %r" % hj.text)
-pending = sorted(tr.get_attribute("data-node")
-                 for tr in driver.find_elements(By.CSS_SELECTOR, "#nodes-pending tbody tr"))
-if pending != ["slow/s1", "slow/s2"]:
-    fail("pending nodes shown: %s" % pending)
-if field(driver, "nodes-blocked") != "2" or field(driver, "nodes-pending") != "2":
-    fail("the tiles do not count 2 blocked and 2 pending")
+why = {}
+
+
+def held_page():
+    """Whether the held flow's page shows its blocked and pending nodes (read again when the
+    live page redraws meanwhile)."""
+    blocked = sorted(tr.get_attribute("data-node")
+                     for tr in driver.find_elements(By.CSS_SELECTOR, "#nodes-blocked tbody tr"))
+    hj = driver.find_element(By.CSS_SELECTOR, '#nodes-blocked tr[data-node="joins/hj"]').text
+    pending = sorted(tr.get_attribute("data-node")
+                     for tr in driver.find_elements(By.CSS_SELECTOR, "#nodes-pending tbody tr"))
+    tiles = (field(driver, "nodes-blocked"), field(driver, "nodes-pending"))
+    why["held"] = "blocked %s, the join says %r, pending %s, tiles %s" % (blocked, hj, pending, tiles)
+    return (blocked == ["joins/hj", "joins/tail"] and "2 left" in hj and "slow/s1, slow/s2" in hj
+            and pending == ["slow/s1", "slow/s2"] and tiles == ("2", "2"))
+
+
+try:
+    wait("the held flow's blocked and pending nodes", held_page, timeout=4)
+except SystemExit:
+    print("# shown: %s" % why.get("held"))
+    raise
 ok("a held flow's page: blocked nodes with what they wait for, the running parts pending")
 
 driver.find_element(By.ID, "cancel-flow").click()
@@ -190,9 +211,9 @@ shown_after = time.time() - t0
 f = flow(HELD_PATH)
 if not f["cancelled"] or any(n["state"] != "dead" for n in f["nodes"]):
     fail("the API does not show the flow cancelled: %s" % f)
-for tr in driver.find_elements(By.CSS_SELECTOR, "#nodes-dead tbody tr"):
-    if "cancelled" not in tr.text:
-        fail("a dead node does not say why: %r" % tr.text)
+wait("every dead node says why", lambda: all(
+    "cancelled" in tr.text for tr in driver.find_elements(By.CSS_SELECTOR, "#nodes-dead tbody tr")),
+    timeout=3)
 if field(driver, "flow-state") != "cancelled" or driver.find_elements(By.ID, "cancel-flow"):
     fail("the page still offers to cancel a cancelled flow")
 if shown_after > 2.0:
