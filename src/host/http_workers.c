@@ -417,7 +417,7 @@ static const char *read_report(json_object *o, wq_report_kind kind, const char *
 }
 
 /* Applies r: its HTTP status and, for an error, the message in msg. */
-static int apply(const wq_hqueue *hq, wq_report *r, char *msg, size_t n)
+static int apply(const wq_host *h, const wq_hqueue *hq, wq_report *r, char *msg, size_t n)
 {
     int rc = hq->ops->report(hq->q, r);
     char shown[WQ_SHOWN_KEY];
@@ -425,8 +425,12 @@ static int apply(const wq_hqueue *hq, wq_report *r, char *msg, size_t n)
     if (rc == WQ_ENOENT) {
         snprintf(msg, n,
                  "no claim of '%s' in queue '%s' (its lease ran out, or it was handed back or "
-                 "never claimed): nothing changed",
-                 shown, hq->name);
+                 "never claimed%s): nothing changed",
+                 shown, hq->name,
+                 wq_backend_shared(h->backend)
+                     ? ", or it was claimed through another runner: a report goes to the runner "
+                       "its claim came from"
+                     : "");
         return 404;
     }
     if (rc == WQ_EAGAIN)
@@ -527,7 +531,7 @@ static void post_report(wq_host *h, struct evhttp_request *req, const wq_hqueue 
     if (body_json(req, &o) < 0)
         return;
     wq_report r;
-    char *text = NULL, msg[400];
+    char *text = NULL, msg[640];
     const char *err = read_report(o, kind, key, keylen, &r, &text);
     if (err) {
         bad(req, "%s", err);
@@ -539,7 +543,7 @@ static void post_report(wq_host *h, struct evhttp_request *req, const wq_hqueue 
             r.kept = one_kept;
             r.kept_ud = k;
         }
-        int code = apply(hq, &r, msg, sizeof msg);
+        int code = apply(h, hq, &r, msg, sizeof msg);
         if (code == 202) { /* answered once the outcome is committed */
             free(text);
             json_object_put(o);
@@ -605,7 +609,7 @@ static void post_reports(wq_host *h, struct evhttp_request *req, const wq_hqueue
     b->results = results;
     for (size_t i = 0; i < n; i++) {
         wq_report r;
-        char *text = NULL, msg[400];
+        char *text = NULL, msg[640];
         read_report(json_object_array_get_idx(o, i), kind, NULL, 0, &r, &text);
         kept_slot *ks = kind == WQ_REPORT_HEARTBEAT ? NULL : calloc(1, sizeof *ks);
         if (ks) {
@@ -614,7 +618,7 @@ static void post_reports(wq_host *h, struct evhttp_request *req, const wq_hqueue
             r.kept = slot_kept;
             r.kept_ud = ks;
         }
-        int code = apply(hq, &r, msg, sizeof msg);
+        int code = apply(h, hq, &r, msg, sizeof msg);
         if (code == 202) {
             b->outstanding++;
             code = 200;
@@ -740,7 +744,7 @@ static void claim_reporting(claimer *x, const wq_hqueue *hq, json_object *o)
         size_t n = json_object_array_length(a);
         for (size_t i = 0; i < n; i++) {
             wq_report r;
-            char *text = NULL, msg[400];
+            char *text = NULL, msg[640];
             read_report(json_object_array_get_idx(a, i), (wq_report_kind)k, NULL, 0, &r, &text);
             claim_slot *cs = calloc(1, sizeof *cs);
             if (cs) {
@@ -749,7 +753,7 @@ static void claim_reporting(claimer *x, const wq_hqueue *hq, json_object *o)
                 r.kept = claim_slot_kept;
                 r.kept_ud = cs;
             }
-            int code = apply(hq, &r, msg, sizeof msg);
+            int code = apply(x->h, hq, &r, msg, sizeof msg);
             if (code == 202) {
                 x->outstanding++;
                 code = 200;

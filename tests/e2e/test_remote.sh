@@ -87,6 +87,9 @@ check "K and O2 are registered" pg_wait "$DB" "select count(*) from wqrun.runner
 pg_psql "$DB" "select wqrun.add('r', 'killed')" >/dev/null
 ktok=$(curl -s -m 20 -X POST "http://127.0.0.1:$((PORT + 3))/queues/r/claim" -d '{"wait": 10, "lease": 60}' | claim_tok)
 check "K's worker holds it" test -n "$ktok"
+ans=$(curl -s -w ' %{http_code}' -X POST "http://127.0.0.1:$((PORT + 4))/queues/r/items/killed/done" -d "{\"token\": \"$ktok\"}")
+check "a report to another runner than the claim's: 404 saying where it goes ($ans)" \
+    grep -q 'claimed through another runner.* 404$' <<<"$ans"
 kill -9 "$K"
 t0=$(date +%s.%N)
 o2tok=$(curl -s -m 20 -X POST "http://127.0.0.1:$((PORT + 4))/queues/r/claim" -d '{"wait": 15, "lease": 60}' | claim_tok)
