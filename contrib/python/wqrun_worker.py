@@ -180,6 +180,8 @@ class Worker:
                 body = {"max": room, "wait": self.wait, "lease": self.lease}
                 if carried is not None:
                     body.update((k, [b for _, b in v]) for k, v in carried.items())
+                    if carried["done"] or carried["fail"]:  # their answers come with the claim's:
+                        body["wait"] = min(self.wait, 1)  # soon, even when no item comes
                 try:
                     answer = self._post("/claim", body, timeout=self.wait + 30, claim=True)
                     delay = 0
