@@ -463,6 +463,33 @@ static json_object *report_answer(const wq_report *r)
     return o;
 }
 
+/*
+ * Reads report o of kind (checked by read_report before) and applies it, adding its answer to
+ * results ({"ok"}, a heartbeat's, or {"error", "status"}). With ud, kept(ud, ok) is told when
+ * an outcome that commits later (PostgreSQL) is committed: 1 then; 0 when answered now (ud is
+ * not kept).
+ */
+static int apply_into(const wq_host *h, const wq_hqueue *hq, json_object *o, wq_report_kind kind,
+                      json_object *results, void (*kept)(void *ud, int ok), void *ud)
+{
+    wq_report r;
+    char *text = NULL, msg[640];
+    read_report(o, kind, NULL, 0, &r, &text);
+    if (ud) {
+        r.kept = kept;
+        r.kept_ud = ud;
+    }
+    int code = apply(h, hq, &r, msg, sizeof msg);
+    json_object *a = code == 200 || code == 202 ? report_answer(&r) : json_object_new_object();
+    if (a && code != 200 && code != 202) {
+        json_object_object_add(a, "error", json_object_new_string(msg));
+        json_object_object_add(a, "status", json_object_new_int(code));
+    }
+    json_object_array_add(results, a);
+    free(text);
+    return code == 202;
+}
+
 /* A report waiting for its outcome's commit. */
 typedef struct kept_one {
     wq_host *h;
@@ -608,30 +635,15 @@ static void post_reports(wq_host *h, struct evhttp_request *req, const wq_hqueue
     b->body = body;
     b->results = results;
     for (size_t i = 0; i < n; i++) {
-        wq_report r;
-        char *text = NULL, msg[640];
-        read_report(json_object_array_get_idx(o, i), kind, NULL, 0, &r, &text);
         kept_slot *ks = kind == WQ_REPORT_HEARTBEAT ? NULL : calloc(1, sizeof *ks);
         if (ks) {
             ks->b = b;
             ks->i = i;
-            r.kept = slot_kept;
-            r.kept_ud = ks;
         }
-        int code = apply(h, hq, &r, msg, sizeof msg);
-        if (code == 202) {
+        if (apply_into(h, hq, json_object_array_get_idx(o, i), kind, results, slot_kept, ks))
             b->outstanding++;
-            code = 200;
-        } else {
+        else
             free(ks);
-        }
-        json_object *a = code == 200 ? report_answer(&r) : json_object_new_object();
-        if (a && code != 200) {
-            json_object_object_add(a, "error", json_object_new_string(msg));
-            json_object_object_add(a, "status", json_object_new_int(code));
-        }
-        json_object_array_add(results, a);
-        free(text);
     }
     json_object_put(o);
     b->started = 1;
@@ -743,30 +755,16 @@ static void claim_reporting(claimer *x, const wq_hqueue *hq, json_object *o)
             continue;
         size_t n = json_object_array_length(a);
         for (size_t i = 0; i < n; i++) {
-            wq_report r;
-            char *text = NULL, msg[640];
-            read_report(json_object_array_get_idx(a, i), (wq_report_kind)k, NULL, 0, &r, &text);
             claim_slot *cs = calloc(1, sizeof *cs);
             if (cs) {
                 cs->x = x;
                 cs->i = json_object_array_length(x->results);
-                r.kept = claim_slot_kept;
-                r.kept_ud = cs;
             }
-            int code = apply(x->h, hq, &r, msg, sizeof msg);
-            if (code == 202) {
+            if (apply_into(x->h, hq, json_object_array_get_idx(a, i), (wq_report_kind)k, x->results,
+                           claim_slot_kept, cs))
                 x->outstanding++;
-                code = 200;
-            } else {
+            else
                 free(cs);
-            }
-            json_object *ans = code == 200 ? report_answer(&r) : json_object_new_object();
-            if (ans && code != 200) {
-                json_object_object_add(ans, "error", json_object_new_string(msg));
-                json_object_object_add(ans, "status", json_object_new_int(code));
-            }
-            json_object_array_add(x->results, ans);
-            free(text);
         }
     }
     x->reporting = 0;

@@ -104,13 +104,8 @@ wq.spawn(function()
             r, err = p:call({op = "slow", s = 30, pidfile = pidfile})
             waiting = false
         end)
-        local victim
-        t.ok(t.wait_until(function()
-            local f = io.open(pidfile)
-            victim = f and tonumber(f:read("a"))
-            if f then f:close() end
-            return victim ~= nil
-        end, 5), "the busy process wrote its pid")
+        local victim = t.wait_pid(pidfile, 5)
+        t.ok(victim, "the busy process wrote its pid")
         os.execute("kill -9 " .. victim)
         t.ok(t.wait_until(function() return not waiting end, 5), "the call ended")
         t.eq(r, nil)

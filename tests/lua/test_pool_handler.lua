@@ -65,13 +65,8 @@ do -- cancel of a running job: its process is killed and replaced; no retry, no 
     local pidfile = os.tmpname()
     os.remove(pidfile)
     q:add("long", {op = "sleep", s = 60, pidfile = pidfile})
-    local pid
-    t.ok(t.wait_until(function()
-        local f = io.open(pidfile)
-        pid = f and tonumber(f:read("a"))
-        if f then f:close() end
-        return pid ~= nil
-    end, 10), "the job started on a process")
+    local pid = t.wait_pid(pidfile, 10)
+    t.ok(pid, "the job started on a process")
     local started = p:stats().started
     t.eq(q:cancel("long"), true)
     t.ok(t.wait_until(function() return q:stats().processing == 0 end, 5), "the job ended")
@@ -96,13 +91,8 @@ do -- a pool process killed mid-job (kill -9): the run fails naming it, the proc
     os.remove(pidfile)
     local started, failures = p:stats().started, q:stats().failures
     q:add("killed", {op = "sleep_first", s = 60, pidfile = pidfile})
-    local pid
-    t.ok(t.wait_until(function()
-        local f = io.open(pidfile)
-        pid = f and tonumber(f:read("a"))
-        if f then f:close() end
-        return pid ~= nil
-    end, 10), "the job started on a process")
+    local pid = t.wait_pid(pidfile, 10)
+    t.ok(pid, "the job started on a process")
     t.eq(wq.exec({"kill", "-9", tostring(pid)}).status, 0, "kill -9 of the pool process")
     t.ok(t.wait_until(function() return q:item("killed") and q:item("killed").state == "done" end, 10),
         "the job ran again and succeeded")

@@ -215,6 +215,19 @@ function M.wait_until(cond, timeout, step)
     return true
 end
 
+-- wait_pid(path, timeout): waits until the file at path holds a number (a process writes
+-- its pid there); returns it, or nil after timeout seconds
+function M.wait_pid(path, timeout)
+    local pid
+    M.wait_until(function()
+        local f = io.open(path)
+        pid = f and tonumber(f:read("a"))
+        if f then f:close() end
+        return pid ~= nil
+    end, timeout)
+    return pid
+end
+
 -- Whether the script runs with --virtual-time: the clock stands still while Lua computes.
 do
     local a, x = wq.now(), 0
