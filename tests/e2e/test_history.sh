@@ -180,4 +180,43 @@ old=$(sqlite3 "$TMP/p.db" "SELECT count(*) FROM history WHERE finished_at < (SEL
 check "rows were written ($rows)" test "$rows" -ge 3
 expect_eq "$old" 0 "rows older than history (1 s) plus a prune interval are gone"
 check "and the recent ones stay ($rows < 19)" test "$rows" -lt 19
+# The prune never holds the loop: behind 2,000,000 young rows of another queue (a full read
+# took 100-300 ms each second), a queue with history = 1 s is pruned while a timer checks
+# how late the loop wakes it.
+mk=$(script mk.lua <<'LUA'
+wq.queue("big", {handler = function() end})
+wq.exit(0)
+LUA
+)
+run --db "$TMP/big.db" "$mk"
+expect_rc 0 "the big file's first run"
+sqlite3 "$TMP/big.db" "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000000)
+  INSERT INTO history (queue, key, state, finished_at, attempts)
+  SELECT 'big', 'b' || i, 'done', unixepoch('now') - 60, 1 FROM n"
+lag=$(script lag.lua <<'LUA'
+wq.queue("big", {handler = function() end})
+local q = wq.queue("p", {history = 1, handler = function() end})
+local n, worst, late = 0, 0, 0
+wq.every(0.05, function() n = n + 1; q:add("k" .. n) end)
+local stop = wq.now() + 4
+while wq.now() < stop do
+    local t = wq.now()
+    wq.sleep(0.01)
+    local d = wq.now() - t - 0.01
+    if d > worst then worst = d end
+    if d > 0.06 then late = late + 1 end
+end
+print(string.format("late %d worst %.3f", late, worst))
+wq.exit(0)
+LUA
+)
+run --db "$TMP/big.db" "$lag"
+expect_rc 0 "the run behind 2M rows"
+late=$(sed -n 's/^late \([0-9]*\) .*/\1/p' <<<"$OUT")
+check "the loop was never held over 60 ms by a prune ($OUT)" test "${late:-99}" -le 1
+old=$(sqlite3 "$TMP/big.db" "SELECT count(*) FROM history WHERE queue = 'p' AND finished_at < (SELECT max(finished_at) FROM history WHERE queue = 'p') - 2.5")
+pn=$(sqlite3 "$TMP/big.db" "SELECT count(*) FROM history WHERE queue = 'p'")
+expect_eq "$old" 0 "p's old rows were pruned behind the big queue's"
+check "p's recent rows stay ($pn)" test "$pn" -ge 3
+expect_eq "$(sqlite3 "$TMP/big.db" "SELECT count(*) FROM history WHERE queue = 'big'")" 2000000 "the young rows of big stay"
 finish
