@@ -7,7 +7,9 @@
 # from /proc), then the statements the runner sends (top level) and the
 # statements inside wqrun's functions, each with its calls, rows and
 # execution time per job and its share of the top level's time.
-#   bench/pg/statements.sh     N (100000), HISTORY (86400; 0: off), WQRUN
+#   bench/pg/statements.sh     N (100000), HISTORY (86400; 0: off), WQRUN,
+#                              EXTRA_SQL (run after the load, before the runner: a trial
+#                              of an index or a setting)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 n=${N:-100000}
@@ -33,6 +35,7 @@ export DATABASE_URL
 . bench/pg/lib.sh
 psql -c "CREATE EXTENSION pg_stat_statements"
 load_items noop "$n"
+[[ -z ${EXTRA_SQL:-} ]] || psql -c "$EXTRA_SQL"
 pg_cpu() { # CPU seconds of every process of the cluster (its postmaster's children)
   local pm
   pm=$(head -1 "$WQ_PG_DIR/data/postmaster.pid")
