@@ -138,8 +138,8 @@ void lfail_log(lqueue *lq, const char *key, size_t len, int64_t attempt, const c
                      s < 100 ? "wqrun: %s: '%s' failed (attempt %lld), next try in %.3g s: %s"
                              : "wqrun: %s: '%s' failed (attempt %lld), next try in %.0f s: %s",
                      lq->name, shown, n, s, msg);
-    } else if (how == LFAIL_PERMANENT) {
-        wq_host_logf(lq->host, WQ_LOG_WARN, f, nf,
+    } else if (how == LFAIL_PERMANENT) { /* a dead letter: error, as retries exhausted */
+        wq_host_logf(lq->host, WQ_LOG_ERROR, f, nf,
                      "wqrun: %s: '%s' failed for good (wq.fail, attempt %lld), dead-lettered: %s",
                      lq->name, shown, n, msg);
     } else {

@@ -112,13 +112,17 @@ wait "$PID" 2>/dev/null
 # ------------------------------------------------ log formats and levels
 FAILS=$(script fails.lua <<'LUA'
 local q = wq.queue("mail", {max_retries = 1, limiter = wq.limiter.fast_slow(0.01, 0.01, 5),
-    handler = function() error("smtp: 421 try later\nsecond line") end})
+    handler = function(key)
+        if key == "bounce-1" then return wq.fail("550 no such user") end
+        error("smtp: 421 try later\nsecond line")
+    end})
 q:add("user-7")
+if arg[1] == "fail" then q:add("bounce-1") end -- a dead letter made by wq.fail too
 wq.log("hello from the script")
 LUA
 )
-run --log-format json --db "$TMP/b.db" "$FAILS"
-expect_rc 3 "a JSON-logging run (its key is dead-lettered: 3)"
+run --log-format json --db "$TMP/b.db" "$FAILS" fail
+expect_rc 3 "a JSON-logging run (its keys are dead-lettered: 3)"
 bad=$(printf '%s\n' "$ERR" | python3 -c '
 import json, re, sys
 bad = 0
@@ -142,8 +146,11 @@ for line in sys.stdin:
 expect_eq "$(field '"started" in o["msg"]' 'o["version"], o["db"], o["queues"]')" \
     "$("$WQRUN" --version | awk '{ print $2 }') sqlite $TMP/b.db mail" "the start-up line: version, backend and file, queues"
 expect_eq "$(field 'o.get("outcome") == "retry"' 'o["level"], o["queue"], o["key"], o["attempt"], o["error"]')" \
-    "warn mail user-7 1 $TMP/fails.lua:2: smtp: 421 try later" "a failed attempt: warn, with queue, key, attempt and the error's first line"
-expect_eq "$(field 'o.get("outcome") == "dead"' 'o["level"], o["attempt"]')" "error 2" "the dead letter: error level"
+    "warn mail user-7 1 $TMP/fails.lua:4: smtp: 421 try later" "a failed attempt: warn, with queue, key, attempt and the error's first line"
+expect_eq "$(field 'o.get("outcome") == "dead" and o["key"] == "user-7"' 'o["level"], o["attempt"]')" "error 2" \
+    "the dead letter (retries exhausted): error level"
+expect_eq "$(field 'o.get("outcome") == "dead" and o["key"] == "bounce-1"' 'o["level"], o["attempt"], o["error"]')" \
+    "error 1 550 no such user" "the dead letter made by wq.fail: error level too (docs/deploy.md)"
 expect_eq "$(field 'o["msg"] == "hello from the script"' 'o["level"]')" info "wq.log is an info line"
 expect_eq "$(field '"stopped" in o["msg"]' 'o["status"]')" 3 "the stop line with the exit status"
 
@@ -151,10 +158,12 @@ run --db "$TMP/c.db" "$FAILS"
 expect_re "$ERR" "^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}[+-][0-9]{2}:[0-9]{2} INFO wqrun: wqrun .* started" \
     "text lines carry the time zone's offset and the level"
 expect_re "$ERR" "WARN wqrun: mail: 'user-7' failed \(attempt 1\), next try in" "a retried failure is a WARN line"
-run --log-level error --db "$TMP/d.db" "$FAILS"
+run --log-level error --db "$TMP/d.db" "$FAILS" fail
 expect_not_in "$ERR" "INFO" "--log-level error drops info lines"
 expect_not_in "$ERR" "WARN" "and warn lines"
 expect_in "$ERR" "ERROR wqrun: mail: 'user-7' failed 2 times, dead-lettered" "and keeps error lines"
+expect_in "$ERR" "ERROR wqrun: mail: 'bounce-1' failed for good (wq.fail, attempt 1), dead-lettered: 550 no such user" \
+    "a wq.fail dead letter among them"
 run --log-format yaml "$FAILS"
 expect_rc 2 "an unknown log format is a usage error"
 expect_in "$ERR" "--log-format takes text or json, got 'yaml'" "and says what it takes"

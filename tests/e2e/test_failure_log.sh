@@ -45,6 +45,10 @@ expect_not_in "$ERR" "tail of the long one" "its second line is not logged"
 expect_in "$ERR" "wqrun: jobs: 'final' failed for good (wq.fail, attempt 1), dead-lettered: 404 not found" \
     "wq.fail: dead-lettered at once"
 expect_count "$ERR" " failed" 6 "one line per failed attempt: 2 + 3 + 1"
+# Levels (docs/deploy.md): a retried failure warns, a dead letter is an error whatever made it dead.
+expect_count "$ERR" "WARN wqrun: jobs: '" 4 "the four retried failures are WARN lines"
+expect_in "$ERR" "ERROR wqrun: jobs: 'doomed' failed 3 times, dead-lettered" "retries exhausted: an ERROR line"
+expect_in "$ERR" "ERROR wqrun: jobs: 'final' failed for good (wq.fail" "wq.fail: an ERROR line too"
 
 run --quiet "$jobs"
 expect_rc 3 "the run with --quiet"
