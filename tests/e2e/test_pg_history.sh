@@ -8,8 +8,9 @@
 # runners both write theirs; history = 0 keeps none; rows past the queue's
 # history seconds are pruned while a runner runs; `wqrun history`, `wqrun
 # show` (a finished key answers from its last run), q:item and GET
-# /queues/Q/history and /items/KEY read it; a version 10 schema is upgraded
-# to 11.
+# /queues/Q/history and /items/KEY read it (a key dead with its dead letter
+# purged, cancelled or removed: its state, attempts and error); a version 10
+# schema is upgraded to 11.
 . "$(dirname "$0")/lib.sh"
 pg_need
 
@@ -152,6 +153,27 @@ expect_eq "$(curl -s -m 10 "$BASE/queues/two/history?limit=1" | python3 -c 'impo
     "True" "the runs of other runners (the API runner claims nothing)"
 expect_eq "$(curl -s -m 10 "$BASE/queues/files/items/r" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["state"], d["result"])')" \
     "done {'rows': 3}" "GET /queues/files/items/r: its last run"
+# a key whose last run ended dead (its dead letter purged: only the history knows it), one
+# cancelled, one removed: their state, attempts and error, the time of the end within the run
+item() {
+    curl -s -m 10 "$BASE/queues/files/items/$1" | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+t0, t1 = '"$t0, $t1"'
+ended = d.pop("failed_at", None)
+print(json.dumps(d, sort_keys=True), ended is not None and t0 - 1 <= ended <= t1 + 1)'
+}
+expect_eq "$(curl -s -m 10 -o /dev/null -w '%{http_code}' -X DELETE "$BASE/queues/files/dead")|$(q "SELECT count(*) FROM wqrun.dead WHERE queue = 'files'")" \
+    "200|0" "DELETE /queues/files/dead: bad's dead letter purged"
+expect_eq "$(item bad)" \
+    "{\"attempts\": 2, \"error\": \"$TMP/jobs.lua:8: broken 2\", \"key\": \"bad\", \"payload\": null, \"state\": \"dead\"} True" \
+    "GET items/bad, no dead letter left: its last run from the history (dead, 2 attempts, its error)"
+expect_eq "$(item slow)" \
+    '{"attempts": 1, "error": "cancelled", "key": "slow", "payload": null, "state": "cancelled"} True' \
+    "GET items/slow: a cancelled key's last run (1 attempt, error cancelled)"
+expect_eq "$(item later)" \
+    '{"attempts": 0, "error": null, "key": "later", "payload": null, "state": "removed"} True' \
+    "GET items/later: a removed key's last run (never ran)"
 kill -TERM "$PID"
 wait_exit "$PID" 20
 
