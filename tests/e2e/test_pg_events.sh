@@ -4,8 +4,9 @@
 # listens); GET items/KEY?wait= on A answers when B finishes the key;
 # `wqrun add --wait` (no runner of its own) prints the result of whichever
 # runner ran it and exits 0, 1 dead, 124 at the timeout; a running job's
-# progress is on its row (read back with psql) and goes with the run; with
-# nobody listening, no runner sends events.
+# progress is on its row (read back with psql), printed by `wqrun show` and
+# `wqrun items`, and goes with the run; with nobody listening, no runner
+# sends events.
 . "$(dirname "$0")/lib.sh"
 pg_need
 
@@ -68,11 +69,23 @@ expect_in "$out" '"key":"b2","state":"done"' "?wait= on A: answered with B's end
 expect_in "$out" '"result":{"by":"B/b2"}' "its result"
 expect_between "$(since "$t0")" 0.3 10 "when the run ended"
 
-# progress on the job's row while it runs, gone with it
-post '{"key": "p1", "payload": {"on": "B", "progress": 60, "s": 3}}' >/dev/null
+# progress on the job's row while it runs, gone with it; `wqrun show` and `wqrun items` print it
+post '{"key": "p1", "payload": {"on": "B", "progress": 60, "s": 4}}' >/dev/null
 check "progress on the row" pg_wait "$DB" \
     "SELECT state || ' ' || progress::text FROM wqrun.items WHERE key = 'p1'" "processing 60" 15
 expect_in "$(curl -s "$BASE/queues/work/items/p1")" '"progress":60' "GET items/KEY on A shows B's job's progress"
+run show --db "$DB" work p1
+expect_eq "$(printf '%s\n' "$OUT" | grep -E '^(state|progress) ')" "state        processing
+progress     60" "wqrun show: the running item's progress"
+run show --db "$DB" work p1 --json
+expect_eq "$(printf '%s' "$OUT" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["state"], d["progress"])')" \
+    "processing 60" "wqrun show --json: its progress"
+run items --db "$DB" work
+expect_re "$(printf '%s\n' "$OUT" | grep '^p1 ')" '^p1 +processing on B .*  progress 60$' \
+    "wqrun items: the running item's row ends with its progress"
+run items --db "$DB" work --json
+expect_eq "$(printf '%s' "$OUT" | python3 -c 'import json,sys; print([(i["state"], i["runner"], i["progress"]) for i in json.load(sys.stdin) if i["key"] == "p1"])')" \
+    "[('processing', 'B', 60)]" "wqrun items --json: its progress"
 check "cleared with the run" pg_wait "$DB" "SELECT count(*) FROM wqrun.jobs WHERE key = 'p1'" 0 15
 
 # a pause made through B (the database tells A): one "paused" on A's stream, not A's own and
