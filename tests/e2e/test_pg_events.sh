@@ -5,8 +5,9 @@
 # `wqrun add --wait` (no runner of its own) prints the result of whichever
 # runner ran it and exits 0, 1 dead, 124 at the timeout; a running job's
 # progress is on its row (read back with psql), printed by `wqrun show` and
-# `wqrun items`, and goes with the run; with nobody listening, no runner
-# sends events.
+# `wqrun items`, and goes with the run; B's started, progress, retrying,
+# done, cancelled (a cancel made through A) reach A's stream once; with
+# nobody listening, no runner sends events.
 . "$(dirname "$0")/lib.sh"
 pg_need
 
@@ -26,6 +27,12 @@ wq.queue("work", {workers = 2, max_retries = 0, handler = function(key, payload,
     return {by = who .. "/" .. key}
 end})
 wq.queue("noise", {handler = who == "B" and function() end or nil})
+-- run by B only: fails its first run, retried at once
+wq.queue("again", {max_retries = 1, limiter = wq.limiter.exponential(0.01, 0.01),
+    handler = who == "B" and function(key, payload, job)
+        if job.attempt == 1 then error("once") end
+        return {by = who .. "/" .. key}
+    end or nil})
 LUA
 )
 
@@ -49,6 +56,10 @@ curl -sN "$BASE/events?queue=work" >"$TMP/a.sse" 2>/dev/null &
 SSE=$!
 PIDS+=("$SSE")
 wait_for "$TMP/a.sse" ": wqrun events" 1 5 || fail "the stream did not start"
+curl -sN "$BASE/events?queue=again" >"$TMP/r.sse" 2>/dev/null &
+RSSE=$!
+PIDS+=("$RSSE")
+wait_for "$TMP/r.sse" ": wqrun events" 1 5 || fail "the again stream did not start"
 sleep 0.3 # B hears A's announcement
 post() { curl -s -X POST "$BASE/queues/work/items" -d "$1"; }
 post '{"key": "b1", "payload": {"on": "B", "s": 0.2}}' >/dev/null
@@ -86,7 +97,35 @@ expect_re "$(printf '%s\n' "$OUT" | grep '^p1 ')" '^p1 +processing on B .*  prog
 run items --db "$DB" work --json
 expect_eq "$(printf '%s' "$OUT" | python3 -c 'import json,sys; print([(i["state"], i["runner"], i["progress"]) for i in json.load(sys.stdin) if i["key"] == "p1"])')" \
     "[('processing', 'B', 60)]" "wqrun items --json: its progress"
+wait_for "$TMP/a.sse" '"event":"progress","queue":"work","key":"p1"' 1 10 ||
+    fail "A's stream did not carry B's progress"
+ev() { # ev FILE EVENT KEY: the fields of the first such event
+    grep -F "\"event\":\"$2\"," "$1" | grep -F "\"key\":\"$3\"" | head -1 | sed 's/^data: //' |
+        python3 -c 'import json,sys; e=json.loads(sys.stdin.read()); print(e["event"], e["queue"], e["key"], e["runner"], e.get("attempt"), json.dumps(e.get("progress", e.get("result"))), e.get("error", "-"), "retry_in" in e)'
+}
+expect_eq "$(ev "$TMP/a.sse" progress p1)" "progress work p1 B 1 60 - False" \
+    "B's progress, on A's stream: its value, named as B's"
 check "cleared with the run" pg_wait "$DB" "SELECT count(*) FROM wqrun.jobs WHERE key = 'p1'" 0 15
+
+# a retry and a cancel on B, heard on A's streams
+curl -s -X POST "$BASE/queues/again/items" -d '{"key": "r1"}' >/dev/null
+wait_for "$TMP/r.sse" '"event":"done","queue":"again","key":"r1"' 1 15 ||
+    fail "A's again stream did not carry B's done of r1"
+expect_eq "$(ev "$TMP/r.sse" retrying r1)" "retrying again r1 B 1 null $TMP/jobs.lua:16: once True" \
+    "B's retrying, on A's stream: attempt 1, its error, when it runs again"
+expect_eq "$(ev "$TMP/r.sse" done r1)" 'done again r1 B 2 {"by": "B/r1"} - False' "then B's done of attempt 2"
+post '{"key": "c1", "payload": {"on": "B", "s": 30}}' >/dev/null
+check "c1 runs on B" pg_wait "$DB" \
+    "SELECT i.state || ' ' || r.name FROM wqrun.items i JOIN wqrun.runners r ON r.id = i.runner WHERE i.key = 'c1'" \
+    "processing B" 15
+expect_in "$(curl -s -X POST "$BASE/queues/work/items/c1/cancel")" '"cancelled":true' "a cancel through A"
+wait_for "$TMP/a.sse" '"event":"cancelled","queue":"work","key":"c1"' 1 10 ||
+    fail "A's stream did not carry B's cancelled"
+expect_eq "$(ev "$TMP/a.sse" cancelled c1)" "cancelled work c1 B 1 null cancelled False" \
+    "B's cancelled, on A's stream: the run B ended"
+sleep 0.5
+expect_eq "$(grep -c '"event":"cancelled","queue":"work","key":"c1"' "$TMP/a.sse")" 1 "told once"
+kill "$RSSE"
 
 # a pause made through B (the database tells A): one "paused" on A's stream, not A's own and
 # B's relayed copy too
