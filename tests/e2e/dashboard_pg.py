@@ -6,8 +6,9 @@ the database URL and the name of the other runner (dash-b). Checks that the
 overview shows the database's numbers (compared with psql), lists both
 runners with their heartbeats and running items (compared with GET /runners
 and psql), shows a jobs/s for the runner that runs the feed, a queue's
-schedules and most held groups as the database has them, and that a
-pause clicked on dash-a's page pauses the queue for every runner.
+schedules and most held groups as the database has them, that a
+pause clicked on dash-a's page pauses the queue for every runner, and that
+the queue's recent runs are the database's history (compared with psql).
 Prints one line per check; exits 1 on the first failure.
 
 usage: dashboard_pg.py BASE DATABASE_URL OTHER_RUNNER
@@ -193,4 +194,34 @@ started = psql("select count(*) from wqrun.jobs where queue = 'w' and key like '
 if started != "0":
     fail("feed items still start 1.5 s after the pause (%s running, %s before)" % (started, before))
 ok("no feed item runs on any runner 1.5 s after the pause")
+
+# Recent runs: the database's history (every runner's runs), newest first, as psql lists it; a
+# cancel made through the API is in it at the top. The feed is paused: the history stands still.
+req = urllib.request.Request(BASE + "/queues/w/items/slow1/cancel", data=b"", method="POST")
+with urllib.request.urlopen(req, timeout=5) as r:
+    if json.loads(r.read().decode()) != {"cancelled": True}:
+        fail("POST /queues/w/items/slow1/cancel did not cancel it")
+wait("slow1's cancelled run in the database's history",
+     lambda: psql("select state from wqrun.history where queue = 'w' and key = 'slow1'") == "cancelled")
+
+
+def history_shown():
+    """The recent runs shown: key, state, attempts, error or result (read in one go)."""
+    return driver.execute_script(
+        "return Array.from(document.querySelectorAll('#history tbody tr')).map((r) => [r.dataset.key,"
+        " r.dataset.state, r.querySelector('[data-label=\"Attempts\"]').textContent,"
+        " r.querySelector('[data-label=\"Error or result\"]').textContent])")
+
+
+db_hist = [r.split("|") for r in psql(
+    "select key, state, attempts, coalesce(error, '') from wqrun.history where queue = 'w' "
+    "order by id desc limit 20").splitlines()]
+if len(db_hist) != 20 or db_hist[0] != ["slow1", "cancelled", "1", "cancelled"] \
+        or any(k[0] != "f" or st != "done" or n != "1" or e for k, st, n, e in db_hist[1:]):
+    fail("psql's newest runs of w: %s" % db_hist)
+wait("w's recent runs on the page as psql lists them", lambda: history_shown() == db_hist, 15)
+runners = psql("select string_agg(distinct coalesce(runner, '-'), ',') from (select runner from "
+               "wqrun.history where queue = 'w' order by id desc limit 20) x")
+ok("w's page lists its 20 recent runs as the database has them, newest first: slow1 cancelled "
+   "(1 attempt, error cancelled), then the feed's done runs (run by %s)" % runners)
 print("dashboard_pg: %d checks passed" % checks)
