@@ -113,7 +113,7 @@ wait_for "$TMP/r.sse" '"event":"done","queue":"again","key":"r1"' 1 15 ||
     fail "A's again stream did not carry B's done of r1"
 expect_eq "$(ev "$TMP/r.sse" retrying r1)" "retrying again r1 B 1 null $TMP/jobs.lua:16: once True" \
     "B's retrying, on A's stream: attempt 1, its error, when it runs again"
-expect_eq "$(ev "$TMP/r.sse" done r1)" 'done again r1 B 2 {"by": "B/r1"} - False' "then B's done of attempt 2"
+expect_eq "$(ev "$TMP/r.sse" "done" r1)" 'done again r1 B 2 {"by": "B/r1"} - False' "then B's done of attempt 2"
 post '{"key": "c1", "payload": {"on": "B", "s": 30}}' >/dev/null
 check "c1 runs on B" pg_wait "$DB" \
     "SELECT i.state || ' ' || r.name FROM wqrun.items i JOIN wqrun.runners r ON r.id = i.runner WHERE i.key = 'c1'" \
