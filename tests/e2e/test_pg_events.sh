@@ -60,8 +60,11 @@ curl -sN "$BASE/events?queue=again" >"$TMP/r.sse" 2>/dev/null &
 RSSE=$!
 PIDS+=("$RSSE")
 wait_for "$TMP/r.sse" ": wqrun events" 1 5 || fail "the again stream did not start"
-sleep 0.3 # B hears A's announcement
 post() { curl -s -X POST "$BASE/queues/work/items" -d "$1"; }
+# B relays work's events once it has heard A's announcement: b0 on A's stream says it has
+post '{"key": "b0", "payload": {"on": "B"}}' >/dev/null
+wait_for "$TMP/a.sse" '"event":"done","queue":"work","key":"b0"' 1 15 ||
+    fail "B's events of work did not reach A's stream"
 post '{"key": "b1", "payload": {"on": "B", "s": 0.2}}' >/dev/null
 wait_for "$TMP/a.sse" '"event":"done","queue":"work","key":"b1"' 1 15 ||
     fail "A's stream did not carry B's done"
@@ -150,13 +153,18 @@ curl -sN "$BASE/events?queue=work" >"$TMP/w.sse" 2>/dev/null &
 SSE=$!
 PIDS+=("$SSE")
 wait_for "$TMP/w.sse" ": wqrun events" 1 5 || fail "the work stream did not start"
-sleep 0.3
-"${WQ_PG_BIN:-/usr/lib/postgresql/15/bin}/psql" -X "$DB" -c "LISTEN wqrun" -c "SELECT pg_sleep(2)" \
+# B relays work's events once it has heard A's announcement: b2w on A's stream says it has
+post '{"key": "b2w", "payload": {"on": "B"}}' >/dev/null
+wait_for "$TMP/w.sse" '"event":"done","queue":"work","key":"b2w"' 1 15 ||
+    fail "B's events of work did not reach A's stream"
+"${WQ_PG_BIN:-/usr/lib/postgresql/15/bin}/psql" -X "$DB" -c "LISTEN wqrun" -c "SELECT pg_sleep(4)" \
     >"$TMP/listen2.out" 2>&1 &
 LSN=$!
-sleep 0.3
+check "the listener listens" pg_wait "$DB" "SELECT count(*) FROM pg_stat_activity
+  WHERE query = 'SELECT pg_sleep(4)' AND state = 'active'" 1 10
 for i in 1 2 3; do curl -s -X POST "$BASE/queues/noise/items" -d "{\"key\": \"n$i\"}" >/dev/null; done
 post '{"key": "b3", "payload": {"on": "B"}}' >/dev/null
+wait_for "$TMP/w.sse" '"event":"done","queue":"work","key":"b3"' 1 15 || fail "b3 did not reach A's stream"
 wait "$LSN"
 check "noise ran" pg_wait "$DB" "SELECT count(*) FROM wqrun.history WHERE queue = 'noise'" 3 15
 expect_in "$(cat "$TMP/listen2.out")" '"queue":"work","key":"b3"' "work's events are relayed"
