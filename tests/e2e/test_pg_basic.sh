@@ -25,11 +25,11 @@ q() { pg_psql "$DB" "$1"; }
 # ---- migrate, CLI and SQL adds before any runner -----------------------------
 run migrate --db "$DB"
 expect_rc 0 "migrate (first)"
-expect_eq "$OUT" 'schema "wqrun" created (version 11)' "first migrate creates the schema"
+expect_eq "$OUT" 'schema "wqrun" created (version 12)' "first migrate creates the schema"
 run migrate --db "$DB"
 expect_rc 0 "migrate (second)"
-expect_eq "$OUT" 'schema "wqrun" is up to date (version 11)' "second migrate: up to date"
-expect_eq "$(q "select value from wqrun.meta where key = 'schema_version'")" 11 "meta schema_version"
+expect_eq "$OUT" 'schema "wqrun" is up to date (version 12)' "second migrate: up to date"
+expect_eq "$(q "select value from wqrun.meta where key = 'schema_version'")" 12 "meta schema_version"
 
 run add --db "$DB" q k '{"a":1}'
 expect_rc 0 "wqrun add"
@@ -57,6 +57,31 @@ expect_eq "$(q "select count(*) from wqrun.jobs where key = 'k2'")" 1 "a committ
 expect_eq "$(q "select wqrun.add_many('[{\"queue\":\"q\",\"key\":\"a\"},{\"queue\":\"q\",\"key\":\"b\",\"after\":3600}]')")" \
     '["queued", "delayed"]' "add_many returns one outcome per item, in order"
 expect_eq "$(q "select state from wqrun.items where key = 'b'")" waiting "add_many's delayed item is waiting"
+# add_many's malformed batches: refused whole, naming the first bad item (found by one pass
+# over the JSON, then looked for item by item)
+am() { pg_psql "$DB" "select wqrun.add_many('$1')" 2>&1 | sed -n 's/.*ERROR: *//p; /^\[/p' | head -1; }
+BADITEM='needs a string "key" and a "queue" of 1-64 characters of [A-Za-z0-9_.-])'
+expect_eq "$(am '{"a": 1}')" "wqrun.add_many: bad argument 'items' (a JSON array expected, got object)" \
+    "add_many of an object: refused"
+expect_eq "$(am '[{"queue": "q", "key": "x1"}, {"queue": "q", "key": 5}]')" \
+    "wqrun.add_many: bad argument 'items' (item 2 $BADITEM" "a number as key: item 2 named"
+expect_eq "$(q "select count(*) from wqrun.jobs where key = 'x1'")" 0 "and the good item before it not added"
+for bad in '[[{"queue": "q", "key": "x"}]]' '[{"queue": "q"}]' '[{"key": "k"}]' '[null]' '["s"]' \
+    '[{"queue": "bad name", "key": "k"}]' '[{"queue": "", "key": "k"}]' '[{"queue": ["q"], "key": "k"}]' \
+    '[{"queue": "q\n", "key": "k"}]' "[{\"queue\": \"$(printf 'q%.0s' $(seq 65))\", \"key\": \"k\"}]"; do
+    expect_eq "$(am "$bad")" "wqrun.add_many: bad argument 'items' (item 1 $BADITEM" "add_many refuses $bad"
+done
+expect_eq "$(am "[{\"queue\": \"$(printf 'q%.0s' $(seq 64))\", \"key\": \"\"}]")" '["queued"]' \
+    "a queue name of 64 characters and an empty key are fine"
+# the outcomes of a batch that mixes new keys, keys pending, repeats and the options
+expect_eq "$(am '[{"queue": "q", "key": "d1"}, {"queue": "q", "key": "d1"}, {"queue": "q", "key": "a"}, {"queue": "q", "key": "p1", "payload": null, "priority": "3", "after": "0"}, {"queue": "q", "key": "p2", "after": 2.5, "priority": -1, "payload": [1]}, {"queue": "q", "key": "f1", "force": true}, {"queue": "q", "key": "u1", "unique": true}, {"queue": "q", "key": "a", "unique": true}]')" \
+    '["queued", "deduplicated", "deduplicated", "queued", "delayed", "queued", "queued", "skipped: pending"]' \
+    "add_many: a key's first item in the batch is added, a repeat and a pending key deduplicated"
+expect_eq "$(q "select string_agg(key || ' ' || coalesce(payload::text, '-') || ' ' || priority || ' ' || state, ', ' order by key) from wqrun.items where key in ('d1', 'p1', 'p2', 'f1', 'u1')")" \
+    'd1 - 0 queued, f1 - 0 queued, p1 - 3 queued, p2 [1] -1 waiting, u1 - 0 queued' \
+    "their rows: payload (JSON null: none), priority (a number or its text), delayed"
+q "select wqrun.remove('q', k) from unnest(array['d1', 'p1', 'p2', 'f1', 'u1']) k;
+   select wqrun.remove('$(printf 'q%.0s' $(seq 64))', '')" >/dev/null
 
 # A bad queue name raises and adds nothing.
 OUT=$(q "select wqrun.add('bad name!', 'k')" 2>&1)
@@ -239,14 +264,14 @@ expect_eq "$(q "select count(*) from wqrun.jobs where key = 'newer'")" 0 "nothin
 # --pg-schema other
 DB3=$(pg_fresh_db)
 run migrate --db "$DB3" --pg-schema other
-expect_eq "$OUT" 'schema "other" created (version 11)' "migrate --pg-schema other"
+expect_eq "$OUT" 'schema "other" created (version 12)' "migrate --pg-schema other"
 run add --db "$DB3" --pg-schema other q o1
 expect_eq "$OUT" queued "wqrun add --pg-schema other"
 run --quiet --pg-schema other --db "$DB3" "$LUA/pg_basic.lua" "$LOG"
 expect_rc 0 "a runner with --pg-schema other drains and exits"
 expect_eq "$(grep -c '^end q o1 ' "$LOG")" 1 "o1 ran from schema other"
 expect_eq "$(pg_psql "$DB3" "select count(*) from pg_namespace where nspname = 'wqrun'")" 0 "no schema wqrun was made"
-expect_eq "$(pg_psql "$DB3" "select count(*) from other.jobs")|$(pg_psql "$DB3" "select value from other.meta")" "0|11" \
+expect_eq "$(pg_psql "$DB3" "select count(*) from other.jobs")|$(pg_psql "$DB3" "select value from other.meta")" "0|12" \
     "schema other holds the tables"
 
 # Concurrent starts on a database without the schema: migrate three times
@@ -260,7 +285,7 @@ for i in 1 2 3; do
 done
 wait "${bgs[@]}"
 LAST_CMD="3 x wqrun migrate at once" OUT=$(cat "$TMP"/mig.*) ERR=""
-expect_eq "$(grep -c 'created (version 11)' "$TMP"/mig.* | awk -F: '{ n += $2 } END { print n }')|$(grep -c 'is up to date (version 11)' "$TMP"/mig.* | awk -F: '{ n += $2 } END { print n }')" \
+expect_eq "$(grep -c 'created (version 12)' "$TMP"/mig.* | awk -F: '{ n += $2 } END { print n }')|$(grep -c 'is up to date (version 12)' "$TMP"/mig.* | awk -F: '{ n += $2 } END { print n }')" \
     "1|2" "three migrates at once: one created, two up to date"
 DB5=$(pg_fresh_db)
 bgs=()
@@ -274,7 +299,7 @@ wait "${bgs[@]}"
 LAST_CMD="4 x wqrun add at once on a database without the schema" OUT=$(cat "$TMP"/cadd.*) ERR=$(cat "$TMP"/cadd-err.*)
 expect_eq "$(cat "$TMP"/cadd.* | sort | uniq -c | awk '{ printf "%s %s,", $1, $2 }')" "4 queued,4 rc=0," "four adds at once: all queued, exit 0"
 expect_eq "$(pg_psql "$DB5" "select string_agg(key, ',' order by key) from wqrun.jobs")|$(pg_psql "$DB5" "select value from wqrun.meta")" \
-    "c1,c2,c3,c4|11" "one schema, four rows"
+    "c1,c2,c3,c4|12" "one schema, four rows"
 
 [ "$FAILED" -gt 0 ] && { echo "--- runs:"; cat "$LOG"; echo "--- runner stderr:"; cat "$TMP/r1.err"; } >&2
 finish

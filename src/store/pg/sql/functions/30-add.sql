@@ -161,7 +161,7 @@ END $fn$;
 -- the new keys, then for the others (worked through in key order, queued in the batch's).
 CREATE OR REPLACE FUNCTION @S.add_many(items jsonb) RETURNS jsonb LANGUAGE plpgsql AS $fn$
 DECLARE
-  v_now timestamptz; v_bad bigint; v_new bigint[]; v_out text[]; v_seqs bigint[];
+  v_now timestamptz; v_bad bigint; v_nnew bigint; v_out text[]; v_seqs bigint[];
   e record; q text; r record; v_wq text[]; v_wg text[];
 BEGIN
   PERFORM pg_current_xact_id(); -- ready times: see add()
@@ -170,40 +170,50 @@ BEGIN
     RAISE EXCEPTION 'wqrun.add_many: bad argument ''items'' (a JSON array expected, got %)',
       coalesce(jsonb_typeof(items), 'NULL') USING ERRCODE = '22023';
   END IF;
-  SELECT min(x.i) INTO v_bad FROM jsonb_array_elements(items) WITH ORDINALITY AS x(it, i)
-   WHERE jsonb_typeof(x.it) <> 'object' OR jsonb_typeof(x.it->'queue') IS DISTINCT FROM 'string'
-      OR jsonb_typeof(x.it->'key') IS DISTINCT FROM 'string'
-      OR x.it->>'queue' !~ '^[A-Za-z0-9_.-]{1,64}$';
-  IF v_bad IS NOT NULL THEN
-    RAISE EXCEPTION 'wqrun.add_many: bad argument ''items'' (item % needs a string "key" and a "queue" of 1-64 characters of [A-Za-z0-9_.-])', v_bad USING ERRCODE = '22023';
+  -- Malformed items are looked for in one pass in C (jsonpath: strict finds items that are not
+  -- objects, nested arrays included; lax the members, missing ones included); only when there
+  -- is one, the first is found for the message.
+  IF jsonb_path_exists(items, 'strict $[*] ? (@.type() != "object")')
+     OR jsonb_path_exists(items, '$[*] ? (!exists(@.queue) || !exists(@.key)
+          || @.queue.type() != "string" || @.key.type() != "string"
+          || !(@.queue like_regex "^[A-Za-z0-9_.-]{1,64}$"))') THEN
+    SELECT min(x.i) INTO v_bad FROM jsonb_array_elements(items) WITH ORDINALITY AS x(it, i)
+     WHERE jsonb_typeof(x.it) <> 'object' OR jsonb_typeof(x.it->'queue') IS DISTINCT FROM 'string'
+        OR jsonb_typeof(x.it->'key') IS DISTINCT FROM 'string'
+        OR x.it->>'queue' !~ '^[A-Za-z0-9_.-]{1,64}$';
+    IF v_bad IS NOT NULL THEN
+      RAISE EXCEPTION 'wqrun.add_many: bad argument ''items'' (item % needs a string "key" and a "queue" of 1-64 characters of [A-Za-z0-9_.-])', v_bad USING ERRCODE = '22023';
+    END IF;
   END IF;
-  INSERT INTO @S.levels SELECT DISTINCT x.it->>'queue', coalesce((x.it->>'priority')::integer, 0)
-    FROM jsonb_array_elements(items) AS x(it) ORDER BY 1, 2 ON CONFLICT DO NOTHING;
-  WITH x AS (SELECT it, i FROM jsonb_array_elements(items) WITH ORDINALITY AS x(it, i)),
+  INSERT INTO @S.levels SELECT DISTINCT x.queue, coalesce(x.priority, 0)
+    FROM jsonb_to_recordset(items) AS x(queue text, priority integer) ORDER BY 1, 2
+    ON CONFLICT DO NOTHING;
+  -- The items as typed rows, read from the JSON once. A key with a done row (keep_done) or of
+  -- a blocked flow node is add_one()'s to decide: looked up per item only when the tables have
+  -- such rows at all (once per statement, in its snapshot, as the lookups).
+  WITH x AS (SELECT * FROM ROWS FROM (jsonb_to_recordset(items) AS (queue text, key text,
+               payload jsonb, priority integer, "group" text, after float8, force boolean))
+               WITH ORDINALITY AS x(queue, key, payload, priority, grp, after, force, i)),
   ins AS (INSERT INTO @S.jobs AS j (queue, key, payload, priority, grp, run_at, seq, enqueued_at)
-      SELECT x.it->>'queue', x.it->>'key',
-             CASE WHEN x.it->'payload' <> 'null'::jsonb THEN x.it->'payload' END,
-             coalesce((x.it->>'priority')::integer, 0), x.it->>'group',
-             CASE WHEN (x.it->>'after')::float8 > 0
-                  THEN v_now + make_interval(secs => (x.it->>'after')::float8) ELSE v_now END,
+      SELECT x.queue, x.key, nullif(x.payload, 'null'::jsonb), coalesce(x.priority, 0), NULL,
+             CASE WHEN x.after > 0 THEN v_now + make_interval(secs => x.after) ELSE v_now END,
              nextval('@S.seq'), v_now
-        FROM x WHERE NOT coalesce((x.it->>'force')::boolean, false)
-          AND x.it->>'group' IS NULL
--- a key with a done row (keep_done) is add()'s to decide
-          AND NOT EXISTS (SELECT 1 FROM @S.done d WHERE d.queue = x.it->>'queue'
-                            AND d.key = x.it->>'key')
--- and so is a blocked flow node's key (it stays blocked)
-          AND NOT EXISTS (SELECT 1 FROM @S.flow_nodes n WHERE n.queue = x.it->>'queue'
-                            AND n.key = x.it->>'key' AND n.state = 'blocked')
+        FROM x WHERE NOT coalesce(x.force, false) AND x.grp IS NULL
+          AND (NOT EXISTS (SELECT 1 FROM @S.done)
+               OR NOT EXISTS (SELECT 1 FROM @S.done d WHERE d.queue = x.queue AND d.key = x.key))
+          AND (NOT EXISTS (SELECT 1 FROM @S.flow_nodes n WHERE n.state = 'blocked')
+               OR NOT EXISTS (SELECT 1 FROM @S.flow_nodes n
+                 WHERE n.queue = x.queue AND n.key = x.key AND n.state = 'blocked'))
         ORDER BY x.i
-      ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING RETURNING j.queue, j.key)
-  SELECT array_agg(f.i) INTO v_new FROM (SELECT min(x.i) AS i FROM x
-      JOIN ins ON ins.queue = x.it->>'queue' AND ins.key = x.it->>'key' GROUP BY ins.queue, ins.key) f;
-  SELECT array_agg(CASE WHEN n.i IS NULL THEN NULL WHEN (x.it->>'after')::float8 > 0
-                         THEN 'delayed' ELSE 'queued' END ORDER BY x.i) INTO v_out
-    FROM jsonb_array_elements(items) WITH ORDINALITY AS x(it, i)
-    LEFT JOIN unnest(v_new) AS n(i) ON n.i = x.i;
-  IF cardinality(v_new) IS DISTINCT FROM cardinality(v_out) THEN
+      ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING RETURNING j.queue, j.key, j.run_at)
+  -- each new key's first item is queued or delayed; the others (NULL) are add_one()'s
+  SELECT array_agg(CASE WHEN f.i IS NULL THEN NULL WHEN f.run_at > v_now THEN 'delayed'
+                        ELSE 'queued' END ORDER BY x.i),
+         count(f.i) INTO v_out, v_nnew
+    FROM x LEFT JOIN (SELECT min(x.i) AS i, min(ins.run_at) AS run_at FROM x
+                        JOIN ins ON ins.queue = x.queue AND ins.key = x.key
+                       GROUP BY ins.queue, ins.key) f ON f.i = x.i;
+  IF v_nnew IS DISTINCT FROM cardinality(v_out) THEN
     SELECT array_agg(s.n ORDER BY s.i) INTO v_seqs
       FROM (SELECT u.i, CASE WHEN u.o IS NULL THEN nextval('@S.seq') END AS n
               FROM unnest(v_out) WITH ORDINALITY AS u(o, i) ORDER BY u.i) s;
