@@ -9,7 +9,8 @@
 # execution time per job and its share of the top level's time.
 #   bench/pg/statements.sh     N (100000), HISTORY (86400; 0: off), WQRUN,
 #                              EXTRA_SQL (run after the load, before the runner: a trial
-#                              of an index or a setting)
+#                              of an index or a setting), MODE (burndown; enqueue: N items
+#                              through wqrun.add_many() in batches of BATCH, 1000)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 n=${N:-100000}
@@ -34,31 +35,48 @@ DATABASE_URL=$(bash scripts/pg.sh createdb bench_statements)
 export DATABASE_URL
 . bench/pg/lib.sh
 psql -c "CREATE EXTENSION pg_stat_statements"
-load_items noop "$n"
+mode=${MODE:-burndown}
+if [[ $mode == burndown ]]; then
+  load_items noop "$n"
+else
+  "$WQRUN" migrate --db "$DATABASE_URL" >/dev/null
+fi
 [[ -z ${EXTRA_SQL:-} ]] || psql -c "$EXTRA_SQL"
-pg_cpu() { # CPU seconds of every process of the cluster (its postmaster's children)
-  local pm
+pg_cpu() { # CPU seconds of every process of the cluster: the postmaster's own and its exited
+  local pm   # children's (psql's backends), and its live children's
   pm=$(head -1 "$WQ_PG_DIR/data/postmaster.pid")
-  awk -v hz="$(getconf CLK_TCK)" '{ s += $14 + $15 } END { printf "%.3f", s / hz }' \
-    "/proc/$pm/stat" $(for p in $(pgrep -P "$pm"); do echo "/proc/$p/stat"; done) 2>/dev/null
+  { awk '{ print $14 + $15 + $16 + $17 }' "/proc/$pm/stat"
+    for p in $(pgrep -P "$pm"); do awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || true; done
+  } | awk -v hz="$(getconf CLK_TCK)" '{ s += $1 } END { printf "%.3f", s / hz }'
 }
 psql -c "SELECT pg_stat_statements_reset()" >/dev/null
 psql -c "SELECT pg_stat_reset()" >/dev/null
 lsn0=$(psql -c "SELECT pg_current_wal_lsn()")
 cpu0=$(pg_cpu)
 t0=$(now)
-"$WQRUN" --quiet --serve --db "$DATABASE_URL" bench/pg/lua/noop.lua &
-runner=$!
-while [[ $(psql -c "SELECT count(*) FROM wqrun.jobs") != 0 ]]; do sleep 0.05; done
-t1=$(now)
-cpu1=$(pg_cpu) # before the runner's stop: its backend is still counted
-kill -TERM "$runner"
-wait "$runner" 2>/dev/null || true
-runner=
+if [[ $mode == burndown ]]; then
+  "$WQRUN" --quiet --serve --db "$DATABASE_URL" bench/pg/lua/noop.lua &
+  runner=$!
+  while [[ $(psql -c "SELECT count(*) FROM wqrun.jobs") != 0 ]]; do sleep 0.05; done
+  t1=$(now)
+  cpu1=$(pg_cpu) # before the runner's stop: its backend is still counted
+  kill -TERM "$runner"
+  wait "$runner" 2>/dev/null || true
+  runner=
+else # the enqueue's own clock (the batches are written to a file first)
+  out=$(bash bench/pg/wqrun_bench.sh enqueue "$n" "${BATCH:-1000}")
+  echo "$out"
+  cpu1=$(pg_cpu)
+  t1=$(awk -v a="$t0" -v n="$n" '/jobs_per_s/ { printf "%.6f", a + n / $2 }' <<<"$out")
+fi
 lsn1=$(psql -c "SELECT pg_current_wal_lsn()")
 wal=$(psql -c "SELECT pg_wal_lsn_diff('$lsn1', '$lsn0')")
 commits=$(psql -c "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
-echo "# pg statements: $n no-op jobs, one runner (500 workers), history $HISTORY s"
+if [[ $mode == burndown ]]; then
+  echo "# pg statements: $n no-op jobs, one runner (500 workers), history $HISTORY s"
+else
+  echo "# pg statements: $n items through wqrun.add_many() in batches of ${BATCH:-1000}"
+fi
 echo "# date: $(date -u '+%Y-%m-%d %H:%M:%S +0000'), machine: nproc $(nproc), load $(cut -d' ' -f1-3 /proc/loadavg)"
 awk -v n="$n" -v a="$t0" -v b="$t1" -v c0="$cpu0" -v c1="$cpu1" -v w="$wal" -v x="$commits" 'BEGIN {
   printf "jobs_per_s %.0f\n", n / (b - a)

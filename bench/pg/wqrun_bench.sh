@@ -63,16 +63,24 @@ burndown() {
 
 # enqueue N BATCH [GROUPS]: N items, in GROUPS groups when given (enqueue_grouped).
 enqueue() {
-  local n=$1 b=$2 g=${3:-0} t0 t1 i grp="" name=enqueue what=""
+  local n=$1 b=$2 g=${3:-0} t0 t1 i name=enqueue what=""
   if ((g > 0)); then
-    grp=", 'group', 'g' || (g % $g)" name=enqueue_grouped what=" in $g groups"
+    name=enqueue_grouped what=" in $g groups"
   fi
   "$WQRUN" migrate --db "$DATABASE_URL" >/dev/null
-  # The batches as files first, so the clock counts only the database's work.
+  # The batches as files first, so the clock counts only the database's work: each a JSON
+  # text as a producer sends it (graphile.mjs's addJobs sends its specs as JSON too).
   local tmp
   tmp=$(mktemp -d)
   for ((i = 0; i < n; i += b)); do
-    echo "select count(*) from jsonb_array_elements(wqrun.add_many((select jsonb_agg(jsonb_build_object('queue', 'noop', 'key', 'k' || g$grp, 'payload', jsonb_build_object('n', g))) from generate_series($i + 1, least($i + $b, $n)) g))) e;"
+    awk -v a="$i" -v b="$b" -v n="$n" -v g="$g" 'BEGIN {
+      printf "select count(*) from jsonb_array_elements(wqrun.add_many(\x27[";
+      for (k = a + 1; k <= a + b && k <= n; k++) {
+        printf "%s{\"queue\":\"noop\",\"key\":\"k%d\",\"payload\":{\"n\":%d}", (k > a + 1 ? "," : ""), k, k
+        if (g > 0) printf ",\"group\":\"g%d\"", k % g
+        printf "}"
+      }
+      print "]\x27::jsonb)) e;" }'
   done >"$tmp/load.sql"
   t0=$(now)
   psql -f "$tmp/load.sql" >/dev/null
