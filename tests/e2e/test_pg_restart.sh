@@ -9,7 +9,9 @@
 # else;
 # the restart (shorter than the lease) causes no takeover. Two runners
 # running 3 items each through a restart: nobody is declared dead, nothing
-# runs twice. Then an outage
+# runs twice. A runner that registered before a restart and took its lock
+# again after it, killed -9 while the database is younger than its --lease
+# 60: taken over within 10 s, the takeover logged naming it. Then an outage
 # longer than a runner's --lease 2: it cancels its running handlers ("lease
 # lost") and, once back, runs those items again.
 . "$(dirname "$0")/lib.sh"
@@ -140,6 +142,48 @@ wait_exit "$P1" 15
 expect_rc 0 "P1 exits 0"
 wait_exit "$P2" 15
 expect_rc 0 "P2 exits 0"
+
+# ---- re-locked after a restart, then killed: taken over at once, not after the lease ----
+# A registered before the restart and took its lock again after it (runners.locked_at); it is
+# then killed while the database is younger than its --lease 60: it no longer holds its lock,
+# so it is dead now. B (registered since the restart) takes its item over within 10 s, not
+# when A's lease runs out (60 s of silence); the takeover is logged naming A.
+DB4=$(bash "$PG" createdb t_relock "$PD") || pg_abort "createdb in the private cluster failed"
+LOG4=$TMP/relock.log
+: >"$LOG4"
+run migrate --db "$DB4"
+expect_rc 0 "migrate t_relock"
+pg_bg ra --serve --runner-name A --lease 60 --db "$DB4" "$E2E_DIR/lua/pg_takeover.lua" "$LOG4" A 5
+RA=$BG_PID
+check "A is registered" pg_wait "$DB4" "select count(*) from wqrun.runners" 1 10
+bash "$PG" restart "$PD" >"$TMP/restart4.out" 2>&1 || pg_abort "pg.sh restart failed: $(cat "$TMP/restart4.out")"
+check "A reconnects" wait_for "$TMP/ra.err" "reconnected to PostgreSQL" 1 15
+check "A registered before the restart and took its lock again after it (locked_at)" pg_wait "$DB4" \
+    "select count(*) from wqrun.runners where name = 'A' and started_at < pg_postmaster_start_time()
+       and locked_at > pg_postmaster_start_time()" 1 15
+pg_psql "$DB4" "select wqrun.add('t', 'r1', '{\"s\": 120}')" >/dev/null
+check "A starts r1" wait_for "$LOG4" "start A r1 " 1 10
+pg_bg rb --serve --runner-name B --lease 60 --db "$DB4" "$E2E_DIR/lua/pg_takeover.lua" "$LOG4" B 5
+RB=$BG_PID
+check "B is registered" pg_wait "$DB4" "select count(*) from wqrun.runners" 2 10
+expect_eq "$(grep -c '^start B ' "$LOG4")" 0 "B idles while A runs r1"
+t_kill=$(now)
+{ kill -9 "$RA"; wait "$RA"; } 2>/dev/null
+wait_for "$LOG4" "start B r1 " 1 10
+st=$?
+young=$(pg_psql "$DB4" "select pg_postmaster_start_time() > now() - interval '60 s'")
+check "B starts r1 within 10 s of A's kill -9 (A's lease: 60 s)" [ "$st" = 0 ]
+delay=$(awk -v t="$t_kill" '$1 == "start" && $2 == "B" && $3 == "r1" { printf "%.3f", $5 - t; exit }' "$LOG4")
+expect_between "${delay:-none}" 0 10 "r1 started on B within 10 s of the kill"
+expect_eq "$young" t "the database was still younger than the lease at the takeover"
+expect_eq "$(awk '$1 == "start" && $3 == "r1" && $4 != 1 { n++ } END { print n + 0 }' "$LOG4")" 0 "job.attempt unchanged (1) on B"
+expect_eq "$(pg_psql "$DB4" "select value from wqrun.counters where name = 'takeovers'")" 1 "counters: takeovers 1"
+expect_eq "$(pg_psql "$DB4" "select string_agg(name, ',') from wqrun.runners")" B "A's runners row is gone"
+LAST_CMD="runner B" ERR=$(cat "$TMP/rb.err")
+expect_re "$ERR" "WARN wqrun: dead runner A \(id [0-9]+\): took over 1 item\(s\): t 'r1'" \
+    "B's log names the dead runner A and r1"
+echo "re-locked after a restart, then killed: r1 started on B ${delay:-never (not within 10 s)} s after A's kill -9 (lease 60 s)"
+{ kill -9 "$RB"; wait "$RB"; } 2>/dev/null # (it runs r1 for 2 minutes)
 
 # ---- an outage longer than the lease: handlers cancelled, items run again --------
 DB2=$(bash "$PG" createdb t_lease "$PD") || pg_abort "createdb in the private cluster failed"
