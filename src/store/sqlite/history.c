@@ -198,12 +198,12 @@ static void first_row(struct wq_store_history *h, uint32_t q, int64_t id)
     if (c->split)
         return;
     c->split = 1;
-    c->w[1] = c->w[0];
     if (c->w[0].id < id - 1) {
         c->w[0].end = id - 1;
         c->w[1] = (struct walk){.id = id - 1};
-    } else {
-        c->w[0] = (struct walk){.id = 1, .end = 1}; /* done: w[1] goes on from where it was */
+    } else { /* w[0] is past it already: it goes on as w[1], and w[0] is done */
+        c->w[1] = c->w[0];
+        c->w[0] = (struct walk){.id = 1, .end = 1};
     }
 }
 
@@ -213,6 +213,7 @@ static int prune_slice(wq_store *s, struct wq_store_history *h, uint32_t q, stru
                        double now, uint64_t *rows)
 {
     const wq_store_queue *sq = s->queues[q];
+    double cutoff = now - h->keep[q]; /* a row finished at or before it has expired */
     int64_t to = w->id + WINDOW;
     if (w->end && to > w->end)
         to = w->end;
@@ -220,7 +221,7 @@ static int prune_slice(wq_store *s, struct wq_store_history *h, uint32_t q, stru
     sqlite3_bind_int64(st, 1, w->id);
     sqlite3_bind_int64(st, 2, to);
     sqlite3_bind_text(st, 3, sq->name, (int)sq->namelen, SQLITE_STATIC);
-    sqlite3_bind_double(st, 4, now - h->keep[q]);
+    sqlite3_bind_double(st, 4, cutoff);
     sqlite3_bind_int(st, 5, PRUNE_ROWS);
     int rc = wq_store_run(st);
     if (rc != SQLITE_OK)
@@ -232,9 +233,9 @@ static int prune_slice(wq_store *s, struct wq_store_history *h, uint32_t q, stru
     sqlite3_bind_text(st, 3, sq->name, (int)sq->namelen, SQLITE_STATIC);
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
-        double at = sqlite3_column_double(st, 1) + h->keep[q];
+        double at = sqlite3_column_double(st, 1);
         w->id = sqlite3_column_int64(st, 0) - 1;
-        w->due = at > now ? at : 0;
+        w->due = at > cutoff ? at + h->keep[q] : 0; /* expired: past the slice's limit */
         rc = SQLITE_OK;
     } else if (rc == SQLITE_DONE && w->end) { /* none of its rows there */
         w->id = to;
@@ -257,7 +258,7 @@ static int prune(wq_store *s, struct wq_store_history *h, double now, uint64_t *
 {
     int rc = prepare(s, &h->prune,
                      "DELETE FROM history WHERE id IN (SELECT id FROM history WHERE id > ?1"
-                     " AND id <= ?2 AND queue = ?3 AND finished_at < ?4 ORDER BY id LIMIT ?5)");
+                     " AND id <= ?2 AND queue = ?3 AND finished_at <= ?4 ORDER BY id LIMIT ?5)");
     if (rc == SQLITE_OK)
         rc = prepare(s, &h->first,
                      "SELECT id, finished_at FROM history WHERE id > ?1 AND id <= ?2"
@@ -273,11 +274,12 @@ static int prune(wq_store *s, struct wq_store_history *h, double now, uint64_t *
             if (h->keep[q] <= 0 || (i && !h->cur[q].split) || walk_done(w) || w->due > now)
                 continue;
             if (wq_store_mono_ns() >= end) /* the rest at the next flush */
-                return rc;
+                goto out;
             rc = prune_slice(s, h, q, w, now, rows);
             more |= w->due == 0 && !walk_done(w);
         }
     }
+out:
     if (h->prune)
         sqlite3_clear_bindings(h->prune);
     if (h->first)
