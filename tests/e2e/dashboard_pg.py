@@ -75,15 +75,20 @@ def wait(what, cond, timeout=10.0):
     fail("timed out waiting for: " + what)
 
 
-def cell(css_row, field):
+def fresh(what, read):
     # the live page redraws a table when an event comes: an element found may be replaced
     # before it is read, so the read is tried again on a fresh one
     for _ in range(50):
         try:
-            return driver.find_element(By.CSS_SELECTOR, css_row + ' [data-field="%s"]' % field).text.strip()
+            return read()
         except StaleElementReferenceException:
             time.sleep(0.02)
-    fail("the %s of %s kept being redrawn" % (field, css_row))
+    fail(what + " kept being redrawn")
+
+
+def cell(css_row, field):
+    return fresh("the %s of %s" % (field, css_row), lambda: driver.find_element(
+        By.CSS_SELECTOR, css_row + ' [data-field="%s"]' % field).text.strip())
 
 
 opts = webdriver.ChromeOptions()
@@ -152,7 +157,8 @@ def rows(table, attr):
 
 wait("mail's schedules", lambda: {"digest", "beat"} <= set(rows("schedules", "data-name")))
 digest = {f: cell('#schedules tr[data-name="digest"]', f) for f in ("spec", "key", "next")}
-at = driver.find_element(By.CSS_SELECTOR, '#schedules tr[data-name="digest"] [data-field="next"]').get_attribute("data-at")
+at = fresh("digest's next run", lambda: driver.find_element(
+    By.CSS_SELECTOR, '#schedules tr[data-name="digest"] [data-field="next"]').get_attribute("data-at"))
 db_next = psql("select extract(epoch from next_at)::bigint from wqrun.schedules where queue = 'mail' and name = 'digest'")
 if (digest["spec"], digest["key"]) != ("*/5 * * * *", "daily-digest") or not digest["next"].startswith("in ") \
         or int(float(at)) != int(db_next) or not 0 < float(at) - time.time() <= 300:
