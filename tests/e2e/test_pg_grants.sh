@@ -23,9 +23,15 @@ LUA
 run --db "$OWN" "$jobs"
 expect_rc 0 "the owner role runs wqrun (the first start makes the schema)"
 expect_in "$OUT" "ran from-owner" "and runs a job"
-pg_psql "$OWN" "GRANT USAGE ON SCHEMA wqrun TO $app;
-  GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA wqrun TO $app;
-  GRANT USAGE ON ALL SEQUENCES IN SCHEMA wqrun TO $app" >/dev/null
+# the producer's grants as the doc gives them (role app), read from it so the two cannot drift
+grants=$(python3 - "$(dirname "$0")/../../docs/postgres.md" <<'PY'
+import re, sys
+m = re.search(r"`(GRANT USAGE ON SCHEMA wqrun TO app;.*?TO app)`", open(sys.argv[1]).read(), re.S)
+print(" ".join(m.group(1).split()) if m else "")
+PY
+)
+check "docs/postgres.md gives the producer's grants ($grants)" test -n "$grants"
+pg_psql "$OWN" "${grants//TO app/TO $app}" >/dev/null
 expect_eq "$(pg_psql "$APP" "select wqrun.add('mail', 'from-app', '{\"to\":\"ada\"}')" 2>&1)" queued \
     "the producer role with the documented grants enqueues from SQL"
 expect_eq "$(pg_psql "$APP" "select wqrun.add_many('[{\"queue\":\"mail\",\"key\":\"batch\"}]')" 2>&1)" '["queued"]' \
