@@ -46,7 +46,8 @@ check "both runners registered" pg_wait "$DB" "SELECT string_agg(name, ',' ORDER
 "${WQ_PG_BIN:-/usr/lib/postgresql/15/bin}/psql" -X "$DB" -c "LISTEN wqrun" -c "SELECT pg_sleep(3)" \
     >"$TMP/listen.out" 2>&1 &
 LSN=$!
-sleep 0.5
+check "the listener listens" pg_wait "$DB" "SELECT count(*) FROM pg_stat_activity
+  WHERE query = 'SELECT pg_sleep(3)' AND state = 'active'" 1 10
 for i in 1 2 3 4 5; do curl -s -X POST "$BASE/queues/work/items" -d "{\"key\": \"q$i\", \"payload\": {\"on\": \"B\"}}" >/dev/null; done
 check "B ran them" pg_wait "$DB" "SELECT count(*) FROM wqrun.history WHERE key LIKE 'q_'" 5 15
 wait "$LSN"
@@ -185,7 +186,7 @@ run add --db "$DB" work slow '{"on": "B", "s": 30}' --wait --timeout 0.5
 expect_rc 124 "add --wait --timeout: 124"
 run add --db "$DB" work done1 '{"on": "A"}'
 expect_rc 0 "a plain add"
-sleep 1
+check "done1 ran" pg_wait "$DB" "SELECT count(*) FROM wqrun.history WHERE key = 'done1'" 1 15
 # a key that already ended before the wait began answers from its history at once... only for
 # a run after the add: a new add of it runs again
 run add --db "$DB" work done1 '{"on": "A"}' --wait --timeout 20
