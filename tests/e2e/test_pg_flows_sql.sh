@@ -153,7 +153,8 @@ FINA="select o_stale from wqrun.finish('cq', $RUNNER, array['a'], array[$TA]::bi
 FINB="select o_stale from wqrun.finish('cq', $RUNNER, array['b'], array[$TB]::bigint[], '{1}', '{0}', '{0}', '{NULL}', '{NULL}', NULL, 0, NULL) where o_stale is not null"
 pg_psql "$DB" "begin; $FINA; select pg_sleep(2); commit" >"$TMP/s1.out" 2>&1 &
 S1=$!
-sleep 0.5
+check "session 1 finished a and sleeps in its transaction (holding the join's row)" pgw "$DB" \
+    "select count(*) from pg_stat_activity where datname = current_database() and wait_event = 'PgSleep'" 1 10
 T0=$(now)
 pg_psql "$DB" "begin; $FINB; commit" >"$TMP/s2.out" 2>&1
 WAITED=$(since "$T0")
