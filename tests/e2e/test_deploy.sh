@@ -83,12 +83,12 @@ expect_eq "$(printf '%s\n' "$OUT" | grep -c '^ran posted-')" 4 "the next start r
 expect_eq "$(sql "$TMP/a.db" "SELECT count(*) FROM inbox")" 0 "the inbox is empty after"
 
 # Without a state file nothing could keep it: 503 during the drain.
-"$WQRUN" --serve --listen "127.0.0.1:$((PORT + 1))" "$SLOW" first >/dev/null 2>&1 &
+"$WQRUN" --serve --listen "127.0.0.1:$((PORT + 1))" "$SLOW" first >/dev/null 2>"$TMP/nodb.err" &
 PID=$!
 PIDS+=("$PID")
 for _ in $(seq 100); do [ "$(curl -s -m 1 "http://127.0.0.1:$((PORT + 1))/healthz")" = ok ] && break; sleep 0.05; done
 kill -TERM "$PID"
-sleep 0.2
+wait_for "$TMP/nodb.err" "finishing running handlers" 1 10 || fail "no drain after SIGTERM: $(cat "$TMP/nodb.err")"
 code=$(curl -s -m 5 -o /dev/null -w '%{http_code}' -d '{"key":"x"}' "http://127.0.0.1:$((PORT + 1))/queues/jobs/items")
 expect_eq "$code" 503 "no state file: an add during the drain is refused, not lost"
 wait_exit "$PID" 10
@@ -97,14 +97,17 @@ wait_exit "$PID" 10
 listen_start -- --serve --db "$TMP/u.db" "$SLOW"
 post() { curl -s -m 5 -w ' %{http_code}' -d "$1" "$BASE/queues/jobs/items"; }
 expect_eq "$(post '{"key":"slow-u","payload":{"v":1}}')" '{"queued":true} 202' "a first add"
-sleep 0.3 # it is running now (1.5 s)
+for _ in $(seq 200); do # it is running now (1.5 s)
+    curl -s -m 5 "$BASE/queues/jobs/items/slow-u" | grep -q '"state":"processing"' && break
+    sleep 0.05
+done
 expect_eq "$(post '{"key":"slow-u","payload":{"v":2},"unique":true}')" '{"queued":false,"reason":"processing"} 202' \
     "unique while it runs: nothing changes, and the answer says why"
 expect_eq "$(post '{"key":"later","after":60,"unique":true}')" '{"queued":true} 202' "a unique delayed add"
 expect_eq "$(post '{"key":"later","unique":true}')" '{"queued":false,"reason":"pending"} 202' \
     "unique while it waits: not run now"
 expect_eq "$(post '{"key":"x","unique":1}')" '{"error":"unique must be true or false, got int"} 400' "unique must be a boolean"
-sleep 1.6
+wait_for "$OUTF" "ran slow-u" 1 10 || fail "slow-u did not end"
 expect_eq "$(grep -c '^ran slow-u' "$OUTF")" 1 "the unique add made no follow-up run"
 kill -TERM "$PID"
 wait "$PID" 2>/dev/null
@@ -218,7 +221,7 @@ for _ in $(seq 150); do [ "$(curl -s -m 1 "http://127.0.0.1:$PA/healthz")" = ok 
 for _ in $(seq 100); do grep -q "ran slow-1" "$TMP/pa.out" && break
     [ "$(pg_psql "$DB" "SELECT count(*) FROM wqrun.jobs WHERE key = 'slow-1' AND running")" = 1 ] && break; sleep 0.05; done
 kill -TERM "$A"
-sleep 0.2
+wait_for "$TMP/pa.err" "finishing running handlers" 1 10 || fail "no drain after SIGTERM: $(cat "$TMP/pa.err")"
 body=$(curl -s -m 5 -w ' %{http_code}' -d '{"key":"pg-posted","priority":4}' "http://127.0.0.1:$PA/queues/jobs/items")
 expect_eq "$body" '{"queued":true} 202' "PostgreSQL: an add to a draining runner is accepted after its commit"
 expect_eq "$(pg_psql "$DB" "SELECT priority || ' ' || running FROM wqrun.jobs WHERE key = 'pg-posted'")" "4 false" \
