@@ -49,6 +49,9 @@ curl -s -X POST "$BASE/queues/work/pause" >/dev/null
 curl -s -X POST "$BASE/queues/work/resume" >/dev/null
 wait_for "$TMP/all.sse" '"event":"dead"' 1 10 || fail "no dead event"
 wait_for "$TMP/all.sse" '"event":"done","queue":"work","key":"a"' 1 10 || fail "no done event"
+wait_for "$TMP/all.sse" '"event":"cancelled","queue":"work","key":"slow"' 1 10 || fail "no cancelled event"
+wait_for "$TMP/all.sse" '"event":"resumed","queue":"work"' 1 10 || fail "no resumed event"
+wait_for "$TMP/other.sse" '"event":"done","queue":"other","key":"o1"' 1 10 || fail "no done event of o1"
 sleep 0.2
 events() { sed -n 's/^data: //p' "$1" | python3 -c '
 import json, sys
@@ -105,7 +108,10 @@ expect_in "$out" '"attempts":1,"runner":"'"$(hostname):$PID"'","result":{"ok":"w
     "with the run's attempts, runner and result"
 expect_between "$took" 0.3 5 "answered when the run ended (0.5 s), not at the deadline (10 s)"
 post work '{"key": "w2", "payload": {"s": 30}}' >/dev/null
-sleep 0.1
+for _ in $(seq 200); do
+    curl -s "$BASE/queues/work/items/w2" | grep -q '"state":"processing"' && break
+    sleep 0.05
+done
 t0=$(now)
 out=$(curl -s "$BASE/queues/work/items/w2?wait=0.5")
 expect_between "$(since "$t0")" 0.45 3 "the deadline: answered then"
@@ -124,7 +130,10 @@ expect_eq "$(curl -s "$BASE/healthz")" ok "alive after a waiter left"
 
 # ---- progress in the item routes ----
 post work '{"key": "p1", "payload": {"progress": {"step": "copy", "n": 3}, "s": 30}}' >/dev/null
-sleep 0.2
+for _ in $(seq 200); do
+    curl -s "$BASE/queues/work/items/p1" | grep -q '"progress":' && break
+    sleep 0.05
+done
 expect_in "$(curl -s "$BASE/queues/work/items/p1")" '"progress":{"step":"copy","n":3}' \
     "GET items/KEY shows the progress"
 expect_in "$(curl -s "$BASE/queues/work/items?state=processing")" '"key":"p1"' "listed"
