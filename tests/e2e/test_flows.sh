@@ -406,6 +406,16 @@ post_flow() {
 jq_py() {
     printf '%s' "$BODY" | python3 -c "import json, sys; f = json.load(sys.stdin); print($1)" 2>&1
 }
+# flow_finished ID: waits (10 s) until GET /flows/ID has a finished_at (a handler logs
+# before its outcome is written)
+flow_finished() {
+    for _ in $(seq 200); do
+        call GET "/flows/$1"
+        [ "$CODE" = 200 ] && [ "$(jq_py 'f.get("finished_at") is not None')" = True ] && return 0
+        sleep 0.05
+    done
+    return 1
+}
 listen_start -- --db "$HDB" "$Q" "$HLOG" || finish
 H1='{"id": "h1", "nodes": [
   {"queue": "parts", "key": "h-1", "payload": {"n": 1}}, {"queue": "parts", "key": "h-2", "payload": {"n": 2}},
@@ -417,7 +427,7 @@ H1='{"id": "h1", "nodes": [
 post_flow "$H1"
 expect_eq "$CODE|$BODY" '202|{"id":"h1"}' "POST /flows: 202 with the id"
 check "the posted flow's join ran" wait_for "$HLOG" "join hj 5 15" 1 10
-sleep 0.1
+flow_finished h1 || fail "h1 did not finish: $BODY"
 call GET /flows/h1
 expect_eq "$CODE" 200 "GET /flows/h1"
 expect_eq "$(jq_py '[(x["key"], x["state"], x.get("result")) for x in f["nodes"]], f["done"], f["blocked"], f["pending"], f["dead"], f["cancelled"], f.get("finished_at") is not None')" \
@@ -430,7 +440,7 @@ expect_eq "$CODE" 202 "POST /flows without an id"
 ANON=$(jq_py 'f["id"]')
 expect_re "$ANON" '^f-' "a generated id"
 check "it ran" wait_for "$HLOG" "part h-anon" 1 10
-sleep 0.1
+flow_finished "$ANON" || fail "$ANON did not finish: $BODY"
 call GET /flows
 expect_eq "$CODE" 200 "GET /flows"
 expect_eq "$(jq_py 'sorted((x["id"], x["nodes"], x["done"]) for x in f["flows"])')" \
@@ -528,7 +538,8 @@ listen_start -- --db "$HDB" "$Q" "$HLOG" || finish
 call POST /queues/parts/resume
 expect_eq "$CODE" 200 "resume parts"
 check "the acknowledged flow runs after the restart" wait_for "$HLOG" "join hkj 2 30" 1 10
-sleep 0.2
+flow_finished hk || fail "hk did not finish: $BODY"
+sleep 0.2 # (no node runs again)
 call GET /flows/hk
 expect_eq "$(jq_py 'f["done"], f.get("finished_at") is not None, f["nodes"][2]["result"]')" "3 True sum 30" "hk done"
 expect_eq "$(grep -c '^part hk' "$HLOG")|$(grep -c '^join hkj' "$HLOG")" "2|1" "each node of hk ran once"
