@@ -259,7 +259,10 @@ sql "$DB" "INSERT INTO commands(queue, op) VALUES ('mail', 'frobnicate');
            INSERT INTO commands(queue, op, key) VALUES ('mail', 'remove', NULL);
            INSERT INTO commands(queue, op, key) VALUES ('ghost', 'pause', NULL);
            INSERT INTO commands(queue, op, key) VALUES ('mail', 'retry', x'00ff');"
-sleep 0.6
+for _ in $(seq 200); do # the runner reads the commands table every 100 ms
+    [ "$(sql "$DB" "SELECT count(*) FROM commands WHERE state = 'failed'")" = 4 ] && break
+    sleep 0.05
+done
 expect_eq "$(sql "$DB" "SELECT op, state FROM commands ORDER BY id")" "frobnicate failed
 remove failed
 pause failed
