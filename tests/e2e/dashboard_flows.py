@@ -80,6 +80,16 @@ def wait(what, cond, timeout=6.0):
     fail("timed out waiting for: %s%s" % (what, " (%s)" % type(last).__name__ if last else ""))
 
 
+def steady(fn):
+    """fn(), again while a redraw replaces the elements it looks at."""
+    for _ in range(40):
+        try:
+            return fn()
+        except StaleElementReferenceException:
+            time.sleep(0.05)
+    return fn()
+
+
 def flow(fid):
     status, f = api("GET", "/flows/" + fid)
     if status != 200:
@@ -164,17 +174,17 @@ for fid in ("done-flow", HELD):
 ok("the overview's flows table shows each flow's state and counts per state as the API does")
 
 # ------------------------------------------------------------------ a finished flow's page
-row = flow_row("done-flow")
-row.find_element(By.CSS_SELECTOR, "a").click()
+# (the overview is redrawn at its refreshes: the link is found again if it was replaced)
+wait("a click on done-flow's link", lambda: flow_row("done-flow").find_element(By.CSS_SELECTOR, "a").click() or True)
 wait("the flow page of done-flow", lambda: driver.find_element(By.ID, "flow-id").text == "done-flow")
 wait("its done nodes", lambda: len(driver.find_elements(By.CSS_SELECTOR, "#nodes-done tbody tr")) == 4)
 if driver.find_elements(By.ID, "cancel-flow"):
     fail("a finished flow offers a cancel button")
-join = driver.find_element(By.CSS_SELECTOR, '#nodes-done tr[data-node="joins/dj"]')
-if '"sum":6' not in join.text.replace(" ", ""):
-    fail("the join's result is not shown: %r" % join.text)
-if "parts/dp1, parts/dp2, parts/dp3" not in join.text:
-    fail("the join's dependencies are not shown in order: %r" % join.text)
+join = steady(lambda: driver.find_element(By.CSS_SELECTOR, '#nodes-done tr[data-node="joins/dj"]').text)
+if '"sum":6' not in join.replace(" ", ""):
+    fail("the join's result is not shown: %r" % join)
+if "parts/dp1, parts/dp2, parts/dp3" not in join:
+    fail("the join's dependencies are not shown in order: %r" % join)
 ok("a finished flow's page: every node done, the join's result and its dependencies in order")
 
 # ------------------------------------------------------------------ a held flow, cancelled
@@ -204,7 +214,7 @@ except SystemExit:
     raise
 ok("a held flow's page: blocked nodes with what they wait for, the running parts pending")
 
-driver.find_element(By.ID, "cancel-flow").click()
+wait("a click on the cancel button", lambda: driver.find_element(By.ID, "cancel-flow").click() or True)
 t0 = time.time()
 wait("every node of the cancelled flow dead", lambda: field(driver, "nodes-dead") == "4", timeout=5)
 shown_after = time.time() - t0
@@ -214,7 +224,7 @@ if not f["cancelled"] or any(n["state"] != "dead" for n in f["nodes"]):
 wait("every dead node says why", lambda: all(
     "cancelled" in tr.text for tr in driver.find_elements(By.CSS_SELECTOR, "#nodes-dead tbody tr")),
     timeout=3)
-if field(driver, "flow-state") != "cancelled" or driver.find_elements(By.ID, "cancel-flow"):
+if steady(lambda: field(driver, "flow-state")) != "cancelled" or driver.find_elements(By.ID, "cancel-flow"):
     fail("the page still offers to cancel a cancelled flow")
 if shown_after > 2.0:
     fail("the cancel showed after %.2f s" % shown_after)
