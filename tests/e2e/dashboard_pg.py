@@ -189,9 +189,19 @@ ok("mail's 'held by limits' tile reads the database's 5")
 
 # A pause clicked here pauses the queue for every runner.
 driver.get(BASE + "/#/queue/w")
-btn = wait("the pause button", lambda: [b for b in driver.find_elements(By.TAG_NAME, "button")
-                                         if b.text.strip().lower() == "pause"])
-btn[0].click()
+
+
+def click_pause():
+    # w's own button: until the page has drawn w's head, mail's may still be shown (a refresh
+    # begun before the # changed); a head redrawn meanwhile makes the click raise, not land
+    btn = driver.find_element(By.ID, "pause")
+    if driver.find_element(By.CSS_SELECTOR, "#q-head h1 .key").text != "w" or btn.text.strip().lower() != "pause":
+        return False
+    btn.click()
+    return True
+
+
+wait("a click on w's pause button", click_pause)
 wait("the database says w is paused", lambda: psql("select paused from wqrun.queues where name = 'w'") == "t")
 ok("the pause button paused w in the database")
 before = psql("select count(*) from wqrun.jobs where queue = 'w' and key like 'f%' and running")
