@@ -205,12 +205,12 @@ BEGIN
                OR NOT EXISTS (SELECT 1 FROM @S.flow_nodes n
                  WHERE n.queue = x.queue AND n.key = x.key AND n.state = 'blocked'))
         ORDER BY x.i
-      ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING RETURNING j.queue, j.key, j.run_at)
+      ON CONFLICT ON CONSTRAINT jobs_pkey DO NOTHING RETURNING j.queue, j.key)
   -- each new key's first item is queued or delayed; the others (NULL) are add_one()'s
-  SELECT array_agg(CASE WHEN f.i IS NULL THEN NULL WHEN f.run_at > v_now THEN 'delayed'
+  SELECT array_agg(CASE WHEN f.i IS NULL THEN NULL WHEN x.after > 0 THEN 'delayed'
                         ELSE 'queued' END ORDER BY x.i),
          count(f.i) INTO v_out, v_nnew
-    FROM x LEFT JOIN (SELECT min(x.i) AS i, min(ins.run_at) AS run_at FROM x
+    FROM x LEFT JOIN (SELECT min(x.i) AS i FROM x
                         JOIN ins ON ins.queue = x.queue AND ins.key = x.key
                        GROUP BY ins.queue, ins.key) f ON f.i = x.i;
   IF v_nnew IS DISTINCT FROM cardinality(v_out) THEN
