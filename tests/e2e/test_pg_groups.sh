@@ -32,7 +32,7 @@ sleep 0.5
 q "select wqrun.add_many(jsonb_agg(jsonb_build_object('queue', 'c', 'key', 'c' || i,
      'group', 'g' || (i % 10)) order by i)) from generate_series(1, 200) i" >/dev/null
 check "the held items of saturated groups are out of the claim index" \
-    [ "$(q "select count(*) from wqrun.jobs where queue = 'c' and held")" -gt 0 ]
+    pg_wait "$DB" "select count(*) > 0 from wqrun.jobs where queue = 'c' and held" t 10
 check "all 200 ran" wait_for "$LOG" "end c " 200 30
 python3 - "$LOG" >"$TMP/c.txt" <<'PY'
 import sys, collections
