@@ -136,7 +136,15 @@ kill "$RSSE"
 WHO=B pg_bg B2 --quiet --serve --runner-name B2 --listen "127.0.0.1:$((PORT + 1))" --db "$DB" "$jobs"
 B2_PID=$BG_PID
 for _ in $(seq 100); do curl -s "http://127.0.0.1:$((PORT + 1))/healthz" >/dev/null && break; sleep 0.05; done
-sleep 0.5 # B2 hears A's announcement
+# B2 relays what A listens for once it has heard A's announcement (made every 2 s; the check
+# below is then meaningful: a relayed pause would be told twice): probes until one of its runs
+# is on A's stream
+for i in $(seq 40); do
+    grep -q '"runner":"B2"' "$TMP/a.sse" && break
+    post "{\"key\": \"pr$i\", \"payload\": {\"on\": \"B\", \"s\": 0.2}}" >/dev/null
+    sleep 0.5
+done
+check "B2's events reach A's stream" grep -q '"runner":"B2"' "$TMP/a.sse"
 curl -s -X POST "http://127.0.0.1:$((PORT + 1))/queues/work/pause" >/dev/null
 wait_for "$TMP/a.sse" '"event":"paused","queue":"work"' 1 10 || fail "A's stream did not carry the pause"
 curl -s -X POST "http://127.0.0.1:$((PORT + 1))/queues/work/resume" >/dev/null
