@@ -41,7 +41,7 @@ if [[ $mode == burndown ]]; then
 else
   "$WQRUN" migrate --db "$DATABASE_URL" >/dev/null
 fi
-[[ -z ${EXTRA_SQL:-} ]] || psql -c "$EXTRA_SQL"
+[[ -z ${EXTRA_SQL:-} ]] || psql <<<"$EXTRA_SQL" # a script: each statement on its own (VACUUM too)
 pg_cpu() { # CPU seconds of every process of the cluster: the postmaster's own and its exited
   local pm   # children's (psql's backends), and its live children's
   pm=$(head -1 "$WQ_PG_DIR/data/postmaster.pid")
