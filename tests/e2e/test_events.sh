@@ -22,6 +22,8 @@ local work = wq.queue("work", {workers = 4, max_retries = 1,
     end})
 local other = wq.queue("other", {handler = function() end})
 local fast = wq.queue("fast", {workers = 8, handler = function() end})
+-- a timer always armed: a loop held for seconds shows as a turn that came late (see late)
+wq.every(0.1, function() end)
 LUA
 )
 
@@ -187,6 +189,13 @@ PY
 SLOW=$!
 PIDS+=("$SLOW")
 sleep 0.3
+# loop turns that came more than a second late (wqrun_loop_lag_seconds; the script keeps a
+# 0.1 s timer armed): a loop that waited for the slow client (it reads nothing for 8 s) would be
+late() {
+    curl -s "$BASE/metrics" | awk '/^wqrun_loop_lag_seconds_bucket\{le="1"\}/ { b = $2 }
+        /^wqrun_loop_lag_seconds_count/ { c = $2 } END { print c - b }'
+}
+late0=$(late)
 rss0=$(awk '/VmRSS/ { print $2 }' /proc/$PID/status)
 t0=$(now)
 fast_run f
@@ -194,7 +203,8 @@ wait_succeeded 400000
 took=$(since "$t0")
 rss1=$(awk '/VmRSS/ { print $2 }' /proc/$PID/status)
 expect_eq "$(succeeded)" 400000 "200k more jobs ran with a client that never reads"
-expect_between "$took" 0 60 "in reasonable time: nothing waited for the slow client"
+expect_between "$took" 0 60 "in reasonable time"
+expect_eq "$(late)" "$late0" "no loop turn came a second late meanwhile: nothing waited for the slow client"
 # what those jobs told it (~87 MB) would have piled up for it without the cut (the runner
 # grew by 122 MiB with 150k jobs then): at most 16 MiB waits for it, plus what a round costs
 # again (ASan under load: up to 49 MiB seen)
