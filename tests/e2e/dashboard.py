@@ -34,6 +34,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
 from selenium.webdriver.support.ui import WebDriverWait
 
+from live_page import steady
+
 BASE, TBASE, TOKEN = sys.argv[1], sys.argv[2], sys.argv[3]
 SHOTS = sys.argv[4] if len(sys.argv) > 4 else None
 BAD = "bad <&\"'/% ü key"  # the dead letter of tests/e2e/lua/dashboard.lua
@@ -130,16 +132,6 @@ def wait(what, cond, timeout=6.0):
 
 def cell(row, field):
     return row.find_element(By.CSS_SELECTOR, '[data-field="%s"]' % field).text.strip()
-
-
-def steady(fn):
-    """fn(), again while a refresh replaces the elements it looks at."""
-    for _ in range(40):
-        try:
-            return fn()
-        except StaleElementReferenceException:
-            time.sleep(0.05)
-    return fn()
 
 
 def row(css, attr, value):

@@ -26,6 +26,8 @@ from selenium.common.exceptions import (NoSuchElementException, StaleElementRefe
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
+from live_page import steady
+
 BASE = sys.argv[1]
 checks = 0
 sys.stdout.reconfigure(line_buffering=True)
@@ -78,16 +80,6 @@ def wait(what, cond, timeout=6.0):
             last = e
         time.sleep(0.05)
     fail("timed out waiting for: %s%s" % (what, " (%s)" % type(last).__name__ if last else ""))
-
-
-def steady(fn):
-    """fn(), again while a redraw replaces the elements it looks at."""
-    for _ in range(40):
-        try:
-            return fn()
-        except StaleElementReferenceException:
-            time.sleep(0.05)
-    return fn()
 
 
 def flow(fid):

@@ -28,6 +28,8 @@ from selenium.common.exceptions import (NoSuchElementException, StaleElementRefe
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
+from live_page import steady
+
 BASE, DB, OTHER = sys.argv[1], sys.argv[2], sys.argv[3]
 sys.stdout.reconfigure(line_buffering=True)
 driver = None
@@ -75,20 +77,11 @@ def wait(what, cond, timeout=10.0):
     fail("timed out waiting for: " + what)
 
 
-def fresh(what, read):
+def cell(css_row, field):
     # the live page redraws a table when an event comes: an element found may be replaced
     # before it is read, so the read is tried again on a fresh one
-    for _ in range(50):
-        try:
-            return read()
-        except StaleElementReferenceException:
-            time.sleep(0.02)
-    fail(what + " kept being redrawn")
-
-
-def cell(css_row, field):
-    return fresh("the %s of %s" % (field, css_row), lambda: driver.find_element(
-        By.CSS_SELECTOR, css_row + ' [data-field="%s"]' % field).text.strip())
+    return steady(lambda: driver.find_element(
+        By.CSS_SELECTOR, css_row + ' [data-field="%s"]' % field).text.strip(), 50, 0.02)
 
 
 opts = webdriver.ChromeOptions()
@@ -157,8 +150,8 @@ def rows(table, attr):
 
 wait("mail's schedules", lambda: {"digest", "beat"} <= set(rows("schedules", "data-name")))
 digest = {f: cell('#schedules tr[data-name="digest"]', f) for f in ("spec", "key", "next")}
-at = fresh("digest's next run", lambda: driver.find_element(
-    By.CSS_SELECTOR, '#schedules tr[data-name="digest"] [data-field="next"]').get_attribute("data-at"))
+at = steady(lambda: driver.find_element(
+    By.CSS_SELECTOR, '#schedules tr[data-name="digest"] [data-field="next"]').get_attribute("data-at"), 50, 0.02)
 db_next = psql("select extract(epoch from next_at)::bigint from wqrun.schedules where queue = 'mail' and name = 'digest'")
 if (digest["spec"], digest["key"]) != ("*/5 * * * *", "daily-digest") or not digest["next"].startswith("in ") \
         or int(float(at)) != int(db_next) or not 0 < float(at) - time.time() <= 300:

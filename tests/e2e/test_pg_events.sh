@@ -62,10 +62,14 @@ RSSE=$!
 PIDS+=("$RSSE")
 wait_for "$TMP/r.sse" ": wqrun events" 1 5 || fail "the again stream did not start"
 post() { curl -s -X POST "$BASE/queues/work/items" -d "$1"; }
-# B relays work's events once it has heard A's announcement: b0 on A's stream says it has
-post '{"key": "b0", "payload": {"on": "B"}}' >/dev/null
-wait_for "$TMP/a.sse" '"event":"done","queue":"work","key":"b0"' 1 15 ||
-    fail "B's events of work did not reach A's stream"
+# heard FILE KEY: B relays work's events once it has heard A's announcement; B's run of the
+# probe KEY, done on the stream A writes to FILE, says it has
+heard() {
+    post "{\"key\": \"$2\", \"payload\": {\"on\": \"B\"}}" >/dev/null
+    wait_for "$1" "\"event\":\"done\",\"queue\":\"work\",\"key\":\"$2\"" 1 15 ||
+        fail "B's events of work did not reach A's stream"
+}
+heard "$TMP/a.sse" b0
 post '{"key": "b1", "payload": {"on": "B", "s": 0.2}}' >/dev/null
 wait_for "$TMP/a.sse" '"event":"done","queue":"work","key":"b1"' 1 15 ||
     fail "A's stream did not carry B's done"
@@ -162,10 +166,7 @@ curl -sN "$BASE/events?queue=work" >"$TMP/w.sse" 2>/dev/null &
 SSE=$!
 PIDS+=("$SSE")
 wait_for "$TMP/w.sse" ": wqrun events" 1 5 || fail "the work stream did not start"
-# B relays work's events once it has heard A's announcement: b2w on A's stream says it has
-post '{"key": "b2w", "payload": {"on": "B"}}' >/dev/null
-wait_for "$TMP/w.sse" '"event":"done","queue":"work","key":"b2w"' 1 15 ||
-    fail "B's events of work did not reach A's stream"
+heard "$TMP/w.sse" b2w
 "${WQ_PG_BIN:-/usr/lib/postgresql/15/bin}/psql" -X "$DB" -c "LISTEN wqrun" -c "SELECT pg_sleep(4)" \
     >"$TMP/listen2.out" 2>&1 &
 LSN=$!

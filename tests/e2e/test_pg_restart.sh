@@ -26,6 +26,12 @@ if ! bash "$PG" start "$PD" >"$TMP/pg.env" 2>"$TMP/pg.err"; then
     pg_abort "could not start a private cluster in $PD: $(cat "$TMP/pg.err")"
 fi
 DB=$(bash "$PG" createdb t_restart "$PD") || pg_abort "createdb in the private cluster failed"
+# private_db NAME: a database NAME in the private cluster with its schema made; sets PDB
+private_db() {
+    PDB=$(bash "$PG" createdb "$1" "$PD") || pg_abort "createdb in the private cluster failed"
+    run migrate --db "$PDB"
+    expect_rc 0 "migrate $1"
+}
 
 LOG=$TMP/runs.log
 ACKS=$TMP/acks
@@ -111,11 +117,10 @@ wait_exit "$PID" 15
 expect_rc 0 "the runner exits 0 on SIGTERM"
 
 # ---- two runners through a restart: nobody is declared dead ------------------------
-DB3=$(bash "$PG" createdb t_two "$PD") || pg_abort "createdb in the private cluster failed"
+private_db t_two
+DB3=$PDB
 LOG3=$TMP/two.log
 : >"$LOG3"
-run migrate --db "$DB3"
-expect_rc 0 "migrate t_two"
 pg_bg p1 --serve --runner-name P1 --db "$DB3" "$E2E_DIR/lua/pg_takeover.lua" "$LOG3" P1 3
 P1=$BG_PID
 pg_bg p2 --serve --runner-name P2 --db "$DB3" "$E2E_DIR/lua/pg_takeover.lua" "$LOG3" P2 3
@@ -148,11 +153,10 @@ expect_rc 0 "P2 exits 0"
 # then killed while the database is younger than its --lease 60: it no longer holds its lock,
 # so it is dead now. B (registered since the restart) takes its item over within 10 s, not
 # when A's lease runs out (60 s of silence); the takeover is logged naming A.
-DB4=$(bash "$PG" createdb t_relock "$PD") || pg_abort "createdb in the private cluster failed"
+private_db t_relock
+DB4=$PDB
 LOG4=$TMP/relock.log
 : >"$LOG4"
-run migrate --db "$DB4"
-expect_rc 0 "migrate t_relock"
 pg_bg ra --serve --runner-name A --lease 60 --db "$DB4" "$E2E_DIR/lua/pg_takeover.lua" "$LOG4" A 5
 RA=$BG_PID
 check "A is registered" pg_wait "$DB4" "select count(*) from wqrun.runners" 1 10
@@ -186,11 +190,10 @@ echo "re-locked after a restart, then killed: r1 started on B ${delay:-never (no
 { kill -9 "$RB"; wait "$RB"; } 2>/dev/null # (it runs r1 for 2 minutes)
 
 # ---- an outage longer than the lease: handlers cancelled, items run again --------
-DB2=$(bash "$PG" createdb t_lease "$PD") || pg_abort "createdb in the private cluster failed"
+private_db t_lease
+DB2=$PDB
 LOG2=$TMP/lease.log
 : >"$LOG2"
-run migrate --db "$DB2"
-expect_rc 0 "migrate t_lease"
 pg_bg lease --serve --runner-name L --lease 2 --db "$DB2" "$E2E_DIR/lua/pg_takeover.lua" "$LOG2" L 5
 L=$BG_PID
 check "L is registered" pg_wait "$DB2" "select count(*) from wqrun.runners" 1 10
