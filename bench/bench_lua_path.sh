@@ -6,12 +6,17 @@
 #   a1       N x (add, get, done), depth 1
 #   c        N dedup adds over 1,000 keys
 #   table    N plain Lua table writes on the same 1,000 keys (c's baseline)
+#   method   N calls of a C method through a metatable (Lua's own k:len()) on
+#            the same keys: the floor of any q:add, the Lua VM's own cost
 #   handler  N no-op jobs through a handler queue with 1 worker
-# The modes run interleaved (a, a1, c, table, handler, a, a1, ...) for ROUNDS
-# rounds; every run is printed on a `#` line, then the MEDIAN per result as
-# `<name> <value> <unit>`, the ratio c / table of the medians
-# (lua_path_c_over_table), and one `# goal ...: met|missed` line per goal:
-# a <= 480 ns/item, a1 <= 197 ns/item, c <= 52 ns/add, c <= 2 x table.
+# The modes run interleaved (a, a1, c, table, method, handler, a, a1, ...) for
+# ROUNDS rounds; every run is printed on a `#` line, then the MEDIAN per result
+# as `<name> <value> <unit>`, the ratios c / table and c / method of the
+# medians (lua_path_c_over_table, lua_path_c_over_method; c - method is what
+# q:add costs beyond calling a method at all), and one `# goal ...: met|missed`
+# line per goal: a <= 480 ns/item, a1 <= 197 ns/item, c <= 52 ns/add,
+# c <= 2 x table; with a BASE also issue 30's, as speed-ups over BASE: a
+# >= 1.8, a1 and c >= 1.4, handler >= 1.5.
 # The client-go figures printed next to them are the reference numbers from
 # the issue (client-go v0.26.15, Go 1.19, medians on this machine model),
 # NOT measured by this script: client-go cannot be installed here (no Debian
@@ -31,7 +36,7 @@ export LC_ALL=C # "." as the decimal point
 
 n=${N:-1000000}
 rounds=${ROUNDS:-7}
-modes=(a a1 c table handler)
+modes=(a a1 c table method handler)
 [[ $n =~ ^[1-9][0-9]*$ && $rounds =~ ^[1-9][0-9]*$ ]] || {
   echo "bench_lua_path: N and ROUNDS must be positive integers" >&2
   exit 1
@@ -112,6 +117,7 @@ run_mode() {
     case $mode in
     c) round_c=$(awk '$1 == "lua_path_c" { print $2 }' "$out") ;;
     table) round_table=$(awk '$1 == "lua_path_table" { print $2 }' "$out") ;;
+    method) round_method=$(awk '$1 == "lua_path_method" { print $2 }' "$out") ;;
     esac
   fi
 }
@@ -128,7 +134,7 @@ for ((r = 1; r <= rounds; r++)); do
       run_mode "$WQRUN" "$mode" this
     fi
   done
-  echo "#   round $r c / table: $(calc "$round_c / $round_table" 3)"
+  echo "#   round $r c / table: $(calc "$round_c / $round_table" 3), c / method: $(calc "$round_c / $round_method" 3)"
 done
 
 # Medians, one line per result name, in the order the first round printed them.
@@ -140,9 +146,11 @@ done < <(awk '!seen[$1]++ { print $1, $3 }' "$all")
 
 ratio=$(calc "${med[lua_path_c]} / ${med[lua_path_table]}" 3)
 echo "lua_path_c_over_table $ratio ratio"
+echo "lua_path_c_over_method $(calc "${med[lua_path_c]} / ${med[lua_path_method]}" 3) ratio"
+echo "lua_path_c_beyond_method $(calc "${med[lua_path_c]} - ${med[lua_path_method]}" 2) ns/add"
 if [[ -n $base ]]; then
   for mode in "${modes[@]}"; do
-    [[ $mode == table ]] && continue
+    [[ $mode == table || $mode == method ]] && continue
     echo "lua_path_${mode}_speedup $(calc "${med[base_lua_path_$mode]} / ${med[lua_path_$mode]}" 3) base/this"
   done
 fi
@@ -161,3 +169,16 @@ goal a "$goal_a" ns median "${med[lua_path_a]}" "$ref_a"
 goal a1 "$goal_a1" ns median "${med[lua_path_a1]}" "$ref_a1"
 goal c "$goal_c" ns median "${med[lua_path_c]}" "$ref_c"
 goal c_over_table "$goal_c_over_table" x "ratio of the medians" "$ratio"
+# speedup_goal MODE BAR: issue 30's goals, a speed-up over BASE of at least BAR.
+speedup_goal() {
+  local s verdict=missed
+  s=$(calc "${med[base_lua_path_$1]} / ${med[lua_path_$1]}" 3)
+  awk -v a="$s" -v b="$2" 'BEGIN { exit !(a >= b) }' && verdict=met
+  echo "# goal ${1}_speedup >= $2 over ${BASE:-the base}: $verdict (ratio of the medians $s)"
+}
+if [[ -n $base ]]; then
+  speedup_goal a 1.8
+  speedup_goal a1 1.4
+  speedup_goal c 1.4
+  speedup_goal handler 1.5
+fi

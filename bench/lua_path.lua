@@ -13,6 +13,9 @@
 --            dedup path; ns per add
 --   table    the baseline for c: N writes t[keys[(i % 1000) + 1]] = true
 --            into a plain Lua table, same keys, same loop shape
+--   method   the floor of any method call: N keys[(i % 1000) + 1]:len(),
+--            a C function found through a metatable's __index table, as
+--            q:add is (Lua's own string method), same keys, same loop shape
 --   handler  N no-op jobs through a handler queue with 1 worker: from before
 --            the adds until the handler has run them all (as bench/jobs.lua:
 --            the main chunk polls q:stats().done every millisecond)
@@ -40,7 +43,7 @@ local function status_kib(field)
     return kb and tonumber(kb)
 end
 
-local nkeys = (MODE == "c" or MODE == "table") and DISTINCT or N
+local nkeys = (MODE == "c" or MODE == "table" or MODE == "method") and DISTINCT or N
 local keys = {}
 for i = 1, nkeys do keys[i] = "key:" .. i end
 
@@ -90,6 +93,15 @@ elseif MODE == "table" then
     elapsed = wq.now() - t0
     assert(t[keys[1]] and t[keys[math.min(N, DISTINCT)]], "mode table: writes missing")
     if rss0 then out("rss_before", rss0, "KiB", "%d") end
+elseif MODE == "method" then
+    local n = 0
+    collectgarbage()
+    local rss0 = status_kib("VmRSS")
+    t0 = wq.now()
+    for i = 1, N do n = keys[(i % 1000) + 1]:len() end
+    elapsed = wq.now() - t0
+    assert(n == #keys[(N % 1000) + 1], "mode method: wrong length")
+    if rss0 then out("rss_before", rss0, "KiB", "%d") end
 elseif MODE == "handler" then
     local q = wq.queue("h", {handler = function() end})
     collectgarbage()
@@ -102,7 +114,7 @@ elseif MODE == "handler" then
     if rss0 then out("rss_before", rss0, "KiB", "%d") end
     print(string.format("lua_path_handler_rate %.6g jobs/s", N / elapsed))
 else
-    error("lua_path.lua: unknown mode '" .. MODE .. "' (a, a1, c, table or handler)")
+    error("lua_path.lua: unknown mode '" .. MODE .. "' (a, a1, c, table, method or handler)")
 end
 
 print(string.format("lua_path_%s %.2f ns/item", MODE, elapsed * 1e9 / N))

@@ -20,7 +20,7 @@ step() { printf '\n==> %s\n' "$*"; }
 run_ctest() {
   local dir=$1 log rc=0
   log=$(mktemp)
-  ctest --test-dir "$dir" --output-on-failure -j2 -LE bench 2>&1 | tee "$log" || rc=$?
+  ctest --test-dir "$dir" --output-on-failure -j3 -LE bench 2>&1 | tee "$log" || rc=$?
   # "100% tests passed, 0 tests failed out of 12"
   local line
   line=$(grep -E 'tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n1 || true)
