@@ -7,7 +7,8 @@
 # answers at the key's end (not at the deadline) or with its state at the
 # deadline; job:progress shows in the item routes and in the state file
 # (read back with sqlite3); wqrun add --wait prints the result and exits 0
-# done, 1 dead, 124 at the timeout.
+# done, 1 dead, 124 at the timeout, and refuses at once (2, nothing added) a
+# queue whose runner keeps no history (queues.history = 0 in the file).
 . "$(dirname "$0")/lib.sh"
 
 jobs=$(script jobs.lua <<'LUA'
@@ -22,6 +23,7 @@ local work = wq.queue("work", {workers = 4, max_retries = 1,
     end})
 local other = wq.queue("other", {handler = function() end})
 local fast = wq.queue("fast", {workers = 8, handler = function() end})
+local quiet = wq.queue("quiet", {history = 0, handler = function() return "r" end})
 -- a timer always armed: a loop held for seconds shows as a turn that came late (see late)
 wq.every(0.1, function() end)
 LUA
@@ -245,6 +247,19 @@ expect_rc 124 "add --wait --timeout: 124 at the timeout"
 expect_in "$ERR" "work 'aw2' did not finish within 0.5 s" "saying so"
 run add --db "$TMP/s.db" work x --timeout 1
 expect_rc 2 "--timeout without --wait: a usage error"
+expect_eq "$(sqlite3 "$TMP/s.db" "SELECT name, history FROM queues WHERE name IN ('work', 'quiet')
+                                   ORDER BY name")" "quiet|0.0
+work|86400.0" "queues.history: each queue's history option, as its runner defined it"
+t0=$(now)
+run add --db "$TMP/s.db" quiet q1 --wait --timeout 20
+expect_rc 2 "add --wait on a queue that keeps no history: refused"
+expect_in "$ERR" "queue 'quiet' keeps no history (its script sets history = 0)" "saying why"
+expect_between "$(since "$t0")" 0 5 "at once, not at the timeout"
+expect_eq "$(sqlite3 "$TMP/s.db" "SELECT count(*) FROM inbox WHERE key = 'q1';
+                                   SELECT count(*) FROM history WHERE key = 'q1'")" "0
+0" "nothing was added"
+run add --db "$TMP/s.db" quiet q2
+expect_rc 0 "without --wait the same add goes ahead"
 curl -s -X POST "$BASE/queues/work/items/aw2/cancel" >/dev/null # (else the stop waits for it)
 kill -TERM "$PID"
 wait_exit "$PID" 40

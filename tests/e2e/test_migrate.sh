@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Schema version 1 -> 2 -> 3 -> 4 -> 5 -> 6 -> 7 end to end (SPEC section 7), through the real wqrun
+# Schema version 1 -> 2 -> 3 -> 4 -> 5 -> 6 -> 7 -> 8 end to end (SPEC section 7), through the real wqrun
 # binary and the real sqlite3 shell, on copies of tests/store/fixtures/v1.db:
 # a state file written by the wqrun of schema version 1 (made by
 # tests/store/fixtures/make_v1.lua):
 #   - `wqrun status` and `wqrun add` leave it at version 1;
-#   - the first run migrates it in place: user_version 7 (through 2, 3, 4, 5 and 6), every
+#   - the first run migrates it in place: user_version 8 (through 2, 3, 4, 5, 6 and 7), every
 #     version-1 row as it was, items.enqueued_at taken from added_at, the new
 #     tables empty, the inbox with grp and priority;
 #   - the next run restores the items in order with their payloads, the
@@ -61,9 +61,9 @@ LUA
 )
 run --quiet --db "$DB" "$noop"
 expect_rc 0 "a run on the version-1 file"
-expect_eq "$(sql "$DB" "PRAGMA user_version; PRAGMA application_id; PRAGMA journal_mode")" "7
+expect_eq "$(sql "$DB" "PRAGMA user_version; PRAGMA application_id; PRAGMA journal_mode")" "8
 2003923573
-wal" "migrated: user_version 7, still a wqrun state file in WAL mode"
+wal" "migrated: user_version 8, still a wqrun state file in WAL mode"
 expect_eq "$(sql "$DB" "SELECT count(*), sum(traceback IS NULL) FROM dead;
   SELECT count(*) FROM pragma_table_info('dead') WHERE name = 'traceback'")" "$(sql "$DB" "SELECT count(*), count(*) FROM dead")
 1" "version 6: dead.traceback, NULL for the letters written before"
@@ -81,10 +81,12 @@ expect_eq "$(sql "$DB" "SELECT group_concat(name, ',') FROM pragma_table_info('d
     "queue,key,finished_at,result
 queue,name,spec,key,payload,next_at,last_at,tz,catch_up,updated_at
 id,queue,op,key,state,result,created_at,done_at
-name,seen_at,paused
+name,seen_at,paused,history
 0
 0
-0" "the new tables exist, empty; queues has paused"
+0" "the new tables exist, empty; queues has paused and history (version 8)"
+expect_eq "$(sql "$DB" "SELECT count(*) FROM queues WHERE history IS NOT NULL")" "0" \
+    "version 8: queues.history is NULL (not told) for the queues of the version-1 file"
 expect_eq "$(sql "$DB" "SELECT group_concat(name, ',') FROM pragma_table_info('inbox')")" \
     "id,queue,key,payload,after,created_at,grp,priority,unique_add" \
     "the inbox gained its group (version 2), priority (version 3) and unique_add (version 4) columns"
@@ -96,7 +98,7 @@ hi processing 5 - 1
 a queued 0 - 1" "the pending view has grp and enqueued_at"
 migrated=$(sql "$DB" "SELECT * FROM items ORDER BY queue, key")
 run --quiet --db "$DB" "$noop"
-expect_eq "$(sql "$DB" "PRAGMA user_version; SELECT * FROM items ORDER BY queue, key")" "7
+expect_eq "$(sql "$DB" "PRAGMA user_version; SELECT * FROM items ORDER BY queue, key")" "8
 $migrated" "a second run changes nothing"
 cp "$DB" "$TMP/migrated.db"
 
@@ -163,15 +165,15 @@ expect_eq "$(sql "$DB" "SELECT key, abs(enqueued_at - $t0) < 60, grp IS NULL FRO
 later 1 1" "new rows get enqueued_at (now) and no group"
 
 # ====================================================== a newer file is refused
-NEWER=$TMP/v7.db
+NEWER=$TMP/v9.db
 cp "$TMP/migrated.db" "$NEWER"
-sql "$NEWER" "PRAGMA user_version = 8"
-cp "$NEWER" "$TMP/v7.orig"
+sql "$NEWER" "PRAGMA user_version = 9"
+cp "$NEWER" "$TMP/v9.orig"
 run --quiet --db "$NEWER" "$noop"
-expect_rc 1 "a version-7 file is refused"
-expect_in "$ERR" "$NEWER is a wqrun state file of version 8, newer than this wqrun understands (7); use a newer wqrun" \
+expect_rc 1 "a version-9 file is refused"
+expect_in "$ERR" "$NEWER is a wqrun state file of version 9, newer than this wqrun understands (8); use a newer wqrun" \
     "the message names the file and both versions"
-check "the refused file is unchanged" cmp -s "$NEWER" "$TMP/v7.orig"
+check "the refused file is unchanged" cmp -s "$NEWER" "$TMP/v9.orig"
 check "no -wal or -shm file is left" test ! -e "$NEWER-wal" -a ! -e "$NEWER-shm"
 
 # ====================================================== status: schedules and done counts
@@ -182,7 +184,7 @@ sql "$TMP/migrated.db" "INSERT INTO done(queue, key, finished_at, result) VALUES
                           ('flaky', 'tick', '@every 5m', 'tick', 1700000300, 1700000000, 'utc')"
 TZ=XST-3 run status --db "$TMP/migrated.db"
 expect_rc 0 "status of a version-5 file with schedules"
-expect_in "$OUT" "(version 7, " "status: version 7"
+expect_in "$OUT" "(version 8, " "status: version 8"
 expect_re "$OUT" "^mail +7 +1 +2 +0 +0 +2 +2 " "status: mail has 2 done rows"
 expect_in "$OUT" "schedules:" "status lists the schedules"
 expect_re "$OUT" "^flaky +tick +@every 5m +utc +2023-11-14 22:18:20 +2023-11-15 01:18:20 XST +2023-11-14 22:13:20$" \

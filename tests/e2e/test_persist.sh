@@ -333,8 +333,8 @@ for f in empty emptydb; do
     expect_rc 0 "$f file: made into a state file"
     expect_eq "$(sql "$BAD/$f.db" "PRAGMA application_id; PRAGMA user_version; SELECT count(*) FROM items")" \
         "2003923573
-7
-7" "$f file: application_id, user_version 7, the rows"
+8
+7" "$f file: application_id, user_version 8, the rows"
 done
 run --quiet --db "$TMP/no/such/dir/x.db" "$LUA/persist_order.lua" add
 expect_rc 1 "unwritable location: exit 1"

@@ -1746,9 +1746,10 @@ Test(store, a_version_1_file_of_the_previous_wqrun_is_migrated_in_place_keeping_
     cr_assert_eq(qint("SELECT count(*) FROM items"), 12);
 
     wq_store *s = open_ok();
-    cr_assert_eq(qint("PRAGMA user_version"), 7);
+    cr_assert_eq(qint("PRAGMA user_version"), 8);
     cr_assert(has_column("inbox", "priority"), "version 3: the inbox has priority");
     cr_assert(has_column("inbox", "unique_add"), "version 4: the inbox has unique_add");
+    cr_assert(has_column("queues", "history"), "version 8: queues has history");
     cr_assert_eq(qint("PRAGMA application_id"), WQ_STORE_APP_ID);
     cr_assert_str_eq(qtext("PRAGMA journal_mode"), "wal");
     wq_store_close(s);
@@ -1948,7 +1949,7 @@ Test(store, a_migration_that_fails_half_way_leaves_the_version_1_file_as_it_was)
     cr_assert_eq(wq_store_open(&s, path, WQ_SYNC_NORMAL, &tb, err, sizeof err), WQ_EIO);
     cr_assert_null(s);
     cr_assert(strstr(err, path) && strstr(err, "cannot migrate") &&
-                  strstr(err, "from schema version 1 to 7") && strstr(err, "left at version 1"),
+                  strstr(err, "from schema version 1 to 8") && strstr(err, "left at version 1"),
               "%s", err);
     cr_assert_eq(qint("PRAGMA user_version"), 1);
     cr_assert(!has_column("items", "enqueued_at") && !has_column("items", "grp"),
@@ -1963,7 +1964,7 @@ Test(store, a_migration_that_fails_half_way_leaves_the_version_1_file_as_it_was)
     sql("DROP TABLE done");
     s = open_ok();
     wq_store_close(s);
-    cr_assert_eq(qint("PRAGMA user_version"), 7);
+    cr_assert_eq(qint("PRAGMA user_version"), 8);
     cr_assert_eq(qint("SELECT count(*) FROM items"), 12);
 }
 
@@ -1973,7 +1974,7 @@ Test(store, a_new_file_has_exactly_the_schema_of_a_migrated_one)
     wq_store *s = open_ok();
     wq_store_close(s);
     char *fresh = dump(q);
-    cr_assert_eq(qint("PRAGMA user_version"), 7);
+    cr_assert_eq(qint("PRAGMA user_version"), 8);
     unlink(path);
     copy_fixture();
     s = open_ok();
@@ -2001,7 +2002,7 @@ Test(store, cli_add_and_status_leave_a_version_1_file_at_version_1)
     unlink(path);
     cr_assert_eq(cli(wq_store_cli_add_io, out, sizeof out, 4, "--db", path, "mail", "k"), 0, "%s",
                  out);
-    cr_assert_eq(qint("PRAGMA user_version"), 7);
+    cr_assert_eq(qint("PRAGMA user_version"), 8);
     cr_assert(has_column("items", "grp"));
     cr_assert(has_column("inbox", "priority"));
     cr_assert(has_column("inbox", "unique_add"));
@@ -2599,7 +2600,7 @@ Test(store, cli_status_lists_schedules_in_utc_and_local_time_and_done_counts)
     cr_assert_eq(wq_store_flush(s), 0);
     char out[4096];
     cr_assert_eq(cli(wq_store_cli_status_io, out, sizeof out, 2, "--db", path), 0, "%s", out);
-    cr_assert(strstr(out, "(version 7, "), "%s", out);
+    cr_assert(strstr(out, "(version 8, "), "%s", out);
     int queued, processing, waiting, dead, failing, inbox, ndone;
     const char *line = strstr(out, "\njobs ");
     cr_assert_not_null(line, "%s", out);

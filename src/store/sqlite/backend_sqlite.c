@@ -216,10 +216,11 @@ static void q_want(wq_bqueue *bq)
     (void)bq;
 }
 
+/* One runner per file: its script's options are the only ones, applied by the engine and the
+ * bindings. The file keeps the history option alone, for `wqrun add --wait` (cli.c). */
 static void q_define(wq_bqueue *bq, const wq_queue_def *def)
 {
-    (void)bq;
-    (void)def; /* one runner per file: its script's options are the only ones */
+    wq_store_set_history(Q(bq), def->history);
 }
 
 /* The engine applies every op and the store writes the change behind it, but for the history of

@@ -63,6 +63,21 @@ static int queue_known(sqlite3 *conn, const char *queue)
     return known;
 }
 
+/* Whether the file says queue keeps no history (queues.history = 0, written by its runner from
+ * version 8 on): then no run of it can be waited for. */
+static int keeps_no_history(sqlite3 *conn, const char *queue)
+{
+    sqlite3_stmt *st;
+    int none = 0;
+    if (sqlite3_prepare_v2(conn, "SELECT history = 0 FROM queues WHERE name = ?1", -1, &st, NULL) ==
+        SQLITE_OK) {
+        sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
+        none = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 1;
+        sqlite3_finalize(st);
+    }
+    return none;
+}
+
 /* The history's last row id (0: none), before an add that --wait waits for. */
 static int64_t last_run(sqlite3 *conn)
 {
@@ -227,6 +242,14 @@ int wq_store_cli_add_io(int argc, char **argv, FILE *out, FILE *err)
                 needs[i].option, needs[i].version, db, version);
         sqlite3_close(conn);
         return 1;
+    }
+    if (wait && version >= 8 && keeps_no_history(conn, pos[0])) {
+        fprintf(err,
+                "wqrun: add: --wait: queue '%s' keeps no history (its script sets history = 0), "
+                "so the end of a run cannot be read from %s; nothing was added\n",
+                pos[0], db);
+        sqlite3_close(conn);
+        return 2;
     }
     /* PAYLOAD is kept as written when it is JSON, else stored as a JSON string. Without a group,
      * a priority or --unique, the row every version's inbox has room for. */

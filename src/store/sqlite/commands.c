@@ -42,6 +42,14 @@ void wq_store_set_paused(wq_store_queue *sq, int paused)
     sq->paused = paused != 0;
 }
 
+void wq_store_set_history(wq_store_queue *sq, double history)
+{
+    if (!sq)
+        return;
+    sq->set_history = 1;
+    sq->history = history > 0 ? history : 0;
+}
+
 int wq_store_poll_commands(wq_store *s, void (*fn)(void *ud, const wq_command *c), void *ud)
 {
     if (!s || !fn)
@@ -131,7 +139,7 @@ int wq_store_ops_dirty(const wq_store *s)
     if (s->ncmd_results || s->ninbox_puts)
         return 1;
     for (uint32_t i = 0; i < s->nqueues; i++)
-        if (s->queues[i]->set_paused)
+        if (s->queues[i]->set_paused || s->queues[i]->set_history)
             return 1;
     return 0;
 }
@@ -144,6 +152,9 @@ int wq_store_write_ops(wq_store *s, double now, uint64_t *rows)
     if (wq_store_prepare(s, &s->st[ST_SET_PAUSED],
                          "INSERT INTO queues(name, seen_at, paused) VALUES (?1, ?2, ?3)"
                          " ON CONFLICT (name) DO UPDATE SET paused = excluded.paused") < 0 ||
+        wq_store_prepare(s, &s->st[ST_SET_HISTORY],
+                         "INSERT INTO queues(name, seen_at, history) VALUES (?1, ?2, ?3)"
+                         " ON CONFLICT (name) DO UPDATE SET history = excluded.history") < 0 ||
         wq_store_prepare(s, &s->st[ST_COMMAND_RESULT],
                          "UPDATE commands SET state = ?2, result = ?3, done_at = ?4"
                          " WHERE id = ?1 AND state = 'new'") < 0 ||
@@ -182,14 +193,22 @@ int wq_store_write_ops(wq_store *s, double now, uint64_t *rows)
     }
     for (uint32_t i = 0; i < s->nqueues && rc == SQLITE_OK; i++) {
         wq_store_queue *sq = s->queues[i];
-        if (!sq->set_paused)
-            continue;
-        sqlite3_stmt *st = s->st[ST_SET_PAUSED];
-        sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
-        sqlite3_bind_double(st, 2, now);
-        sqlite3_bind_int(st, 3, sq->paused);
-        rc = wq_store_run(st);
-        ++*rows;
+        if (sq->set_paused) {
+            sqlite3_stmt *st = s->st[ST_SET_PAUSED];
+            sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
+            sqlite3_bind_double(st, 2, now);
+            sqlite3_bind_int(st, 3, sq->paused);
+            rc = wq_store_run(st);
+            ++*rows;
+        }
+        if (sq->set_history && rc == SQLITE_OK) {
+            sqlite3_stmt *st = s->st[ST_SET_HISTORY];
+            sqlite3_bind_text(st, 1, sq->name, (int)sq->namelen, SQLITE_STATIC);
+            sqlite3_bind_double(st, 2, now);
+            sqlite3_bind_double(st, 3, sq->history);
+            rc = wq_store_run(st);
+            ++*rows;
+        }
     }
     for (size_t i = 0; i < s->ncmd_results && rc == SQLITE_OK; i++) {
         const struct cmd_result *r = &s->cmd_results[i];
@@ -223,5 +242,5 @@ void wq_store_clear_ops(wq_store *s)
         wq_free(s->cmd_results[i].text);
     s->ncmd_results = 0;
     for (uint32_t i = 0; i < s->nqueues; i++)
-        s->queues[i]->set_paused = 0;
+        s->queues[i]->set_paused = s->queues[i]->set_history = 0;
 }

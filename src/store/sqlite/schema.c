@@ -211,9 +211,15 @@ static const char v5_to_v6[] =
 static const char v6_to_v7[] =
     "ALTER TABLE items ADD COLUMN progress TEXT; -- a processing item's job:progress (JSON)\n";
 
+/* Version 7 -> 8: each queue's history option, as its runner defined it, so that `wqrun add
+ * --wait` can refuse at once to wait for a run no history row will tell the end of. */
+static const char v7_to_v8[] =
+    "ALTER TABLE queues ADD COLUMN history REAL; -- the runner's history option in seconds (0: "
+    "none kept), NULL: not told\n";
+
 /* migrations[v] brings a file from version v to v + 1. */
 static const char *const migrations[WQ_STORE_VERSION] = {schema_v1, v1_to_v2, v2_to_v3, v3_to_v4,
-                                                         v4_to_v5,  v5_to_v6, v6_to_v7};
+                                                         v4_to_v5,  v5_to_v6, v6_to_v7, v7_to_v8};
 
 /* Reads application_id, user_version and the number of schema objects. SQLite result code. */
 static int read_header(sqlite3 *db, int *app, int *ver, int *nobj)

@@ -179,6 +179,9 @@ int wq_store_restore_schedules(wq_store_queue *sq, void (*fn)(void *ud, const wq
 int wq_store_paused(wq_store_queue *sq);
 /* Writes the queue's paused flag with the next flush. */
 void wq_store_set_paused(wq_store_queue *sq, int paused);
+/* Writes the queue's history option (seconds, 0: none kept) to queues.history with the next
+ * flush: what `wqrun add --wait` reads. */
+void wq_store_set_history(wq_store_queue *sq, double history);
 
 /*
  * Commands: if another connection changed the file since the last call

@@ -19,7 +19,7 @@
 /* PRAGMA application_id of a wqrun state file: "wqru". */
 #define WQ_STORE_APP_ID 0x77717275
 /* PRAGMA user_version this build writes and understands. */
-#define WQ_STORE_VERSION 7
+#define WQ_STORE_VERSION 8
 
 /* Ends the message refusing a damaged file: what the user can do about it. */
 #define WQ_STORE_DAMAGED_HINT                                                                      \
@@ -73,6 +73,7 @@ enum {
     ST_COMMAND_RESULT,
     ST_INBOX_PUT,
     ST_SET_PAUSED,
+    ST_SET_HISTORY,
     ST_COUNT
 };
 
@@ -157,6 +158,8 @@ struct wq_store_queue {
     uint32_t nddel;
     int set_paused; /* write queues.paused = paused at the next flush */
     int paused;
+    int set_history; /* write queues.history = history at the next flush */
+    double history;  /* the runner's history option (wq_store_set_history) */
 };
 
 /* An operator command's outcome, written with the next flush (commands.c). */
