@@ -3,13 +3,15 @@
 # q:add / q:get / q:done from a Lua script through the Release wqrun, one
 # mode per process:
 #   a        add N distinct keys, then N x (get, done)
+#   afly     mode a with the keys made in the loop ("key:" .. i, garbage once
+#            added: a script that builds its keys on the fly)
 #   a1       N x (add, get, done), depth 1
 #   c        N dedup adds over 1,000 keys
 #   table    N plain Lua table writes on the same 1,000 keys (c's baseline)
 #   method   N calls of a C method through a metatable (Lua's own k:len()) on
 #            the same keys: the floor of any q:add, the Lua VM's own cost
 #   handler  N no-op jobs through a handler queue with 1 worker
-# The modes run interleaved (a, a1, c, table, method, handler, a, a1, ...) for
+# The modes run interleaved (a, afly, a1, c, table, method, handler, a, ...) for
 # ROUNDS rounds; every run is printed on a `#` line, then the MEDIAN per result
 # as `<name> <value> <unit>`, the ratios c / table and c / method of the
 # medians (lua_path_c_over_table, lua_path_c_over_method; c - method is what
@@ -36,7 +38,7 @@ export LC_ALL=C # "." as the decimal point
 
 n=${N:-1000000}
 rounds=${ROUNDS:-7}
-modes=(a a1 c table method handler)
+modes=(a afly a1 c table method handler)
 [[ $n =~ ^[1-9][0-9]*$ && $rounds =~ ^[1-9][0-9]*$ ]] || {
   echo "bench_lua_path: N and ROUNDS must be positive integers" >&2
   exit 1

@@ -9,6 +9,11 @@
 --   a        q:add of N distinct keys, then N times `local k = q:get(); q:done(k)`
 --            (handler-less queue "b"); ns per item = whole time / N
 --   a1       per key `q:add(k); local g = q:get(); q:done(g)` (depth 1)
+--   afly     mode a with each key made in the loop (`q:add("key:" .. i)`), as a
+--            script that builds its keys on the fly does: the string is
+--            garbage once added (the case that decides which key strings the
+--            queue keeps, see "key strings" in src/lua/lqueue.c); the time
+--            includes making the strings
 --   c        N q:add over 1,000 distinct keys (keys[(i % 1000) + 1]): the
 --            dedup path; ns per add
 --   table    the baseline for c: N writes t[keys[(i % 1000) + 1]] = true
@@ -43,7 +48,8 @@ local function status_kib(field)
     return kb and tonumber(kb)
 end
 
-local nkeys = (MODE == "c" or MODE == "table" or MODE == "method") and DISTINCT or N
+local nkeys = (MODE == "c" or MODE == "table" or MODE == "method") and DISTINCT
+    or MODE == "afly" and 0 or N
 local keys = {}
 for i = 1, nkeys do keys[i] = "key:" .. i end
 
@@ -61,6 +67,19 @@ if MODE == "a" then
     end
     elapsed = wq.now() - t0
     assert(q:len() == 0 and q:stats().done == N, "mode a: queue not drained")
+    if rss0 then out("rss_before", rss0, "KiB", "%d") end
+elseif MODE == "afly" then
+    local q = wq.queue("b")
+    collectgarbage()
+    local rss0 = status_kib("VmRSS")
+    t0 = wq.now()
+    for i = 1, N do q:add("key:" .. i) end
+    for _ = 1, N do
+        local k = q:get()
+        q:done(k)
+    end
+    elapsed = wq.now() - t0
+    assert(q:len() == 0 and q:stats().done == N, "mode afly: queue not drained")
     if rss0 then out("rss_before", rss0, "KiB", "%d") end
 elseif MODE == "a1" then
     local q = wq.queue("b")
@@ -114,7 +133,7 @@ elseif MODE == "handler" then
     if rss0 then out("rss_before", rss0, "KiB", "%d") end
     print(string.format("lua_path_handler_rate %.6g jobs/s", N / elapsed))
 else
-    error("lua_path.lua: unknown mode '" .. MODE .. "' (a, a1, c, table, method or handler)")
+    error("lua_path.lua: unknown mode '" .. MODE .. "' (a, afly, a1, c, table, method or handler)")
 end
 
 print(string.format("lua_path_%s %.2f ns/item", MODE, elapsed * 1e9 / N))
