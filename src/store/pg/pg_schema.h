@@ -10,7 +10,7 @@
 #include <libpq-fe.h>
 #include <stddef.h>
 
-#define WQ_PG_SCHEMA_VERSION 12
+#define WQ_PG_SCHEMA_VERSION 13
 /* The first key of the runners' session advisory locks: pg_advisory_lock(WQ_PG_LOCK_CLASS, id). */
 #define WQ_PG_LOCK_CLASS 0x77717275 /* "wqru" */
 

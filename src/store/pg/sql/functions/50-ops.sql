@@ -1,6 +1,6 @@
 CREATE OR REPLACE FUNCTION @S.check_queue(fn text, queue text) RETURNS void LANGUAGE plpgsql AS $fn$
 BEGIN
-  IF queue IS NULL OR queue !~ '^[A-Za-z0-9_.-]{1,64}$' THEN
+  IF queue IS NULL OR queue !~ '^[A-Za-z0-9_.-]+$' OR length(queue) > 64 THEN -- see add_many
     RAISE EXCEPTION '%: bad argument ''queue'' (1-64 characters of [A-Za-z0-9_.-], got %)',
       fn, coalesce(quote_literal(queue), 'NULL') USING ERRCODE = '22023';
   END IF;

@@ -264,7 +264,7 @@ BEGIN
   -- keeps items of any queue), keys not pending outside the flow
   FOR vi IN 1 .. nn LOOP
     CONTINUE WHEN nold[vi] IS NOT NULL;
-    IF nq[vi] !~ '^[A-Za-z0-9_.-]{1,64}$' THEN
+    IF nq[vi] !~ '^[A-Za-z0-9_.-]+$' OR length(nq[vi]) > 64 THEN -- see add_many
       RAISE EXCEPTION 'flow %: node %/%: no queue named %', v_id, nq[vi], nk[vi], nq[vi]
         USING ERRCODE = '22023';
     END IF;
