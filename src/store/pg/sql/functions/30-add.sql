@@ -157,8 +157,8 @@ END $fn$;
 -- add_many: new keys in one INSERT (the bulk case: rows no runner can see before the
 -- commit, so none waits for them), every other item through add_one(), in the lock order
 -- (10-groups.sql): their rows by queue and key, then the rows of the groups that need a
--- wake_at, by queue and name. One time for all; sequence numbers in the batch's order for
--- the new keys, then for the others (worked through in key order, queued in the batch's).
+-- wake_at, by queue and name. One time for all; sequence numbers in the batch's order, the
+-- items add_one() takes included (worked through in key order, queued in the batch's).
 CREATE OR REPLACE FUNCTION @S.add_many(items jsonb) RETURNS jsonb LANGUAGE plpgsql AS $fn$
 DECLARE
   v_now timestamptz; v_bad bigint; v_look boolean; v_nnew bigint; v_out text[]; v_seqs bigint[];
