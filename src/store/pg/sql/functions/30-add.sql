@@ -13,6 +13,7 @@ DECLARE
   v_now timestamptz := p_now;
   v_ready timestamptz;
   r @S.jobs%ROWTYPE;
+  v_was @S.jobs%ROWTYPE;
   v_out text;
   v_keep double precision;
   v_unique boolean;
@@ -89,6 +90,7 @@ BEGIN
     END IF;
     SELECT * INTO r FROM @S.jobs j WHERE j.queue = add_one.queue AND j.key = add_one.key FOR UPDATE;
     IF NOT FOUND THEN CONTINUE; END IF; -- finished meanwhile: insert again
+    v_was := r;
     IF r.running THEN
       IF v_ready IS NULL THEN
         IF r.dirty OR r.delay_at <= v_now THEN v_out := 'deduplicated';
@@ -115,10 +117,16 @@ BEGIN
       ELSE v_out := 'deduplicated'; END IF;
       r.priority := coalesce(add_one.priority, r.priority);
     END IF;
-    UPDATE @S.jobs j SET payload = coalesce(add_one.payload, r.payload), priority = r.priority,
-        grp = coalesce(add_one.grp, r.grp), run_at = r.run_at, seq = r.seq, delay_at = r.delay_at,
-        dirty = r.dirty, node = coalesce(r.node, p_node)
-      WHERE j.queue = add_one.queue AND j.key = add_one.key;
+    r.payload := coalesce(add_one.payload, r.payload);
+    r.grp := coalesce(add_one.grp, r.grp);
+    r.node := coalesce(r.node, p_node);
+    -- a row the add leaves as it was (a plain dedup: the common re-add of a pending key) is not
+    -- written again: the lock above is all it needs
+    IF r IS DISTINCT FROM v_was THEN
+      UPDATE @S.jobs j SET payload = r.payload, priority = r.priority, grp = r.grp,
+          run_at = r.run_at, seq = r.seq, delay_at = r.delay_at, dirty = r.dirty, node = r.node
+        WHERE j.queue = add_one.queue AND j.key = add_one.key;
+    END IF;
     EXIT;
   END LOOP;
   o_out := v_out; o_wake := coalesce(o_wake, false);
