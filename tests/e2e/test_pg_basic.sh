@@ -83,6 +83,35 @@ expect_eq "$(q "select string_agg(key || ' ' || coalesce(payload::text, '-') || 
 q "select wqrun.remove('q', k) from unnest(array['d1', 'p1', 'p2', 'f1', 'u1']) k;
    select wqrun.remove('$(printf 'q%.0s' $(seq 64))', '')" >/dev/null
 
+# Plain re-adds of pending keys (no payload, priority, delay, group, force or unique) are
+# applied to their rows at once; with one other item in the batch they go through add_one()
+# one by one. Both ways give the same outcomes and rows: a queued key is left alone, a waiting
+# one is queued now (its delay kept), a running one runs once more after, a running and dirty
+# one is left alone, a second re-add in the batch deduplicates.
+for way in set one; do
+    Q=re_$way
+    am "[{\"queue\":\"$Q\",\"key\":\"queued\"},{\"queue\":\"$Q\",\"key\":\"waiting\",\"after\":3600},
+         {\"queue\":\"$Q\",\"key\":\"running\"},{\"queue\":\"$Q\",\"key\":\"dirty\"},{\"queue\":\"$Q\",\"key\":\"other\"}]" >/dev/null
+    q "update wqrun.jobs set running = true, token = 7, claimed_at = now()
+        where queue = '$Q' and key in ('running', 'dirty');
+       update wqrun.jobs set dirty = true where queue = '$Q' and key = 'dirty'" >/dev/null
+    before=$(q "select key || ' ' || seq || ' ' || run_at from wqrun.jobs where queue = '$Q' order by key")
+    extra=
+    [ $way = one ] && extra=",{\"queue\":\"$Q\",\"key\":\"other\",\"payload\":{\"a\":1}}" # not plain
+    expect_eq "$(am "[{\"queue\":\"$Q\",\"key\":\"queued\"},{\"queue\":\"$Q\",\"key\":\"waiting\",\"payload\":null},
+                      {\"queue\":\"$Q\",\"key\":\"running\",\"after\":0},{\"queue\":\"$Q\",\"key\":\"dirty\",\"unique\":false},
+                      {\"queue\":\"$Q\",\"key\":\"waiting\"}$extra]")" \
+        "[\"deduplicated\", \"queued\", \"follow-up\", \"deduplicated\", \"deduplicated\"${extra:+, \"deduplicated\"}]" \
+        "plain re-adds ($way): each key's rule, a repeat deduplicated"
+    expect_eq "$(q "select string_agg(key || ' ' || state || ' ' || j.dirty::text || ' ' || (delay_at is not null)::text, ', ' order by key)
+                    from wqrun.items i join wqrun.jobs j using (queue, key) where queue = '$Q' and key <> 'other'")" \
+        "dirty processing true false, queued queued false false, running processing true false, waiting queued false true" \
+        "plain re-adds ($way): the waiting key queued with its delay kept, the running one dirty"
+    expect_eq "$(q "select key || ' ' || seq || ' ' || run_at from wqrun.jobs where queue = '$Q' and key in ('dirty', 'queued', 'running') order by key")" \
+        "$(grep -v -e '^waiting' -e '^other' <<<"$before")" "plain re-adds ($way): the other rows as they were"
+    q "delete from wqrun.jobs where queue = '$Q'" >/dev/null
+done
+
 # A bad queue name raises and adds nothing.
 OUT=$(q "select wqrun.add('bad name!', 'k')" 2>&1)
 RC=$?

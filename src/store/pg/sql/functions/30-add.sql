@@ -170,6 +170,7 @@ END $fn$;
 CREATE OR REPLACE FUNCTION @S.add_many(items jsonb) RETURNS jsonb LANGUAGE plpgsql AS $fn$
 DECLARE
   v_now timestamptz; v_bad bigint; v_look boolean; v_nnew bigint; v_out text[]; v_seqs bigint[];
+  v_plain boolean; v_fi bigint[]; v_fo text[];
   e record; q text; r record; v_wq text[]; v_wg text[];
 BEGIN
   PERFORM pg_current_xact_id(); -- ready times: see add()
@@ -230,7 +231,59 @@ BEGIN
                         ELSE 'queued' END ORDER BY x.i),
          count(ins.seq), array_agg(x.seq ORDER BY x.i) INTO v_out, v_nnew, v_seqs
     FROM s x LEFT JOIN ins ON ins.seq = x.seq;
+  -- The common rest: plain re-adds (no payload, priority, delay, group, force or unique) of
+  -- keys outside blocked flow nodes, to queues whose adds are not unique by definition. When
+  -- every item left is one, their rows are locked at once in key order (as add_one() would take
+  -- them one by one) and each key's first re-add gets add_one()'s rule for a plain add: a
+  -- queued key is left as it is, a running one runs once more after (dirty), a waiting one is
+  -- queued now (its delay kept for later); later re-adds of a key in the batch deduplicate.
+  -- A key whose row went meanwhile, and every other batch, go through add_one() below.
   IF v_nnew IS DISTINCT FROM cardinality(v_out) THEN
+    SELECT bool_and((x.payload IS NULL OR x.payload = 'null'::jsonb) AND x.priority IS NULL
+             AND (x.after IS NULL OR x.after <= 0) AND x.grp IS NULL AND NOT coalesce(x.force, false)
+             AND NOT coalesce(x.uniq, qq.unique_adds, false))
+        AND (NOT EXISTS (SELECT 1 FROM @S.flow_nodes n WHERE n.state = 'blocked')
+             OR NOT EXISTS (SELECT 1 FROM ROWS FROM (jsonb_to_recordset(items)
+                                  AS (queue text, key text)) WITH ORDINALITY AS y(queue, key, i)
+                              JOIN @S.flow_nodes n ON n.queue = y.queue AND n.key = y.key
+                             WHERE v_out[y.i] IS NULL AND n.state = 'blocked'))
+      INTO v_plain
+      FROM ROWS FROM (jsonb_to_recordset(items) AS (queue text, payload jsonb, priority integer,
+             "group" text, after float8, force boolean, "unique" boolean))
+             WITH ORDINALITY AS x(queue, payload, priority, grp, after, force, uniq, i)
+      LEFT JOIN @S.queues qq ON qq.name = x.queue
+     WHERE v_out[x.i] IS NULL;
+  END IF;
+  IF v_plain THEN
+    PERFORM 1 FROM @S.jobs j
+      WHERE (j.queue, j.key) IN (SELECT y.queue, y.key FROM ROWS FROM (jsonb_to_recordset(items)
+                                   AS (queue text, key text)) WITH ORDINALITY AS y(queue, key, i)
+                                  WHERE v_out[y.i] IS NULL)
+      ORDER BY j.queue, j.key FOR UPDATE;
+    WITH it AS (SELECT y.queue, y.key, y.i, v_seqs[y.i] AS seq,
+                       row_number() OVER (PARTITION BY y.queue, y.key ORDER BY y.i) AS n
+                  FROM ROWS FROM (jsonb_to_recordset(items) AS (queue text, key text))
+                       WITH ORDINALITY AS y(queue, key, i)
+                 WHERE v_out[y.i] IS NULL),
+    o AS (SELECT it.i, it.queue, it.key, it.seq,
+                 CASE WHEN j.key IS NULL THEN NULL -- gone meanwhile: add_one() adds it again
+                      WHEN it.n > 1 THEN 'deduplicated'
+                      WHEN j.running THEN CASE WHEN j.dirty OR j.delay_at <= v_now
+                                               THEN 'deduplicated' ELSE 'follow-up' END
+                      WHEN j.run_at <= v_now THEN 'deduplicated'
+                      ELSE 'queued' END AS out
+            FROM it LEFT JOIN @S.jobs j ON j.queue = it.queue AND j.key = it.key),
+    u AS (UPDATE @S.jobs j SET dirty = j.dirty OR o.out = 'follow-up',
+              delay_at = CASE WHEN o.out = 'queued' THEN j.run_at ELSE j.delay_at END,
+              run_at = CASE WHEN o.out = 'queued' THEN v_now ELSE j.run_at END,
+              seq = CASE WHEN o.out = 'queued' THEN o.seq ELSE j.seq END
+            FROM o WHERE o.out IN ('follow-up', 'queued') AND j.queue = o.queue AND j.key = o.key)
+    SELECT array_agg(o.i), array_agg(o.out) INTO v_fi, v_fo FROM o;
+    FOR k IN 1 .. coalesce(cardinality(v_fi), 0) LOOP
+      v_out[v_fi[k]] := v_fo[k];
+    END LOOP;
+  END IF;
+  IF array_position(v_out, NULL) IS NOT NULL THEN
     -- keys of blocked flow nodes last: their nodes' rows after every item's row (the lock
     -- order: 10-groups.sql)
     FOR e IN SELECT it, i FROM jsonb_array_elements(items) WITH ORDINALITY AS x(it, i)
