@@ -20,6 +20,7 @@ step() { printf '\n==> %s\n' "$*"; }
 run_ctest() {
   local dir=$1 log rc=0
   log=$(mktemp)
+  # Three at a time on CI's two cores: most tests wait on processes, sockets and timers.
   ctest --test-dir "$dir" --output-on-failure -j3 -LE bench 2>&1 | tee "$log" || rc=$?
   # "100% tests passed, 0 tests failed out of 12"
   local line
